@@ -1,0 +1,42 @@
+"""cronrace: fire recurring jobs exactly once per tick across a fleet, with no leader."""
+
+from cronrace.agent import Agent
+from cronrace.config import AgentSettings
+from cronrace.errors import (
+    ConfigError,
+    CronraceError,
+    JobDefinitionError,
+    RedisUnavailableError,
+    ScheduleError,
+    StoreError,
+    TargetError,
+    UnknownJobError,
+)
+from cronrace.job import Job, RunContext
+from cronrace.policies import Catchup, Outcome, Overlap
+from cronrace.records import JobStatus, NodeInfo, RunRecord
+from cronrace.schedule import Schedule
+
+__all__ = [
+    "Agent",
+    "AgentSettings",
+    "Catchup",
+    "ConfigError",
+    "CronraceError",
+    "Job",
+    "JobDefinitionError",
+    "JobStatus",
+    "NodeInfo",
+    "Outcome",
+    "Overlap",
+    "RedisUnavailableError",
+    "RunContext",
+    "RunRecord",
+    "Schedule",
+    "ScheduleError",
+    "StoreError",
+    "TargetError",
+    "UnknownJobError",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,425 @@
+"""The agent: the job registry, its lifecycle, and the operator controls.
+
+``Agent.run()`` owns every task it starts (anyio task groups): the heartbeat (server clock
+offset, node registration, the Redis epoch), the control reader (manual triggers), the
+tick loop, and the runs. Shutdown stops claiming first, waits for runs up to a grace
+period, then cancels them; cancelled runs record ``cancelled`` and release their leases.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import signal
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from redis.exceptions import RedisError, ResponseError
+
+from cronrace.clock import Clock, ServerOffsetClock, SystemClock
+from cronrace.config import AgentSettings, load_settings
+from cronrace.errors import RedisUnavailableError, UnknownJobError
+from cronrace.job import Handler, Job, JobDefinitionError
+from cronrace.observer import Observer
+from cronrace.policies import Catchup, Overlap
+from cronrace.records import JobStatus, NodeInfo, RunRecord
+from cronrace.runner import Runner
+from cronrace.scheduler import Scheduler, backoff_s
+from cronrace.store import Store
+
+log = logging.getLogger("cronrace.agent")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: A node's heartbeat lives this many heartbeat periods.
+HEARTBEAT_TTL_PERIODS = 3
+CONTROL_BLOCK_MS = 2000
+
+
+class Agent:
+    """Fire recurring jobs exactly once per tick across every agent of a namespace.
+
+    Args:
+        redis_url: where the fleet meets; default from ``CRONRACE_REDIS_URL``, else the
+            embedded in-process store ``memory://`` (one process only).
+        node_id: this node's name in claims, leases and logs; default host-pid-random.
+        namespace: the key prefix; fleets with different namespaces ignore each other.
+        settings: complete settings (instead of the three above and the environment).
+        clock: the base clock (tests pass a skewed or fake one).
+        observer: receives events, e.g. ``cronrace.metrics.PrometheusObserver``.
+    """
+
+    def __init__(
+        self,
+        *,
+        redis_url: str | None = None,
+        node_id: str | None = None,
+        namespace: str | None = None,
+        settings: AgentSettings | None = None,
+        clock: Clock | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.settings = settings or load_settings(
+            redis_url=redis_url, node_id=node_id, namespace=namespace
+        )
+        base = clock if clock is not None else SystemClock()
+        self.clock: Clock = ServerOffsetClock(base) if self.settings.clock == "redis" else base
+        self.observer = observer or Observer()
+        self.owner = f"{self.settings.node_id}:{secrets.token_hex(6)}"
+        self._jobs: dict[str, Job] = {}
+        self._store: Store | None = None
+        self._stop_requested = False
+        self._stop_event: anyio.Event | None = None
+        self._ready = False
+        self._epoch: str | None = None
+        self._hold_until_mono = 0.0
+        self.scheduler: Scheduler | None = None
+        self.runner: Runner | None = None
+
+    # -- defining jobs -------------------------------------------------------------------
+
+    @property
+    def node_id(self) -> str:
+        return self.settings.node_id
+
+    @property
+    def jobs(self) -> dict[str, Job]:
+        """The jobs defined on this agent, by name."""
+        return dict(self._jobs)
+
+    def job(
+        self,
+        schedule: str,
+        *,
+        name: str | None = None,
+        timezone: str = "UTC",
+        overlap: Overlap | str = Overlap.SKIP,
+        catchup: Catchup | str = Catchup.LATEST,
+        lease_ttl: float = 30.0,
+        catchup_window: float = 300.0,
+        max_catchup: int = 100,
+        history: int = 1000,
+        overrun_ratio: float = 0.8,
+    ) -> Callable[[F], F]:
+        """Register the decorated function as a job; see :meth:`add_job` for the arguments."""
+
+        def register(handler: F) -> F:
+            self.add_job(
+                handler,
+                schedule,
+                name=name,
+                timezone=timezone,
+                overlap=overlap,
+                catchup=catchup,
+                lease_ttl=lease_ttl,
+                catchup_window=catchup_window,
+                max_catchup=max_catchup,
+                history=history,
+                overrun_ratio=overrun_ratio,
+            )
+            return handler
+
+        return register
+
+    def add_job(self, handler: Handler, schedule: str, **options: Any) -> Job:
+        """Register ``handler`` to run on ``schedule``.
+
+        Args:
+            handler: an async function (or a sync one, run in a worker thread) taking a
+                :class:`~cronrace.RunContext`.
+            schedule: 5-field cron, 6-field cron with seconds first, an alias such as
+                ``@hourly``, or ``@every 30s``.
+            **options: name, timezone, overlap, catchup, lease_ttl (s), catchup_window (s),
+                max_catchup, history, overrun_ratio.
+
+        Raises:
+            JobDefinitionError: a field is invalid or the name is taken.
+            ScheduleError: the schedule or time zone is invalid.
+        """
+        job = Job.define(handler, schedule, **options)
+        if job.name in self._jobs:
+            raise JobDefinitionError(f"job {job.name!r}: name {job.name!r} is already defined")
+        self._jobs[job.name] = job
+        return job
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Whether Redis answered the last heartbeat and the scripts are loaded."""
+        return self._ready
+
+    def _set_ready(self, ready: bool, *, why: str = "Redis unreachable") -> None:
+        if ready != self._ready:
+            self._ready = ready
+            self.observer.ready(ready)
+            log.log(logging.INFO if ready else logging.ERROR,
+                    "ready" if ready else f"not ready: {why}", extra={"node": self.node_id})
+
+    @property
+    def store(self) -> Store:
+        """The Redis access of this agent (created on first use)."""
+        if self._store is None:
+            if self.settings.redis_url.startswith("memory://"):
+                log.warning(
+                    "using the embedded in-process store: it serves this process only; "
+                    "set CRONRACE_REDIS_URL to share ticks across a fleet"
+                )
+            self._store = Store.from_url(
+                self.settings.redis_url,
+                self.settings.namespace,
+                max_connections=self.settings.max_connections,
+                timeout_s=self.settings.redis_timeout_s,
+            )
+        return self._store
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to stop claiming, let runs finish (up to the grace), and return."""
+        self._stop_requested = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    def hold_s(self) -> float:
+        """Seconds new runs must still wait after Redis was found to have lost its data."""
+        return max(0.0, self._hold_until_mono - self.clock.monotonic())
+
+    async def run(self) -> None:
+        """Run until :meth:`stop` is called or the task is cancelled.
+
+        Raises:
+            RedisUnavailableError: Redis could not be reached within the start-up timeout.
+        """
+        self._stop_event = anyio.Event()
+        if self._stop_requested:
+            self._stop_event.set()
+        store = self.store
+        try:
+            await self._connect(store)
+            self.runner = Runner(store=store, clock=self.clock, node_id=self.node_id,
+                                 owner=self.owner, observer=self.observer, hold_s=self.hold_s)
+            self.scheduler = Scheduler(jobs=self._jobs, store=store, clock=self.clock,
+                                       settings=self.settings, owner=self.owner,
+                                       runner=self.runner, observer=self.observer,
+                                       set_ready=self._set_ready)
+            log.info("agent started", extra={"node": self.node_id, "jobs": len(self._jobs),
+                                              "namespace": self.settings.namespace})
+            async with anyio.create_task_group() as services:
+                services.start_soon(self._heartbeat_loop)
+                async with anyio.create_task_group() as runs:
+                    async with anyio.create_task_group() as loops:
+                        loops.start_soon(self.scheduler.run, runs)
+                        loops.start_soon(self._control_loop, runs)
+                        await self._stop_event.wait()
+                        loops.cancel_scope.cancel()
+                    log.info("stopping: no new claims; waiting for runs",
+                             extra={"node": self.node_id, "running": self.runner.active,
+                                    "grace_s": self.settings.shutdown_grace_s})
+                    with anyio.move_on_after(self.settings.shutdown_grace_s):
+                        await self.runner.wait_idle()
+                    runs.cancel_scope.cancel()
+                services.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                try:
+                    await store.leave(self.node_id)
+                except (RedisError, OSError):
+                    pass
+            self._ready = False
+            self.observer.ready(False)
+            log.info("agent stopped", extra={"node": self.node_id})
+
+    async def _connect(self, store: Store) -> None:
+        """Load the scripts, take the first heartbeat and publish the jobs; or give up."""
+        attempt = 0
+        with anyio.move_on_after(self.settings.startup_timeout_s) as scope:
+            while True:
+                try:
+                    await store.load_scripts()
+                    await self._beat(store)
+                    await store.register_jobs({name: job.spec() for name, job in self._jobs.items()})
+                    break
+                except ResponseError as exc:
+                    raise RedisUnavailableError(f"Redis at {self._redacted_url()} refused: {exc}") from exc
+                except (RedisError, OSError) as exc:
+                    log.warning("Redis not reachable yet", extra={"error": str(exc)})
+                    await anyio.sleep(backoff_s(attempt))
+                    attempt += 1
+        if scope.cancelled_caught:
+            raise RedisUnavailableError(
+                f"Redis at {self._redacted_url()} unreachable for "
+                f"{self.settings.startup_timeout_s:g}s at start-up"
+            )
+
+    def _redacted_url(self) -> str:
+        url = self.settings.redis_url
+        if "@" in url:
+            scheme, _, rest = url.partition("://")
+            return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+        return url
+
+    async def _beat(self, store: Store) -> None:
+        base = self.clock.base if isinstance(self.clock, ServerOffsetClock) else self.clock
+        ttl_ms = int(self.settings.heartbeat_s * HEARTBEAT_TTL_PERIODS * 1000)
+        candidate = secrets.token_hex(8)
+        sent_wall, sent_mono = base.time(), base.monotonic()
+        reply = await store.heartbeat(self.node_id, now_ms=int(self.clock.time() * 1000),
+                                      ttl_ms=ttl_ms, epoch_candidate=candidate)
+        rtt = base.monotonic() - sent_mono
+        if isinstance(self.clock, ServerOffsetClock):
+            self.clock.add_sample(sent_wall_s=sent_wall, received_wall_s=sent_wall + rtt,
+                                  server_s=reply.server_time_s)
+        if self._epoch is not None and reply.epoch != self._epoch:
+            hold = max((job.lease_ttl_s for job in self._jobs.values()), default=0.0)
+            self._hold_until_mono = self.clock.monotonic() + hold
+            log.critical(
+                "Redis lost its data (epoch changed): fences were re-seeded from the server "
+                "clock; new runs wait one lease_ttl because runs started before may be alive",
+                extra={"node": self.node_id, "old_epoch": self._epoch, "epoch": reply.epoch,
+                       "hold_s": hold},
+            )
+            await store.register_jobs({name: job.spec() for name, job in self._jobs.items()})
+        self._epoch = reply.epoch
+        self._set_ready(True)
+
+    async def _heartbeat_loop(self) -> None:
+        attempt = 0
+        while True:
+            await self.clock.sleep(self.settings.heartbeat_s if not attempt else backoff_s(attempt))
+            try:
+                await self._beat(self.store)
+                attempt = 0
+            except (RedisError, OSError) as exc:
+                attempt += 1
+                self.observer.redis_error("heartbeat")
+                self._set_ready(False)
+                log.warning("heartbeat failed", extra={"node": self.node_id, "error": str(exc)})
+
+    async def _control_loop(self, runs: TaskGroup) -> None:
+        """Read manual trigger requests and race for them like for a tick."""
+        assert self.scheduler is not None
+        position: str | None = None
+        attempt = 0
+        while True:
+            try:
+                if position is None:
+                    position = await self.store.control_position()
+                entries = await self.store.read_control(position, block_ms=CONTROL_BLOCK_MS)
+                attempt = 0
+            except (RedisError, OSError) as exc:
+                attempt += 1
+                log.debug("control read failed", extra={"error": str(exc)})
+                await self.clock.sleep(backoff_s(attempt))
+                continue
+            for entry_id, fields in entries:
+                position = entry_id
+                job = self._jobs.get(fields.get("job", ""))
+                if fields.get("op") == "trigger" and job is not None:
+                    log.info("manual trigger", extra={"job": job.name, "trigger": fields.get("id")})
+                    await self.scheduler.fire_trigger(job, fields.get("id", entry_id), runs)
+
+    def run_sync(self) -> None:
+        """Run until SIGTERM or SIGINT (a second signal cancels runs without waiting)."""
+        anyio.run(self._run_with_signals)
+
+    async def _run_with_signals(self) -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def watch(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    task_status.started()
+                    async for signum in signals:
+                        if self._stop_requested:
+                            log.warning("second signal: cancelling runs now")
+                            tg.cancel_scope.cancel()
+                            return
+                        log.info("signal received; shutting down gracefully",
+                                 extra={"signal": signal.Signals(signum).name})
+                        self.stop()
+
+            await tg.start(watch)
+            await self.run()
+            tg.cancel_scope.cancel()
+
+    # -- operator controls (work from any process on the same Redis) ----------------------
+
+    async def _known(self, job: str) -> str:
+        if job in self._jobs or job in await self.store.known_jobs():
+            return job
+        raise UnknownJobError(f"job {job!r}: no such job in namespace {self.settings.namespace!r}")
+
+    async def pause(self, job: str) -> None:
+        """Pause ``job`` on every node: its ticks are recorded ``skipped:paused``."""
+        await self.store.set_paused(await self._known(job), True)
+
+    async def resume(self, job: str) -> None:
+        """Resume a paused job on every node."""
+        await self.store.set_paused(await self._known(job), False)
+
+    async def trigger(self, job: str) -> str:
+        """Ask the fleet for one immediate run of ``job`` (same lease and overlap policy).
+
+        Returns:
+            The trigger id, found again in the run record's ``trigger_id``.
+        """
+        return await self.store.request_trigger(await self._known(job))
+
+    async def history(self, job: str, limit: int = 20) -> list[RunRecord]:
+        """Return the newest ``limit`` run records of ``job``, newest first."""
+        return await self.store.history(await self._known(job), limit)
+
+    async def nodes(self) -> list[NodeInfo]:
+        """Return the live nodes of this namespace."""
+        ttl_ms = int(self.settings.heartbeat_s * HEARTBEAT_TTL_PERIODS * 1000)
+        return await self.store.nodes(heartbeat_ttl_ms=ttl_ms)
+
+    async def jobs_status(self) -> list[JobStatus]:
+        """Describe every job of the namespace: definition, next tick, lease, counters."""
+        names = sorted(set(self._jobs) | set(await self.store.known_jobs()))
+        states = await self.store.job_states(names)
+        out = []
+        for state in states:
+            job = self._jobs.get(state.job)
+            last = await self.store.history(state.job, 1)
+            next_tick = None
+            if self.scheduler is not None and state.job in self.scheduler.next_tick:
+                next_tick = self.scheduler.next_tick[state.job]
+            elif job is not None:
+                next_tick = job.schedule.next_tick(int(self.clock.time()))
+            else:
+                next_tick = _next_from_spec(state.spec, int(self.clock.time()))
+            counters = state.counters
+            out.append(
+                JobStatus(
+                    job=state.job,
+                    schedule=job.schedule.expr if job else state.spec.get("schedule", "?"),
+                    timezone=job.schedule.timezone if job else state.spec.get("timezone", "?"),
+                    next_tick_s=next_tick,
+                    last_tick_s=state.watermark_s,
+                    last_outcome=last[0].outcome.value if last else None,
+                    lease_owner=state.lease.owner.split(":")[0] if state.lease else None,
+                    lease_fence=state.lease.fence if state.lease else None,
+                    paused=state.paused,
+                    skipped=counters.get("skipped_overlap", 0) + counters.get("skipped_paused", 0),
+                    missed=counters.get("missed", 0),
+                    overlap=job.overlap.value if job else state.spec.get("overlap", "?"),
+                    catchup=job.catchup.value if job else state.spec.get("catchup", "?"),
+                )
+            )
+        return out
+
+    async def aclose(self) -> None:
+        """Close the Redis connections (for operator use outside :meth:`run`)."""
+        if self._store is not None:
+            await self._store.aclose()
+            self._store = None
+
+
+def _next_from_spec(spec: dict[str, str], now_s: int) -> int | None:
+    from cronrace.schedule import Schedule  # noqa: PLC0415 - only for jobs of other nodes
+
+    try:
+        return Schedule.parse(spec["schedule"], spec.get("timezone", "UTC")).next_tick(now_s)
+    except (KeyError, ValueError):
+        return None

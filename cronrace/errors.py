@@ -1,0 +1,51 @@
+"""One exception hierarchy, rooted at :class:`CronraceError`.
+
+Every error a user can cause (a bad schedule, an unknown time zone, an invalid job name, a
+bad config file) carries a message that names the job, the field and the value, so the CLI
+can print it as one line without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class CronraceError(Exception):
+    """Base class of every error cronrace raises on purpose."""
+
+
+class ScheduleError(CronraceError, ValueError):
+    """A schedule expression or time zone cannot be used."""
+
+
+class JobDefinitionError(CronraceError, ValueError):
+    """A job is defined wrongly: bad name, duplicate name, bad policy or setting."""
+
+
+class ConfigError(CronraceError, ValueError):
+    """Agent settings or a config file cannot be used.
+
+    Attributes:
+        problems: one line per problem, each naming the job, the field and the value.
+    """
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class StoreError(CronraceError):
+    """Redis answered something cronrace cannot use (garbage under a key, a script error)."""
+
+
+class RedisUnavailableError(StoreError):
+    """Redis cannot be reached."""
+
+
+class TargetError(CronraceError):
+    """A sidecar target (HTTP, command, stream) failed; the message goes to the run record."""
+
+
+class UnknownJobError(CronraceError, KeyError):
+    """An operator command named a job this agent does not know."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown job"

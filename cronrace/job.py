@@ -1,0 +1,194 @@
+"""A job's definition and the context its handler receives.
+
+A job is validated once, when it is defined: a bad name, schedule, time zone, policy or
+setting raises a :class:`~cronrace.errors.CronraceError` whose message names the job, the
+field and the value. Nothing a user configured is silently changed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from cronrace.errors import CronraceError, JobDefinitionError
+from cronrace.policies import Catchup, Overlap
+from cronrace.records import utc_from_s
+from cronrace.schedule import Schedule
+
+if TYPE_CHECKING:
+    from cronrace.store import Store
+
+JOB_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+Handler = Callable[["RunContext"], Awaitable[Any]] | Callable[["RunContext"], Any]
+
+
+def validate_job_name(name: object) -> str:
+    """Return ``name`` if it is a valid job name, else raise JobDefinitionError."""
+    if not isinstance(name, str) or not JOB_NAME_PATTERN.fullmatch(name):
+        raise JobDefinitionError(
+            f"job {name!r}: name {name!r} is invalid: use 1-128 characters of "
+            "letters, digits, '_', '.', '-', starting with a letter or digit"
+        )
+    return name
+
+
+def _policy(enum: type[Overlap] | type[Catchup], job: str, field_name: str, value: object) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = ", ".join(member.value for member in enum)
+        raise JobDefinitionError(
+            f"job {job!r}: {field_name} {value!r} is not one of: {allowed}"
+        ) from None
+
+
+def _positive(job: str, field_name: str, value: object, *, minimum: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+        raise JobDefinitionError(f"job {job!r}: {field_name} {value!r} must be a number >= {minimum}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One recurring job: a name, a schedule, a handler and its policies.
+
+    Attributes:
+        name: unique within the namespace; part of every Redis key of the job.
+        schedule: when it fires.
+        handler: an async or sync callable taking a :class:`RunContext`.
+        overlap: what to do with a tick while the previous run is alive.
+        catchup: what to do with missed ticks.
+        lease_ttl_s: how long a run's lease lives without renewal.
+        catchup_window_s: how late a tick may still be attempted.
+        max_catchup: the most missed ticks ``Catchup.ALL`` fires.
+        history: how many run records the job's stream keeps (approximately).
+        overrun_ratio: warn when a run lasts longer than this fraction of the interval.
+    """
+
+    name: str
+    schedule: Schedule
+    handler: Handler
+    overlap: Overlap = Overlap.SKIP
+    catchup: Catchup = Catchup.LATEST
+    lease_ttl_s: float = 30.0
+    catchup_window_s: float = 300.0
+    max_catchup: int = 100
+    history: int = 1000
+    overrun_ratio: float = 0.8
+    is_async: bool = field(default=True)
+
+    @property
+    def lease_ttl_ms(self) -> int:
+        return int(self.lease_ttl_s * 1000)
+
+    @classmethod
+    def define(
+        cls,
+        handler: Handler,
+        schedule: str,
+        *,
+        name: str | None = None,
+        timezone: str = "UTC",
+        overlap: Overlap | str = Overlap.SKIP,
+        catchup: Catchup | str = Catchup.LATEST,
+        lease_ttl: float = 30.0,
+        catchup_window: float = 300.0,
+        max_catchup: int = 100,
+        history: int = 1000,
+        overrun_ratio: float = 0.8,
+    ) -> Job:
+        """Validate every field and build the job; raise a CronraceError naming the field."""
+        job_name = validate_job_name(name if name is not None else getattr(handler, "__name__", ""))
+        if not callable(handler):
+            raise JobDefinitionError(f"job {job_name!r}: handler {handler!r} is not callable")
+        try:
+            parsed = Schedule.parse(schedule, timezone, job=job_name)
+        except CronraceError:
+            raise
+        except Exception as exc:  # croniter/zoneinfo oddities must still name the job
+            raise JobDefinitionError(f"job {job_name!r}: schedule {schedule!r}: {exc}") from exc
+        if isinstance(max_catchup, bool) or not isinstance(max_catchup, int) or max_catchup < 1:
+            raise JobDefinitionError(f"job {job_name!r}: max_catchup {max_catchup!r} must be >= 1")
+        if isinstance(history, bool) or not isinstance(history, int) or history < 1:
+            raise JobDefinitionError(f"job {job_name!r}: history {history!r} must be >= 1")
+        return cls(
+            name=job_name,
+            schedule=parsed,
+            handler=handler,
+            overlap=_policy(Overlap, job_name, "overlap", overlap),
+            catchup=_policy(Catchup, job_name, "catchup", catchup),
+            lease_ttl_s=_positive(job_name, "lease_ttl", lease_ttl, minimum=0.1),
+            catchup_window_s=_positive(job_name, "catchup_window", catchup_window, minimum=0),
+            max_catchup=max_catchup,
+            history=history,
+            overrun_ratio=_positive(job_name, "overrun_ratio", overrun_ratio, minimum=0),
+            is_async=inspect.iscoroutinefunction(handler)
+            or inspect.iscoroutinefunction(getattr(handler, "__call__", None)),  # noqa: B004
+        )
+
+    def spec(self) -> dict[str, str]:
+        """Describe the job for operators (published in Redis at start-up)."""
+        return {
+            "schedule": self.schedule.expr,
+            "timezone": self.schedule.timezone,
+            "overlap": self.overlap.value,
+            "catchup": self.catchup.value,
+            "lease_ttl_s": f"{self.lease_ttl_s:g}",
+            "catchup_window_s": f"{self.catchup_window_s:g}",
+        }
+
+
+@dataclass(slots=True)
+class RunContext:
+    """What a handler receives: which run this is, and the means to write safely.
+
+    Attributes:
+        job: the job name.
+        tick_s: the scheduled instant, UTC epoch seconds.
+        fence: the fencing token of this run, strictly increasing per job. Pass it on to
+            whatever the run writes, so that a stale run's late writes can be refused.
+        node_id: the node running it.
+        trigger_id: set when the run was triggered by hand.
+    """
+
+    job: str
+    tick_s: int
+    fence: int
+    node_id: str
+    trigger_id: str | None = None
+    _store: Store | None = field(default=None, repr=False)
+    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def tick(self) -> datetime:
+        """The scheduled instant as an aware UTC datetime."""
+        return utc_from_s(self.tick_s)
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether this run lost its lease (sync handlers should poll it and stop)."""
+        return self._lost.is_set()
+
+    @property
+    def idempotency_key(self) -> str:
+        """``<job>:<tick>``: the same for every attempt at the same tick."""
+        return f"{self.job}:{self.tick_s}"
+
+    async def fenced_set(self, key: str, value: str | bytes, *, ttl_ms: int = 0) -> bool:
+        """Write ``value`` under ``key`` in the agent's Redis unless a newer run already did.
+
+        The highest fence that wrote ``key`` is kept beside it (``<key>:cronrace-fence``);
+        on Redis Cluster give ``key`` a hash tag so both land in one slot.
+
+        Returns:
+            True when written; False when a run with a higher fence wrote first.
+        """
+        if self._store is None:
+            raise CronraceError(f"job {self.job!r}: fenced_set needs the agent's store")
+        return await self._store.fenced_set(key, value, self.fence, ttl_ms)

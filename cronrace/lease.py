@@ -1,0 +1,105 @@
+"""A held running lease: renewed while the handler runs, given up when it cannot be.
+
+The rule that keeps two runs from overlapping is local: a node that has not renewed its
+lease for ``lease_ttl`` minus a margin, measured on its own monotonic clock from the moment
+it *sent* the last successful request, cancels its handler. It does not wait for Redis to
+tell it (Redis may be unreachable), and by then Redis may already have let the lease
+expire and granted it to another node.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import anyio
+from redis.exceptions import RedisError
+
+from cronrace.clock import Clock
+from cronrace.store import Store
+
+log = logging.getLogger("cronrace.lease")
+
+#: Fraction of the lease kept as a margin for cancellation latency and clock rate error.
+SAFETY_MARGIN = 0.1
+
+
+@dataclass(slots=True)
+class Lease:
+    """The running lease of one run of one job.
+
+    Attributes:
+        granted_mono: when the acquire request was sent (monotonic seconds): the lease
+            cannot have started earlier, so deadlines measured from it are conservative.
+    """
+
+    store: Store
+    clock: Clock
+    job: str
+    fence: int
+    ttl_s: float
+    granted_mono: float
+    renewals: int = 0
+    failures: int = 0
+    lost_reason: str | None = None
+    _deadline_mono: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._deadline_mono = self.granted_mono + self.ttl_s * (1 - SAFETY_MARGIN)
+
+    @property
+    def deadline_mono(self) -> float:
+        """When this node must stop believing it holds the lease."""
+        return self._deadline_mono
+
+    @property
+    def lost(self) -> bool:
+        return self.lost_reason is not None
+
+    def rebase(self, fence: int, granted_mono: float) -> None:
+        """Follow the lease to a handed-on run (queued or catch-up tick) with a new fence."""
+        self.fence = fence
+        self.granted_mono = granted_mono
+        self._deadline_mono = granted_mono + self.ttl_s * (1 - SAFETY_MARGIN)
+
+    async def keep(self, victim: anyio.CancelScope) -> None:
+        """Renew every ``ttl/3`` until cancelled; cancel ``victim`` when the lease is lost."""
+        interval_s = self.ttl_s / 3
+        next_renewal = self.granted_mono + interval_s
+        while True:
+            now = self.clock.monotonic()
+            if now >= self._deadline_mono:
+                self._lose("no successful renewal within lease_ttl", victim)
+                return
+            await self.clock.sleep(min(next_renewal, self._deadline_mono) - now)
+            if self.clock.monotonic() < next_renewal:
+                continue
+            sent = self.clock.monotonic()
+            next_renewal = sent + interval_s
+            answer = None
+            # Never wait for an answer past the deadline: an answer that arrives later
+            # cannot make the lease ours again.
+            with anyio.move_on_after(max(0.01, self._deadline_mono - sent)):
+                try:
+                    answer = await self.store.renew(self.job, self.fence, int(self.ttl_s * 1000))
+                except (RedisError, OSError) as exc:
+                    self.failures += 1
+                    log.warning(
+                        "lease renewal failed; retrying until the deadline",
+                        extra={"job": self.job, "fence": self.fence, "error": str(exc)},
+                    )
+                    next_renewal = min(next_renewal, sent + max(0.05, interval_s / 4))
+            if answer == 1:
+                self.renewals += 1
+                self._deadline_mono = sent + self.ttl_s * (1 - SAFETY_MARGIN)
+            elif answer == 0:
+                self._lose("lease expired or was released under us", victim)
+                return
+            elif answer == -1:
+                self._lose("lease was taken by a newer fence", victim)
+                return
+
+    def _lose(self, reason: str, victim: anyio.CancelScope) -> None:
+        self.lost_reason = reason
+        log.warning("lease lost; cancelling the run", extra={"job": self.job, "fence": self.fence, "reason": reason})
+        victim.cancel()

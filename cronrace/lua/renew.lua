@@ -1,0 +1,18 @@
+-- renew.lua: extend a running lease, only for the holder of its fence.
+--
+-- KEYS[1] lease  hash {owner, fence, tick, started_ms}
+-- ARGV[1] fence  the fence the caller was granted
+-- ARGV[2] lease_ttl_ms
+--
+-- Reply: 1 renewed; 0 the lease is gone (expired, released or wiped); -1 another fence
+-- holds it (replaced). Both 0 and -1 mean the caller must stop its run.
+
+local held = redis.call('HGET', KEYS[1], 'fence')
+if not held then
+  return 0
+end
+if held ~= ARGV[1] then
+  return -1
+end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+return 1

@@ -1,0 +1,32 @@
+"""The hooks through which the agent reports what it does (metrics plug in here)."""
+
+from __future__ import annotations
+
+
+class Observer:
+    """Receives the agent's events; every method is a no-op here.
+
+    ``cronrace.metrics`` subclasses it to export Prometheus metrics. Methods must be quick
+    and must not raise: they are called on the scheduler's path.
+    """
+
+    def claims(self, won: int, lost: int) -> None:
+        """A claim pipeline returned."""
+
+    def decision(self, job: str, outcome: str, count: int = 1) -> None:
+        """A tick was decided without running (skipped, queued, missed, stale, abandoned)."""
+
+    def run_started(self, job: str, lag_s: float) -> None:
+        """A handler started ``lag_s`` after its tick."""
+
+    def run_finished(self, job: str, outcome: str, duration_s: float, ratio: float) -> None:
+        """A handler ended; ``ratio`` is its duration over the schedule's interval."""
+
+    def renewal(self, job: str, ok: bool) -> None:
+        """A lease renewal was answered (or failed)."""
+
+    def redis_error(self, operation: str) -> None:
+        """A Redis call failed."""
+
+    def ready(self, ready: bool) -> None:
+        """Readiness changed (Redis reachable and scripts loaded)."""

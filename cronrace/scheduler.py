@@ -1,0 +1,297 @@
+"""The tick loop: wake, race, advance, decide (DESIGN.md section 3, steps 1-4).
+
+A heap holds each job's next tick. At each wake-up the loop pops every due job, plans
+what to fire (one tick in the steady state, a catch-up plan after a backlog), sends all
+claims in one pipeline, decides the won ones in a second pipeline, records the
+decisions, and hands runs to the runner. It never awaits a handler.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import TaskGroup
+from redis.exceptions import RedisError
+
+from cronrace.clock import Clock
+from cronrace.config import AgentSettings
+from cronrace.errors import CronraceError, RedisUnavailableError
+from cronrace.job import Job
+from cronrace.observer import Observer
+from cronrace.policies import Outcome, TickPlan, plan_ticks
+from cronrace.records import RunRecord
+from cronrace.runner import Runner
+from cronrace.store import AcquireReply, AcquireRequest, Claim, Store
+
+log = logging.getLogger("cronrace.scheduler")
+
+#: The most ticks counted one by one when a backlog fell out of the window.
+EXPIRED_COUNT_CAP = 100_000
+#: The loop re-reads the wall clock at least this often (clock steps, new offsets).
+MAX_SLEEP_S = 1.0
+BACKOFF_START_S = 0.1
+BACKOFF_MAX_S = 5.0
+
+
+@dataclass(slots=True)
+class _Decided:
+    job: Job
+    plan: TickPlan
+    trigger_id: str | None = None
+
+
+def backoff_s(attempt: int) -> float:
+    """Capped exponential backoff with full jitter."""
+    return random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_START_S * 2**attempt))
+
+
+class Scheduler:
+    """The per-agent tick loop."""
+
+    def __init__(
+        self,
+        *,
+        jobs: dict[str, Job],
+        store: Store,
+        clock: Clock,
+        settings: AgentSettings,
+        owner: str,
+        runner: Runner,
+        observer: Observer,
+        set_ready: Callable[[bool], None],
+    ) -> None:
+        self.jobs = jobs
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.owner = owner
+        self.runner = runner
+        self.observer = observer
+        self._set_ready = set_ready
+        self._heap: list[tuple[int, str]] = []
+        self.next_tick: dict[str, int] = {}
+
+    def claim_ttl_ms(self, job: Job) -> int:
+        """A claim must outlive every attempt at its tick (DESIGN.md section 5)."""
+        return int((job.catchup_window_s + self.settings.skew_tolerance_s + 1) * 1000)
+
+    # -- the loop --------------------------------------------------------------------
+
+    async def run(self, runs: TaskGroup) -> None:
+        """Run the tick loop until cancelled."""
+        await self._seed()
+        while True:
+            now = self.clock.time()
+            if not self._heap:
+                await self.clock.sleep(MAX_SLEEP_S)
+                continue
+            wait_s = self._heap[0][0] - now
+            if wait_s > 0:
+                # Some event loops wake a little early, and the wall clock may be stepped
+                # or re-estimated meanwhile: sleep, then look at the clock again.
+                await self.clock.sleep(min(wait_s, MAX_SLEEP_S))
+                continue
+            plans: list[_Decided] = []
+            while self._heap and self._heap[0][0] <= now:
+                first_due, name = heapq.heappop(self._heap)
+                job = self.jobs[name]
+                plan, next_s = self._plan(job, first_due, now)
+                self._push(name, next_s)
+                if plan is not None:
+                    plans.append(_Decided(job, plan))
+            if plans:
+                await self.race(plans, runs)
+
+    async def _seed(self) -> None:
+        """Start each job from its watermark, or from now when it has none."""
+        names = list(self.jobs)
+        attempt = 0
+        while True:
+            try:
+                marks = await self.store.watermarks(names)
+                break
+            except (RedisError, OSError) as exc:
+                self._set_ready(False)
+                log.warning("cannot read watermarks yet", extra={"error": str(exc)})
+                await self.clock.sleep(backoff_s(attempt))
+                attempt += 1
+        now_s = int(self.clock.time())
+        for name, job in self.jobs.items():
+            mark = marks.get(name)
+            start = mark if mark is not None and mark < now_s else now_s
+            self._push(name, job.schedule.next_tick(start))
+
+    def _push(self, name: str, tick_s: int) -> None:
+        self.next_tick[name] = tick_s
+        heapq.heappush(self._heap, (tick_s, name))
+
+    def _plan(self, job: Job, first_due_s: int, now: float) -> tuple[TickPlan | None, int]:
+        """Classify a job's due ticks: expired, late (a backlog) or on time."""
+        now_s = int(now)
+        schedule = job.schedule
+        following = schedule.next_tick(first_due_s)
+        grace = self.settings.live_grace_s
+        if following > now_s and now - first_due_s <= grace:
+            # The steady state: one tick, on time.
+            return TickPlan(first_due_s, first_due_s, (first_due_s,), 0), following
+        cutoff_s = now_s - int(job.catchup_window_s)
+        expired = 0
+        first_expired: int | None = None
+        if first_due_s < cutoff_s:
+            first_expired = first_due_s
+            expired = schedule.count_between(first_due_s - 1, cutoff_s - 1, EXPIRED_COUNT_CAP)
+        due = schedule.ticks_between(max(first_due_s, cutoff_s) - 1, now_s, EXPIRED_COUNT_CAP)
+        newest_on_time = bool(due) and now - due[-1] <= grace
+        plan = plan_ticks(
+            job.catchup,
+            due_ticks_s=due,
+            newest_on_time=newest_on_time,
+            expired=expired,
+            first_expired_s=first_expired,
+            cutoff_s=cutoff_s,
+            max_catchup=job.max_catchup,
+        )
+        if plan is not None and plan.missed:
+            log.warning(
+                "ticks were missed; applying the catch-up policy",
+                extra={"job": job.name, "catchup": job.catchup.value, "missed": plan.missed,
+                       "firing": len(plan.fire_ticks_s), "node": self.settings.node_id},
+            )
+        return plan, schedule.next_tick(now_s)
+
+    # -- race and decide -----------------------------------------------------------------
+
+    async def race(self, decided: Sequence[_Decided], runs: TaskGroup) -> None:
+        """Claim every plan in one pipeline, then decide the won ones in another."""
+        claims = [
+            Claim(d.job.name, d.plan.claim_tick_s, self.claim_ttl_ms(d.job), d.trigger_id)
+            for d in decided
+        ]
+        won = await self._claim(claims)
+        winners = [d for d, ok in zip(decided, won, strict=True) if ok]
+        self.observer.claims(len(winners), len(decided) - len(winners))
+        if winners:
+            await self._decide(winners, runs)
+
+    async def _claim(self, claims: list[Claim]) -> list[bool]:
+        try:
+            won = await self.store.claim(claims, self.owner)
+            return won
+        except RedisUnavailableError as exc:
+            self._set_ready(False)
+            self.observer.redis_error("claim")
+            log.error("claims failed; reading them back until Redis answers", extra={"error": str(exc)})
+        attempt = 0
+        while True:
+            await self.clock.sleep(backoff_s(attempt))
+            attempt += 1
+            try:
+                won = await self.store.resolve_claims(claims, self.owner)
+            except (RedisUnavailableError, RedisError, OSError):
+                self.observer.redis_error("claim")
+                continue
+            log.warning("claims resolved after an error", extra={"won": sum(won), "claims": len(won)})
+            return won
+
+    async def _decide(self, winners: list[_Decided], runs: TaskGroup) -> None:
+        requests = []
+        for d in winners:
+            plan = d.plan
+            fire = plan.fire_ticks_s
+            requests.append(
+                AcquireRequest(
+                    job=d.job.name,
+                    decide_tick_s=plan.claim_tick_s,
+                    mark_tick_s=plan.mark_tick_s,
+                    run_tick_s=fire[0] if fire else plan.claim_tick_s,
+                    owner=self.owner,
+                    lease_ttl_ms=d.job.lease_ttl_ms,
+                    overlap=d.job.overlap.value,
+                    mode="trigger" if d.trigger_id else ("run" if fire else "mark"),
+                )
+            )
+        sent = self.clock.monotonic()
+        try:
+            replies = await self.store.acquire(requests)
+        except (RedisError, OSError, CronraceError) as exc:
+            # The scripts may have run: those ticks are decided but will not run here; a
+            # lease granted meanwhile expires and is reported as abandoned. Never retry:
+            # a second acquire could run a tick twice.
+            self.observer.redis_error("acquire")
+            log.error(
+                "acquire failed after winning claims; those ticks will not run",
+                extra={"jobs": [d.job.name for d in winners], "error": str(exc)},
+            )
+            return
+        records: list[RunRecord] = []
+        for d, reply in zip(winners, replies, strict=True):
+            if isinstance(reply, Exception):
+                log.error("acquire failed for one job", extra={"job": d.job.name, "error": str(reply)})
+                continue
+            records.extend(self._records_for(d, reply))
+            if reply.decision == "run":
+                ticks = [t for t in d.plan.fire_ticks_s if reply.prev_watermark_s is None
+                         or d.trigger_id or t > reply.prev_watermark_s]
+                runs.start_soon(
+                    self.runner.run_sequence, d.job, ticks or [d.plan.claim_tick_s], reply.fence,
+                    sent, d.trigger_id, name=f"cronrace run {d.job.name}",
+                )
+        if records:
+            try:
+                await self.store.record(records, history=max(d.job.history for d in winners))
+            except (RedisError, OSError) as exc:
+                self.observer.redis_error("record")
+                log.error("could not write decision records", extra={"error": str(exc)})
+
+    def _records_for(self, d: _Decided, reply: AcquireReply) -> list[RunRecord]:
+        """Log a decision and return the run records it calls for (none for a run)."""
+        job, plan, node = d.job.name, d.plan, self.settings.node_id
+        for key in reply.warnings:
+            log.error(
+                "garbage found in Redis and repaired",
+                extra={"job": job, "key": key, "tick": plan.claim_tick_s},
+            )
+        out: list[RunRecord] = []
+        now_ms = int(self.clock.time() * 1000)
+        if reply.abandoned_fence:
+            out.append(RunRecord(job, reply.abandoned_tick_s, reply.abandoned_owner.split(":")[0],
+                                 Outcome.ABANDONED, reply.abandoned_fence, finished_ms=now_ms,
+                                 error="lease expired without release"))
+            log.warning("previous run was abandoned", extra={"job": job, "tick": reply.abandoned_tick_s,
+                                                             "fence": reply.abandoned_fence})
+            self.observer.decision(job, Outcome.ABANDONED.value)
+        if reply.decision == "stale":
+            out.append(RunRecord(job, plan.claim_tick_s, node, Outcome.STALE, finished_ms=now_ms))
+            log.warning("tick already decided (stale claim)", extra={
+                "job": job, "tick": plan.claim_tick_s, "watermark": reply.prev_watermark_s})
+            self.observer.decision(job, Outcome.STALE.value)
+            return out
+        if plan.missed:
+            out.append(RunRecord(job, plan.mark_tick_s, node, Outcome.MISSED, finished_ms=now_ms,
+                                 count=plan.missed))
+            self.observer.decision(job, Outcome.MISSED.value, plan.missed)
+        outcome = {
+            "skipped:overlap": Outcome.SKIPPED_OVERLAP,
+            "skipped:paused": Outcome.SKIPPED_PAUSED,
+            "queued": Outcome.QUEUED,
+        }.get(reply.decision)
+        if outcome is not None:
+            tick = plan.fire_ticks_s[-1] if plan.fire_ticks_s else plan.claim_tick_s
+            out.append(RunRecord(job, tick, node, outcome, finished_ms=now_ms,
+                                 trigger_id=d.trigger_id,
+                                 detail={"holder_fence": reply.holder_fence} if reply.holder_fence else None))
+            log.info("tick decided", extra={"job": job, "tick": tick, "node": node,
+                                            "outcome": outcome.value, "holder_fence": reply.holder_fence})
+            self.observer.decision(job, outcome.value)
+        return out
+
+    async def fire_trigger(self, job: Job, trigger_id: str, runs: TaskGroup) -> None:
+        """Race for a manual trigger: its own claim key, the same lease and overlap policy."""
+        now_s = int(self.clock.time())
+        plan = TickPlan(now_s, now_s, (now_s,), 0)
+        await self.race([_Decided(job, plan, trigger_id)], runs)

@@ -1,0 +1,591 @@
+"""Every Redis key and command cronrace uses, and the Lua scripts.
+
+This is the only module that spells a key or a Redis command (DESIGN.md section 7). All
+keys of one job share the hash tag ``{<job>}``, so every script touches one Cluster slot.
+Scripts are called by SHA; ``NOSCRIPT`` (a restart, a failover, ``SCRIPT FLUSH``) is
+answered by loading them again and repeating the calls that did not run, also inside
+pipelines.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from cronrace.errors import RedisUnavailableError, StoreError
+from cronrace.records import JobState, LeaseInfo, NodeInfo, RunRecord
+
+log = logging.getLogger("cronrace.store")
+
+#: Errors after which a command may or may not have run on the server.
+AMBIGUOUS_ERRORS: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    OSError,
+)
+
+_MEMORY_SERVERS: dict[str, Any] = {}
+
+
+def _read_lua(name: str) -> str:
+    return resources.files("cronrace.lua").joinpath(name).read_text(encoding="utf-8")
+
+
+def _script_sources() -> dict[str, str]:
+    lib = _read_lua("_lib.lua")
+    return {
+        "acquire": lib + _read_lua("acquire.lua"),
+        "renew": _read_lua("renew.lua"),
+        "release": lib + _read_lua("release.lua"),
+        "fenced_set": _read_lua("fenced_set.lua"),
+    }
+
+
+class Keys:
+    """The spelling of every key of one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        self.ns = namespace
+
+    def claim(self, job: str, tick_s: int) -> str:
+        return f"{self.ns}:claim:{{{job}}}:{tick_s}"
+
+    def trigger_claim(self, job: str, trigger_id: str) -> str:
+        return f"{self.ns}:claim:{{{job}}}:trigger:{trigger_id}"
+
+    def lease(self, job: str) -> str:
+        return f"{self.ns}:lease:{{{job}}}"
+
+    def fence(self, job: str) -> str:
+        return f"{self.ns}:fence:{{{job}}}"
+
+    def last(self, job: str) -> str:
+        return f"{self.ns}:last:{{{job}}}"
+
+    def pending(self, job: str) -> str:
+        return f"{self.ns}:pending:{{{job}}}"
+
+    def state(self, job: str) -> str:
+        return f"{self.ns}:state:{{{job}}}"
+
+    def runs(self, job: str) -> str:
+        return f"{self.ns}:runs:{{{job}}}"
+
+    @property
+    def nodes(self) -> str:
+        return f"{self.ns}:nodes"
+
+    @property
+    def epoch(self) -> str:
+        return f"{self.ns}:epoch"
+
+    @property
+    def jobs(self) -> str:
+        return f"{self.ns}:jobs"
+
+    @property
+    def control(self) -> str:
+        return f"{self.ns}:control"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claim to race for: a scheduled tick, or a manual trigger when ``trigger_id``."""
+
+    job: str
+    tick_s: int
+    ttl_ms: int
+    trigger_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireRequest:
+    """The arguments of ``acquire.lua`` for one won claim."""
+
+    job: str
+    decide_tick_s: int
+    mark_tick_s: int
+    run_tick_s: int
+    owner: str
+    lease_ttl_ms: int
+    overlap: str
+    mode: str  # run | mark | trigger
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireReply:
+    """What ``acquire.lua`` decided."""
+
+    decision: str
+    fence: int
+    prev_watermark_s: int | None
+    holder_fence: int
+    holder_owner: str
+    abandoned_tick_s: int
+    abandoned_fence: int
+    abandoned_owner: str
+    warnings: tuple[str, ...]
+    superseded_tick_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseReply:
+    """What ``release.lua`` decided: ``released``, ``run`` (hand-on) or ``not_owner``."""
+
+    decision: str
+    fence: int
+    tick_s: int
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    """The server's clock and epoch, read in one round trip."""
+
+    server_time_s: float
+    epoch: str
+
+
+def _warnings(raw: Any) -> tuple[str, ...]:
+    text = _text(raw)
+    return tuple(part for part in text.split(",") if part)
+
+
+def _text(raw: Any) -> str:
+    if raw is None:
+        return ""
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "replace")
+    return str(raw)
+
+
+def _int_or_none(raw: Any) -> int | None:
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) -> Any:
+    """Create a redis.asyncio client for ``url`` (``memory://NAME`` for the embedded one).
+
+    Client-side retries are off: a retried ``SET NX`` whose first reply was lost answers
+    "taken" and would make the node lose a tick it won. cronrace retries by itself and
+    reads the key back instead (DESIGN.md section 8).
+    """
+    if url.startswith("memory://"):
+        import fakeredis  # noqa: PLC0415 - only the embedded default needs it
+
+        name = url.removeprefix("memory://") or "default"
+        server = _MEMORY_SERVERS.setdefault(name, fakeredis.FakeServer())
+        return fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=timeout_s,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        decode_responses=True,
+        retry=Retry(NoBackoff(), 0),
+    )
+    return aioredis.Redis(connection_pool=pool)
+
+
+class Store:
+    """Redis operations of one namespace."""
+
+    def __init__(self, client: Any, namespace: str = "cronrace") -> None:
+        self.client = client
+        self.keys = Keys(namespace)
+        self._sources = _script_sources()
+        self._shas: dict[str, str] = {}
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str = "cronrace", **client_options: Any) -> Store:
+        """Connect lazily to ``url``; nothing is sent until the first command."""
+        return cls(make_client(url, **client_options), namespace)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self.client.aclose()
+
+    # -- scripts ---------------------------------------------------------------------
+
+    async def load_scripts(self) -> None:
+        """Load every Lua script into the server's script cache."""
+        for name, source in self._sources.items():
+            self._shas[name] = await self.client.script_load(source)
+
+    async def _sha(self, name: str) -> str:
+        if name not in self._shas:
+            await self.load_scripts()
+        return self._shas[name]
+
+    async def _eval_many(
+        self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+    ) -> list[Any]:
+        """Run one script many times in one pipeline; each result or its exception."""
+        results: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for _attempt in range(3):
+            sha = await self._sha(name)
+            pipe = self.client.pipeline(transaction=False)
+            for index in todo:
+                keys, args = calls[index]
+                pipe.evalsha(sha, len(keys), *keys, *args)
+            replies = await pipe.execute(raise_on_error=False)
+            retry: list[int] = []
+            for index, reply in zip(todo, replies, strict=True):
+                if isinstance(reply, NoScriptError) or (
+                    isinstance(reply, ResponseError) and "NOSCRIPT" in str(reply)
+                ):
+                    retry.append(index)
+                else:
+                    results[index] = reply
+            if not retry:
+                return results
+            log.warning("script cache was flushed; reloading", extra={"script": name})
+            await self.load_scripts()
+            todo = retry
+        raise StoreError(f"script {name!r} kept answering NOSCRIPT after reloading")
+
+    async def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        (reply,) = await self._eval_many(name, [(keys, args)])
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    # -- the race --------------------------------------------------------------------
+
+    def _claim_key(self, claim: Claim) -> str:
+        if claim.trigger_id is not None:
+            return self.keys.trigger_claim(claim.job, claim.trigger_id)
+        return self.keys.claim(claim.job, claim.tick_s)
+
+    async def claim(self, claims: Sequence[Claim], value: str) -> list[bool]:
+        """Race for every claim in one pipeline; True where this node won.
+
+        Raises:
+            RedisUnavailableError: Redis did not answer; the claims are ambiguous and the
+                caller must call :meth:`resolve_claims` before deciding anything.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for claim in claims:
+            pipe.set(self._claim_key(claim), value, nx=True, px=claim.ttl_ms)
+        try:
+            replies = await pipe.execute()
+        except AMBIGUOUS_ERRORS as exc:
+            raise RedisUnavailableError(f"claim failed: {exc}") from exc
+        return [bool(reply) for reply in replies]
+
+    async def resolve_claims(self, claims: Sequence[Claim], value: str) -> list[bool]:
+        """Claim again and read each key back: a claim whose reply was lost may have won.
+
+        The claim value is unique to this process, so finding it under the key means this
+        node won, whichever attempt set it (DESIGN.md section 8).
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for claim in claims:
+            key = self._claim_key(claim)
+            pipe.set(key, value, nx=True, px=claim.ttl_ms)
+            pipe.get(key)
+        try:
+            replies = await pipe.execute()
+        except AMBIGUOUS_ERRORS as exc:
+            raise RedisUnavailableError(f"claim read-back failed: {exc}") from exc
+        return [_text(found) == value for found in replies[1::2]]
+
+    async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
+        """Decide every won claim in one pipeline (``acquire.lua``)."""
+        calls = []
+        for req in requests:
+            keys = (
+                self.keys.lease(req.job),
+                self.keys.fence(req.job),
+                self.keys.last(req.job),
+                self.keys.pending(req.job),
+                self.keys.state(req.job),
+            )
+            args = (
+                req.decide_tick_s,
+                req.mark_tick_s,
+                req.run_tick_s,
+                req.owner,
+                req.lease_ttl_ms,
+                req.overlap,
+                req.mode,
+            )
+            calls.append((keys, args))
+        try:
+            replies = await self._eval_many("acquire", calls)
+        except AMBIGUOUS_ERRORS as exc:
+            raise RedisUnavailableError(f"acquire failed: {exc}") from exc
+        out: list[AcquireReply | Exception] = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                out.append(StoreError(f"acquire.lua failed: {reply}"))
+                continue
+            prev = int(reply[2])
+            out.append(
+                AcquireReply(
+                    decision=_text(reply[0]),
+                    fence=int(reply[1]),
+                    prev_watermark_s=None if prev < 0 else prev,
+                    holder_fence=int(reply[3]),
+                    holder_owner=_text(reply[4]),
+                    abandoned_tick_s=int(reply[5]),
+                    abandoned_fence=int(reply[6]),
+                    abandoned_owner=_text(reply[7]),
+                    warnings=_warnings(reply[8]),
+                    superseded_tick_s=int(reply[9]),
+                )
+            )
+        return out
+
+    async def renew(self, job: str, fence: int, ttl_ms: int) -> int:
+        """Extend a lease: 1 renewed, 0 gone, -1 held by another fence."""
+        return int(await self._eval("renew", [self.keys.lease(job)], [fence, ttl_ms]))
+
+    async def finish(
+        self,
+        record: RunRecord,
+        *,
+        history: int,
+        release_fence: int | None,
+        owner: str,
+        lease_ttl_ms: int,
+        continue_tick_s: int = 0,
+    ) -> ReleaseReply | None:
+        """Write a run record and, when ``release_fence`` is set, release the lease.
+
+        Both go in one round trip. Returns the release decision (None without release).
+        """
+        job = record.job
+        if release_fence is None:
+            await self.record([record], history=history)
+            return None
+        await self.record([record], history=history)
+        reply = await self._eval(
+            "release",
+            [self.keys.lease(job), self.keys.fence(job), self.keys.pending(job), self.keys.state(job)],
+            [release_fence, owner, lease_ttl_ms, continue_tick_s],
+        )
+        return ReleaseReply(
+            decision=_text(reply[0]),
+            fence=int(reply[1]),
+            tick_s=int(reply[2]),
+            warnings=_warnings(reply[3]),
+        )
+
+    async def record(self, records: Sequence[RunRecord], *, history: int) -> None:
+        """Append run records to their jobs' history streams (one pipeline)."""
+        if not records:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for record in records:
+            pipe.xadd(
+                self.keys.runs(record.job),
+                {"r": record.to_json()},
+                maxlen=history,
+                approximate=True,
+            )
+            if record.outcome == "missed":
+                pipe.hincrby(self.keys.state(record.job), "missed", record.count)
+        await pipe.execute()
+
+    # -- node bookkeeping ------------------------------------------------------------
+
+    async def heartbeat(
+        self, node_id: str, *, now_ms: int, ttl_ms: int, epoch_candidate: str
+    ) -> HeartbeatReply:
+        """Read the server clock and the epoch, and refresh this node's heartbeat.
+
+        One round trip. ``now_ms`` is the caller's estimate of server time; members whose
+        heartbeat expired before it are dropped from the live set.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.set(self.keys.epoch, epoch_candidate, nx=True)
+        pipe.get(self.keys.epoch)
+        pipe.zadd(self.keys.nodes, {node_id: now_ms + ttl_ms})
+        pipe.zremrangebyscore(self.keys.nodes, "-inf", now_ms)
+        replies = await pipe.execute()
+        seconds, micros = replies[0]
+        return HeartbeatReply(
+            server_time_s=int(seconds) + int(micros) / 1e6, epoch=_text(replies[2])
+        )
+
+    async def leave(self, node_id: str) -> None:
+        """Remove this node from the live set (graceful shutdown)."""
+        await self.client.zrem(self.keys.nodes, node_id)
+
+    async def nodes(self, *, heartbeat_ttl_ms: int) -> list[NodeInfo]:
+        """List live nodes, newest heartbeat first."""
+        seconds, micros = await self.client.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        rows = await self.client.zrangebyscore(self.keys.nodes, now_ms, "+inf", withscores=True)
+        out = [
+            NodeInfo(
+                node_id=_text(node),
+                expires_ms=int(score),
+                last_seen_ms=int(score) - heartbeat_ttl_ms,
+            )
+            for node, score in rows
+        ]
+        return sorted(out, key=lambda node: node.last_seen_ms, reverse=True)
+
+    async def register_jobs(self, specs: dict[str, dict[str, str]]) -> None:
+        """Publish job definitions so that operator commands can list them."""
+        if not specs:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        pipe.sadd(self.keys.jobs, *specs)
+        for job, spec in specs.items():
+            pipe.hset(self.keys.state(job), mapping={f"spec_{k}": v for k, v in spec.items()})
+        await pipe.execute()
+
+    async def known_jobs(self) -> list[str]:
+        """Every job any node of this namespace has registered."""
+        return sorted(_text(job) for job in await self.client.smembers(self.keys.jobs))
+
+    async def watermarks(self, jobs: Sequence[str]) -> dict[str, int | None]:
+        """Read the watermark of each job; garbage reads as None and is logged."""
+        if not jobs:
+            return {}
+        values = await self.client.mget([self.keys.last(job) for job in jobs])
+        out: dict[str, int | None] = {}
+        for job, raw in zip(jobs, values, strict=True):
+            out[job] = _int_or_none(raw)
+            if raw is not None and out[job] is None:
+                log.error(
+                    "garbage under watermark key; treating it as absent",
+                    extra={"job": job, "key": self.keys.last(job), "value": _text(raw)[:80]},
+                )
+        return out
+
+    async def job_states(self, jobs: Sequence[str]) -> list[JobState]:
+        """Read what Redis knows of each job, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for job in jobs:
+            pipe.get(self.keys.last(job))
+            pipe.hgetall(self.keys.lease(job))
+            pipe.pttl(self.keys.lease(job))
+            pipe.hgetall(self.keys.state(job))
+            pipe.get(self.keys.fence(job))
+        replies = await pipe.execute()
+        out = []
+        for index, job in enumerate(jobs):
+            last, lease, ttl_ms, state, fence = replies[index * 5 : index * 5 + 5]
+            state = {_text(k): _text(v) for k, v in (state or {}).items()}
+            lease_info = None
+            lease = {_text(k): _text(v) for k, v in (lease or {}).items()}
+            lease_fence = _int_or_none(lease.get("fence"))
+            if lease_fence is not None:
+                lease_info = LeaseInfo(
+                    owner=lease.get("owner", ""),
+                    fence=lease_fence,
+                    tick_s=_int_or_none(lease.get("tick")) or 0,
+                    started_ms=_int_or_none(lease.get("started_ms")) or 0,
+                    ttl_ms=int(ttl_ms),
+                )
+            counters = {
+                key: value
+                for key in ("skipped_overlap", "skipped_paused", "missed", "queued", "abandoned")
+                if (value := _int_or_none(state.get(key))) is not None
+            }
+            spec = {k.removeprefix("spec_"): v for k, v in state.items() if k.startswith("spec_")}
+            out.append(
+                JobState(
+                    job=job,
+                    watermark_s=_int_or_none(last),
+                    lease=lease_info,
+                    paused=state.get("paused") == "1",
+                    counters=counters,
+                    spec=spec,
+                    last_fence=_int_or_none(fence),
+                )
+            )
+        return out
+
+    # -- operator controls -----------------------------------------------------------
+
+    async def set_paused(self, job: str, paused: bool) -> None:
+        """Pause or resume a job for every node (``acquire.lua`` reads the flag)."""
+        if paused:
+            await self.client.hset(self.keys.state(job), "paused", "1")
+        else:
+            await self.client.hdel(self.keys.state(job), "paused")
+
+    async def request_trigger(self, job: str) -> str:
+        """Ask every node to race for one immediate run of ``job``; return its id."""
+        trigger_id = secrets.token_hex(8)
+        await self.client.xadd(
+            self.keys.control,
+            {"op": "trigger", "job": job, "id": trigger_id},
+            maxlen=1000,
+            approximate=True,
+        )
+        return trigger_id
+
+    async def control_position(self) -> str:
+        """Return the stream id after which new control requests will appear."""
+        seconds, micros = await self.client.time()
+        return f"{int(seconds) * 1000 + int(micros) // 1000}-0"
+
+    async def read_control(
+        self, after_id: str, *, block_ms: int
+    ) -> list[tuple[str, dict[str, str]]]:
+        """Block up to ``block_ms`` for control requests newer than ``after_id``."""
+        reply = await self.client.xread({self.keys.control: after_id}, block=block_ms, count=100)
+        out: list[tuple[str, dict[str, str]]] = []
+        for _stream, entries in reply or []:
+            for entry_id, fields in entries:
+                out.append((_text(entry_id), {_text(k): _text(v) for k, v in fields.items()}))
+        return out
+
+    async def history(self, job: str, limit: int) -> list[RunRecord]:
+        """Return the newest ``limit`` run records of ``job``, newest first."""
+        entries = await self.client.xrevrange(self.keys.runs(job), count=limit)
+        out = []
+        for entry_id, fields in entries:
+            raw = fields.get("r")
+            try:
+                out.append(RunRecord.from_json(raw or b"", record_id=_text(entry_id)))
+            except ValueError as exc:
+                log.warning(
+                    "unreadable run record skipped",
+                    extra={"job": job, "record_id": _text(entry_id), "error": str(exc)},
+                )
+        return out
+
+    # -- what handlers and targets write --------------------------------------------
+
+    async def fenced_set(self, key: str, value: str | bytes, fence: int, ttl_ms: int = 0) -> bool:
+        """Write ``value`` under ``key`` unless a higher fence wrote it before."""
+        reply = await self._eval("fenced_set", [key, f"{key}:cronrace-fence"], [fence, value, ttl_ms])
+        return bool(int(reply))
+
+    async def push_stream(self, stream: str, fields: dict[str, str], maxlen: int | None) -> str:
+        """Append one entry to a Redis stream (the stream target); return its id."""
+        entry_id = await self.client.xadd(
+            stream, cast(Any, fields), maxlen=maxlen, approximate=maxlen is not None
+        )
+        return _text(entry_id)
+
+    async def ping(self) -> bool:
+        """Return whether Redis answers."""
+        try:
+            return bool(await self.client.ping())
+        except (RedisError, OSError):
+            return False
