@@ -8,6 +8,7 @@ period, then cancels them; cancelled runs record ``cancelled`` and release their
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import signal
@@ -20,8 +21,8 @@ from redis.exceptions import RedisError, ResponseError
 
 from cronrace.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.config import AgentSettings, load_settings
-from cronrace.errors import RedisUnavailableError, UnknownJobError
-from cronrace.job import Handler, Job, JobDefinitionError
+from cronrace.errors import JobDefinitionError, RedisUnavailableError, UnknownJobError
+from cronrace.job import Handler, Job
 from cronrace.observer import Observer
 from cronrace.policies import Catchup, Overlap
 from cronrace.records import JobStatus, NodeInfo, RunRecord
@@ -155,8 +156,11 @@ class Agent:
         if ready != self._ready:
             self._ready = ready
             self.observer.ready(ready)
-            log.log(logging.INFO if ready else logging.ERROR,
-                    "ready" if ready else f"not ready: {why}", extra={"node": self.node_id})
+            log.log(
+                logging.INFO if ready else logging.ERROR,
+                "ready" if ready else f"not ready: {why}",
+                extra={"node": self.node_id},
+            )
 
     @property
     def store(self) -> Store:
@@ -197,14 +201,32 @@ class Agent:
         store = self.store
         try:
             await self._connect(store)
-            self.runner = Runner(store=store, clock=self.clock, node_id=self.node_id,
-                                 owner=self.owner, observer=self.observer, hold_s=self.hold_s)
-            self.scheduler = Scheduler(jobs=self._jobs, store=store, clock=self.clock,
-                                       settings=self.settings, owner=self.owner,
-                                       runner=self.runner, observer=self.observer,
-                                       set_ready=self._set_ready)
-            log.info("agent started", extra={"node": self.node_id, "jobs": len(self._jobs),
-                                              "namespace": self.settings.namespace})
+            self.runner = Runner(
+                store=store,
+                clock=self.clock,
+                node_id=self.node_id,
+                owner=self.owner,
+                observer=self.observer,
+                hold_s=self.hold_s,
+            )
+            self.scheduler = Scheduler(
+                jobs=self._jobs,
+                store=store,
+                clock=self.clock,
+                settings=self.settings,
+                owner=self.owner,
+                runner=self.runner,
+                observer=self.observer,
+                set_ready=self._set_ready,
+            )
+            log.info(
+                "agent started",
+                extra={
+                    "node": self.node_id,
+                    "jobs": len(self._jobs),
+                    "namespace": self.settings.namespace,
+                },
+            )
             async with anyio.create_task_group() as services:
                 services.start_soon(self._heartbeat_loop)
                 async with anyio.create_task_group() as runs:
@@ -213,19 +235,25 @@ class Agent:
                         loops.start_soon(self._control_loop, runs)
                         await self._stop_event.wait()
                         loops.cancel_scope.cancel()
-                    log.info("stopping: no new claims; waiting for runs",
-                             extra={"node": self.node_id, "running": self.runner.active,
-                                    "grace_s": self.settings.shutdown_grace_s})
+                    log.info(
+                        "stopping: no new claims; waiting for runs",
+                        extra={
+                            "node": self.node_id,
+                            "running": self.runner.active,
+                            "grace_s": self.settings.shutdown_grace_s,
+                        },
+                    )
                     with anyio.move_on_after(self.settings.shutdown_grace_s):
                         await self.runner.wait_idle()
                     runs.cancel_scope.cancel()
                 services.cancel_scope.cancel()
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                try:
-                    await store.leave(self.node_id)
-                except (RedisError, OSError):
-                    pass
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(2),
+                contextlib.suppress(RedisError, OSError),
+            ):
+                await store.leave(self.node_id)
             self._ready = False
             self.observer.ready(False)
             log.info("agent stopped", extra={"node": self.node_id})
@@ -238,10 +266,14 @@ class Agent:
                 try:
                     await store.load_scripts()
                     await self._beat(store)
-                    await store.register_jobs({name: job.spec() for name, job in self._jobs.items()})
+                    await store.register_jobs(
+                        {name: job.spec() for name, job in self._jobs.items()}
+                    )
                     break
                 except ResponseError as exc:
-                    raise RedisUnavailableError(f"Redis at {self._redacted_url()} refused: {exc}") from exc
+                    raise RedisUnavailableError(
+                        f"Redis at {self._redacted_url()} refused: {exc}"
+                    ) from exc
                 except (RedisError, OSError) as exc:
                     log.warning("Redis not reachable yet", extra={"error": str(exc)})
                     await anyio.sleep(backoff_s(attempt))
@@ -264,20 +296,29 @@ class Agent:
         ttl_ms = int(self.settings.heartbeat_s * HEARTBEAT_TTL_PERIODS * 1000)
         candidate = secrets.token_hex(8)
         sent_wall, sent_mono = base.time(), base.monotonic()
-        reply = await store.heartbeat(self.node_id, now_ms=int(self.clock.time() * 1000),
-                                      ttl_ms=ttl_ms, epoch_candidate=candidate)
+        reply = await store.heartbeat(
+            self.node_id,
+            now_ms=int(self.clock.time() * 1000),
+            ttl_ms=ttl_ms,
+            epoch_candidate=candidate,
+        )
         rtt = base.monotonic() - sent_mono
         if isinstance(self.clock, ServerOffsetClock):
-            self.clock.add_sample(sent_wall_s=sent_wall, received_wall_s=sent_wall + rtt,
-                                  server_s=reply.server_time_s)
+            self.clock.add_sample(
+                sent_wall_s=sent_wall, received_wall_s=sent_wall + rtt, server_s=reply.server_time_s
+            )
         if self._epoch is not None and reply.epoch != self._epoch:
             hold = max((job.lease_ttl_s for job in self._jobs.values()), default=0.0)
             self._hold_until_mono = self.clock.monotonic() + hold
             log.critical(
                 "Redis lost its data (epoch changed): fences were re-seeded from the server "
                 "clock; new runs wait one lease_ttl because runs started before may be alive",
-                extra={"node": self.node_id, "old_epoch": self._epoch, "epoch": reply.epoch,
-                       "hold_s": hold},
+                extra={
+                    "node": self.node_id,
+                    "old_epoch": self._epoch,
+                    "epoch": reply.epoch,
+                    "hold_s": hold,
+                },
             )
             await store.register_jobs({name: job.spec() for name, job in self._jobs.items()})
         self._epoch = reply.epoch
@@ -334,8 +375,10 @@ class Agent:
                             log.warning("second signal: cancelling runs now")
                             tg.cancel_scope.cancel()
                             return
-                        log.info("signal received; shutting down gracefully",
-                                 extra={"signal": signal.Signals(signum).name})
+                        log.info(
+                            "signal received; shutting down gracefully",
+                            extra={"signal": signal.Signals(signum).name},
+                        )
                         self.stop()
 
             await tg.start(watch)
@@ -417,7 +460,7 @@ class Agent:
 
 
 def _next_from_spec(spec: dict[str, str], now_s: int) -> int | None:
-    from cronrace.schedule import Schedule  # noqa: PLC0415 - only for jobs of other nodes
+    from cronrace.schedule import Schedule
 
     try:
         return Schedule.parse(spec["schedule"], spec.get("timezone", "UTC")).next_tick(now_s)

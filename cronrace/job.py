@@ -40,7 +40,7 @@ def validate_job_name(name: object) -> str:
 
 def _policy(enum: type[Overlap] | type[Catchup], job: str, field_name: str, value: object) -> Any:
     try:
-        return enum(value)
+        return enum(str(value)) if isinstance(value, str) else enum(value)  # type: ignore[arg-type]
     except ValueError:
         allowed = ", ".join(member.value for member in enum)
         raise JobDefinitionError(
@@ -50,7 +50,9 @@ def _policy(enum: type[Overlap] | type[Catchup], job: str, field_name: str, valu
 
 def _positive(job: str, field_name: str, value: object, *, minimum: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
-        raise JobDefinitionError(f"job {job!r}: {field_name} {value!r} must be a number >= {minimum}")
+        raise JobDefinitionError(
+            f"job {job!r}: {field_name} {value!r} must be a number >= {minimum}"
+        )
     return float(value)
 
 

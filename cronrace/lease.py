@@ -101,5 +101,8 @@ class Lease:
 
     def _lose(self, reason: str, victim: anyio.CancelScope) -> None:
         self.lost_reason = reason
-        log.warning("lease lost; cancelling the run", extra={"job": self.job, "fence": self.fence, "reason": reason})
+        log.warning(
+            "lease lost; cancelling the run",
+            extra={"job": self.job, "fence": self.fence, "reason": reason},
+        )
         victim.cancel()

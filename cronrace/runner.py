@@ -24,7 +24,7 @@ from cronrace.lease import Lease
 from cronrace.observer import Observer
 from cronrace.policies import Outcome, Overlap
 from cronrace.records import RunRecord
-from cronrace.store import AcquireRequest, AcquireReply, Store
+from cronrace.store import AcquireReply, AcquireRequest, Store
 
 log = logging.getLogger("cronrace.run")
 
@@ -124,7 +124,12 @@ class Runner:
                 except (RedisError, OSError, CronraceError) as exc:
                     log.error(
                         "could not record or release a run; the lease will expire by itself",
-                        extra={"job": job.name, "tick": tick_s, "fence": lease.fence, "error": str(exc)},
+                        extra={
+                            "job": job.name,
+                            "tick": tick_s,
+                            "fence": lease.fence,
+                            "error": str(exc),
+                        },
                     )
                     return
             if reply is None or reply.decision != "run":
@@ -163,7 +168,9 @@ class Runner:
             try:
                 await self.store.record([record], history=job.history)
             except (RedisError, OSError) as exc:
-                log.error("could not write a run record", extra={"job": job.name, "error": str(exc)})
+                log.error(
+                    "could not write a run record", extra={"job": job.name, "error": str(exc)}
+                )
 
     async def _run_once(
         self, job: Job, tick_s: int, lease: Lease, trigger_id: str | None, *, renew: bool
@@ -182,8 +189,14 @@ class Runner:
         lag_s = self.clock.time() - tick_s
         log.info(
             "run started",
-            extra={"job": job.name, "tick": tick_s, "node": self.node_id, "fence": fence,
-                   "lag_ms": round(lag_s * 1000, 1), "trigger": trigger_id},
+            extra={
+                "job": job.name,
+                "tick": tick_s,
+                "node": self.node_id,
+                "fence": fence,
+                "lag_ms": round(lag_s * 1000, 1),
+                "trigger": trigger_id,
+            },
         )
         self.observer.run_started(job.name, lag_s)
         try:
@@ -201,7 +214,7 @@ class Runner:
                         await self.clock.sleep(hold_s)
                     try:
                         detail = await self._call(job, ctx)
-                    except Exception as exc:  # the handler's failure is the run's outcome
+                    except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's outcome
                         outcome, error = Outcome.ERROR, _error_text(exc)
                 if handler_scope.cancelled_caught and lease.lost:
                     ctx._lost.set()
@@ -209,7 +222,9 @@ class Runner:
                 tg.cancel_scope.cancel()
         except anyio.get_cancelled_exc_class():
             ctx._lost.set()
-            record = self._make_record(job, ctx, Outcome.CANCELLED, started_ms, "agent shut down", None)
+            record = self._make_record(
+                job, ctx, Outcome.CANCELLED, started_ms, "agent shut down", None
+            )
             with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
                 try:
                     await self.store.finish(
@@ -220,7 +235,9 @@ class Runner:
                         lease_ttl_ms=job.lease_ttl_ms,
                     )
                 except (RedisError, OSError, CronraceError) as exc:
-                    log.error("could not release at shutdown", extra={"job": job.name, "error": str(exc)})
+                    log.error(
+                        "could not release at shutdown", extra={"job": job.name, "error": str(exc)}
+                    )
             raise
         return self._make_record(job, ctx, outcome, started_ms, error, detail)
 
@@ -238,15 +255,26 @@ class Runner:
         interval_s = job.schedule.interval_s(ctx.tick_s)
         ratio = duration_s / interval_s if interval_s > 0 else 0.0
         self.last_ratio[job.name] = ratio
-        fields = {"job": job.name, "tick": ctx.tick_s, "node": self.node_id, "fence": ctx.fence,
-                  "outcome": outcome.value, "duration_ms": round(duration_s * 1000, 1)}
+        fields = {
+            "job": job.name,
+            "tick": ctx.tick_s,
+            "node": self.node_id,
+            "fence": ctx.fence,
+            "outcome": outcome.value,
+            "duration_ms": round(duration_s * 1000, 1),
+        }
         level = logging.INFO if outcome is Outcome.OK else logging.WARNING
         log.log(level, "run finished", extra={**fields, "error": error} if error else fields)
         if job.overrun_ratio and ratio > job.overrun_ratio:
             log.warning(
                 "run is overrunning its schedule",
-                extra={"job": job.name, "duration_s": round(duration_s, 3), "interval_s": interval_s,
-                       "ratio": round(ratio, 2), "threshold": job.overrun_ratio},
+                extra={
+                    "job": job.name,
+                    "duration_s": round(duration_s, 3),
+                    "interval_s": interval_s,
+                    "ratio": round(ratio, 2),
+                    "threshold": job.overrun_ratio,
+                },
             )
         self.observer.run_finished(job.name, outcome.value, duration_s, ratio)
         if detail is not None and not isinstance(detail, str | int | float | bool | dict | list):

@@ -14,7 +14,6 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import anyio
 from anyio.abc import TaskGroup
 from redis.exceptions import RedisError
 
@@ -159,8 +158,13 @@ class Scheduler:
         if plan is not None and plan.missed:
             log.warning(
                 "ticks were missed; applying the catch-up policy",
-                extra={"job": job.name, "catchup": job.catchup.value, "missed": plan.missed,
-                       "firing": len(plan.fire_ticks_s), "node": self.settings.node_id},
+                extra={
+                    "job": job.name,
+                    "catchup": job.catchup.value,
+                    "missed": plan.missed,
+                    "firing": len(plan.fire_ticks_s),
+                    "node": self.settings.node_id,
+                },
             )
         return plan, schedule.next_tick(now_s)
 
@@ -185,7 +189,9 @@ class Scheduler:
         except RedisUnavailableError as exc:
             self._set_ready(False)
             self.observer.redis_error("claim")
-            log.error("claims failed; reading them back until Redis answers", extra={"error": str(exc)})
+            log.error(
+                "claims failed; reading them back until Redis answers", extra={"error": str(exc)}
+            )
         attempt = 0
         while True:
             await self.clock.sleep(backoff_s(attempt))
@@ -195,7 +201,9 @@ class Scheduler:
             except (RedisUnavailableError, RedisError, OSError):
                 self.observer.redis_error("claim")
                 continue
-            log.warning("claims resolved after an error", extra={"won": sum(won), "claims": len(won)})
+            log.warning(
+                "claims resolved after an error", extra={"won": sum(won), "claims": len(won)}
+            )
             return won
 
     async def _decide(self, winners: list[_Decided], runs: TaskGroup) -> None:
@@ -231,15 +239,25 @@ class Scheduler:
         records: list[RunRecord] = []
         for d, reply in zip(winners, replies, strict=True):
             if isinstance(reply, Exception):
-                log.error("acquire failed for one job", extra={"job": d.job.name, "error": str(reply)})
+                log.error(
+                    "acquire failed for one job", extra={"job": d.job.name, "error": str(reply)}
+                )
                 continue
             records.extend(self._records_for(d, reply))
             if reply.decision == "run":
-                ticks = [t for t in d.plan.fire_ticks_s if reply.prev_watermark_s is None
-                         or d.trigger_id or t > reply.prev_watermark_s]
+                ticks = [
+                    t
+                    for t in d.plan.fire_ticks_s
+                    if reply.prev_watermark_s is None or d.trigger_id or t > reply.prev_watermark_s
+                ]
                 runs.start_soon(
-                    self.runner.run_sequence, d.job, ticks or [d.plan.claim_tick_s], reply.fence,
-                    sent, d.trigger_id, name=f"cronrace run {d.job.name}",
+                    self.runner.run_sequence,
+                    d.job,
+                    ticks or [d.plan.claim_tick_s],
+                    reply.fence,
+                    sent,
+                    d.trigger_id,
+                    name=f"cronrace run {d.job.name}",
                 )
         if records:
             try:
@@ -259,21 +277,41 @@ class Scheduler:
         out: list[RunRecord] = []
         now_ms = int(self.clock.time() * 1000)
         if reply.abandoned_fence:
-            out.append(RunRecord(job, reply.abandoned_tick_s, reply.abandoned_owner.split(":")[0],
-                                 Outcome.ABANDONED, reply.abandoned_fence, finished_ms=now_ms,
-                                 error="lease expired without release"))
-            log.warning("previous run was abandoned", extra={"job": job, "tick": reply.abandoned_tick_s,
-                                                             "fence": reply.abandoned_fence})
+            out.append(
+                RunRecord(
+                    job,
+                    reply.abandoned_tick_s,
+                    reply.abandoned_owner.split(":")[0],
+                    Outcome.ABANDONED,
+                    reply.abandoned_fence,
+                    finished_ms=now_ms,
+                    error="lease expired without release",
+                )
+            )
+            log.warning(
+                "previous run was abandoned",
+                extra={"job": job, "tick": reply.abandoned_tick_s, "fence": reply.abandoned_fence},
+            )
             self.observer.decision(job, Outcome.ABANDONED.value)
         if reply.decision == "stale":
             out.append(RunRecord(job, plan.claim_tick_s, node, Outcome.STALE, finished_ms=now_ms))
-            log.warning("tick already decided (stale claim)", extra={
-                "job": job, "tick": plan.claim_tick_s, "watermark": reply.prev_watermark_s})
+            log.warning(
+                "tick already decided (stale claim)",
+                extra={"job": job, "tick": plan.claim_tick_s, "watermark": reply.prev_watermark_s},
+            )
             self.observer.decision(job, Outcome.STALE.value)
             return out
         if plan.missed:
-            out.append(RunRecord(job, plan.mark_tick_s, node, Outcome.MISSED, finished_ms=now_ms,
-                                 count=plan.missed))
+            out.append(
+                RunRecord(
+                    job,
+                    plan.mark_tick_s,
+                    node,
+                    Outcome.MISSED,
+                    finished_ms=now_ms,
+                    count=plan.missed,
+                )
+            )
             self.observer.decision(job, Outcome.MISSED.value, plan.missed)
         outcome = {
             "skipped:overlap": Outcome.SKIPPED_OVERLAP,
@@ -282,11 +320,27 @@ class Scheduler:
         }.get(reply.decision)
         if outcome is not None:
             tick = plan.fire_ticks_s[-1] if plan.fire_ticks_s else plan.claim_tick_s
-            out.append(RunRecord(job, tick, node, outcome, finished_ms=now_ms,
-                                 trigger_id=d.trigger_id,
-                                 detail={"holder_fence": reply.holder_fence} if reply.holder_fence else None))
-            log.info("tick decided", extra={"job": job, "tick": tick, "node": node,
-                                            "outcome": outcome.value, "holder_fence": reply.holder_fence})
+            out.append(
+                RunRecord(
+                    job,
+                    tick,
+                    node,
+                    outcome,
+                    finished_ms=now_ms,
+                    trigger_id=d.trigger_id,
+                    detail={"holder_fence": reply.holder_fence} if reply.holder_fence else None,
+                )
+            )
+            log.info(
+                "tick decided",
+                extra={
+                    "job": job,
+                    "tick": tick,
+                    "node": node,
+                    "outcome": outcome.value,
+                    "holder_fence": reply.holder_fence,
+                },
+            )
             self.observer.decision(job, outcome.value)
         return out
 

@@ -185,7 +185,7 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
     reads the key back instead (DESIGN.md section 8).
     """
     if url.startswith("memory://"):
-        import fakeredis  # noqa: PLC0415 - only the embedded default needs it
+        import fakeredis
 
         name = url.removeprefix("memory://") or "default"
         server = _MEMORY_SERVERS.setdefault(name, fakeredis.FakeServer())
@@ -378,7 +378,12 @@ class Store:
         await self.record([record], history=history)
         reply = await self._eval(
             "release",
-            [self.keys.lease(job), self.keys.fence(job), self.keys.pending(job), self.keys.state(job)],
+            [
+                self.keys.lease(job),
+                self.keys.fence(job),
+                self.keys.pending(job),
+                self.keys.state(job),
+            ],
             [release_fence, owner, lease_ttl_ms, continue_tick_s],
         )
         return ReleaseReply(
@@ -573,7 +578,9 @@ class Store:
 
     async def fenced_set(self, key: str, value: str | bytes, fence: int, ttl_ms: int = 0) -> bool:
         """Write ``value`` under ``key`` unless a higher fence wrote it before."""
-        reply = await self._eval("fenced_set", [key, f"{key}:cronrace-fence"], [fence, value, ttl_ms])
+        reply = await self._eval(
+            "fenced_set", [key, f"{key}:cronrace-fence"], [fence, value, ttl_ms]
+        )
         return bool(int(reply))
 
     async def push_stream(self, stream: str, fields: dict[str, str], maxlen: int | None) -> str:

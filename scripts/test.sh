@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: venv, install, lint, types, tests.
+# Used by the README's quick start and by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip >/dev/null
+.venv/bin/python -m pip install --quiet -e '.[test]'
+
+# Real-Redis tests need redis-server. Install Debian's package when we can (root, apt).
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "redis-server not found: installing Debian's redis-server package"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null
+    # The package may start a service on 6379; our tests use their own servers and ports.
+  elif [ -n "${CI:-}" ]; then
+    echo "CI=true but redis-server is missing and cannot be installed" >&2
+    exit 1
+  else
+    echo "warning: redis-server not found; tests marked 'redis' will be skipped" >&2
+  fi
+fi
+
+echo "== ruff"
+.venv/bin/ruff check cronrace tests benchmarks examples
+.venv/bin/ruff format --check cronrace tests benchmarks examples
+echo "== mypy (strict)"
+.venv/bin/mypy
+echo "== pytest"
+.venv/bin/python -m pytest -p no:cacheprovider --cov --cov-report=term --cov-fail-under="${COV_FLOOR:-80}" "$@"

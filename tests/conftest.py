@@ -1,0 +1,81 @@
+"""Shared fixtures: a real redis-server per session, and stores on fakeredis and real Redis."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import fakeredis
+import pytest
+
+from cronrace.store import Store, make_client
+from tests.redis_server import RedisServer, redis_available, require_redis_in_ci
+
+_namespaces = itertools.count()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    require_redis_in_ci()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if redis_available():
+        return
+    skip = pytest.mark.skip(reason="redis-server not installed (CI installs it)")
+    for item in items:
+        if "redis" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One real redis-server for the whole session; tests isolate by namespace."""
+    if not redis_available():
+        pytest.skip("redis-server not installed")
+    server = RedisServer(tmp_path_factory.mktemp("redis-session"), appendonly=False)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace no other test uses."""
+    return f"t{os.getpid()}x{next(_namespaces)}"
+
+
+@pytest.fixture
+def fresh_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server of this test's own (AOF on), for tests that stop or wipe it."""
+    if not redis_available():
+        pytest.skip("redis-server not installed")
+    server = RedisServer(tmp_path / "redis", appendonly=True)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.redis)])
+def redis_url(request: pytest.FixtureRequest, namespace: str) -> str:
+    """The same test on fakeredis (with Lua) and on a real redis-server."""
+    if request.param == "fake":
+        return f"memory://{namespace}"
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
+
+
+@pytest.fixture
+async def store(redis_url: str, namespace: str) -> AsyncIterator[Store]:
+    """A Store in this test's namespace, on fakeredis and on real Redis."""
+    client = make_client(redis_url)
+    the_store = Store(client, namespace)
+    await the_store.load_scripts()
+    yield the_store
+    await the_store.aclose()
+
+
+@pytest.fixture
+def fake_server() -> fakeredis.FakeServer:
+    return fakeredis.FakeServer()
