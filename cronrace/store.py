@@ -199,7 +199,7 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
         decode_responses=True,
         retry=Retry(NoBackoff(), 0),
     )
-    return aioredis.Redis(connection_pool=pool)
+    return aioredis.Redis.from_pool(pool)
 
 
 class Store:
@@ -357,6 +357,20 @@ class Store:
         """Extend a lease: 1 renewed, 0 gone, -1 held by another fence."""
         return int(await self._eval("renew", [self.keys.lease(job)], [fence, ttl_ms]))
 
+    async def release(
+        self, job: str, fence: int, *, owner: str, lease_ttl_ms: int, continue_tick_s: int = 0
+    ) -> ReleaseReply:
+        """Release a lease (``release.lua``), or hand it on to a queued or continued tick."""
+        keys = [self.keys.lease(job), self.keys.fence(job), self.keys.pending(job)]
+        keys.append(self.keys.state(job))
+        reply = await self._eval("release", keys, [fence, owner, lease_ttl_ms, continue_tick_s])
+        return ReleaseReply(
+            decision=_text(reply[0]),
+            fence=int(reply[1]),
+            tick_s=int(reply[2]),
+            warnings=_warnings(reply[3]),
+        )
+
     async def finish(
         self,
         record: RunRecord,
@@ -367,30 +381,20 @@ class Store:
         lease_ttl_ms: int,
         continue_tick_s: int = 0,
     ) -> ReleaseReply | None:
-        """Write a run record and, when ``release_fence`` is set, release the lease.
+        """Write a run record, then release the lease when ``release_fence`` is set.
 
-        Both go in one round trip. Returns the release decision (None without release).
+        The record goes first, so the next run of the job never starts before the history
+        shows this one. Returns the release decision (None without release).
         """
-        job = record.job
-        if release_fence is None:
-            await self.record([record], history=history)
-            return None
         await self.record([record], history=history)
-        reply = await self._eval(
-            "release",
-            [
-                self.keys.lease(job),
-                self.keys.fence(job),
-                self.keys.pending(job),
-                self.keys.state(job),
-            ],
-            [release_fence, owner, lease_ttl_ms, continue_tick_s],
-        )
-        return ReleaseReply(
-            decision=_text(reply[0]),
-            fence=int(reply[1]),
-            tick_s=int(reply[2]),
-            warnings=_warnings(reply[3]),
+        if release_fence is None:
+            return None
+        return await self.release(
+            record.job,
+            release_fence,
+            owner=owner,
+            lease_ttl_ms=lease_ttl_ms,
+            continue_tick_s=continue_tick_s,
         )
 
     async def record(self, records: Sequence[RunRecord], *, history: int) -> None:
