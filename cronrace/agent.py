@@ -254,6 +254,8 @@ class Agent:
                 contextlib.suppress(RedisError, OSError),
             ):
                 await store.leave(self.node_id)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await self.aclose()
             self._ready = False
             self.observer.ready(False)
             log.info("agent stopped", extra={"node": self.node_id})
