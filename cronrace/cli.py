@@ -1,7 +1,8 @@
-"""The ``cronrace`` command.
+"""The ``cronrace`` command: run an agent or a sidecar, check a config, operate a fleet.
 
-Exit codes: 0 success; 1 invalid configuration or a failed operator command; 2 bad
-usage (unknown module, attribute, or arguments); 3 Redis unreachable.
+Exit codes: 0 success; 1 invalid configuration or a failed operator command (unknown job,
+a triggered run that did not end ``ok``); 2 bad usage (unknown module, attribute or
+arguments, no Redis given); 3 Redis unreachable.
 """
 
 from __future__ import annotations
@@ -9,31 +10,83 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Annotated
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
+import anyio
+import orjson
 import typer
+from redis.exceptions import RedisError
 
+from cronrace import cli_output as out
 from cronrace.agent import Agent
-from cronrace.errors import CronraceError, RedisUnavailableError
+from cronrace.config import AgentSettings, load_settings, parse_address, redact_url
+from cronrace.errors import ConfigError, CronraceError, RedisUnavailableError, UnknownJobError
 from cronrace.logs import configure_logging
+from cronrace.metrics import MetricsServer, PrometheusObserver
+from cronrace.observer import Observer
+from cronrace.sidecar import Sidecar, check_file, load_config
 
-app = typer.Typer(
-    name="cronrace",
-    help="Fire recurring jobs exactly once per tick across a fleet, with no leader.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+T = TypeVar("T")
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_REDIS = 3
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 success; 1 invalid configuration or failed operator command; "
+    "2 bad usage; 3 Redis unreachable."
+)
+
+app = typer.Typer(
+    name="cronrace",
+    help="Fire recurring jobs exactly once per tick across a fleet, with no leader.",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        "-c",
+        help="Sidecar config file; its \\[agent] table says where Redis is.",
+        envvar="CRONRACE_CONFIG",
+        dir_okay=False,
+    ),
+]
+RedisOption = Annotated[
+    str | None,
+    typer.Option("--redis-url", help="Redis URL (beats the config file and CRONRACE_REDIS_URL)."),
+]
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option("--namespace", "-n", help="Namespace (default from config or environment)."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JobArgument = Annotated[str, typer.Argument(help="The job's name.")]
 
 
 def fail(message: str, code: int) -> typer.Exit:
     """Print one line to stderr and return the Exit to raise."""
     typer.echo(f"cronrace: {message}", err=True)
     return typer.Exit(code)
+
+
+def fail_lines(error: CronraceError, code: int = EXIT_INVALID) -> typer.Exit:
+    """Print every problem of ``error`` on its own line to stderr; return the Exit."""
+    problems = error.problems if isinstance(error, ConfigError) else [str(error)]
+    for line in problems:
+        typer.echo(line, err=True)
+    return typer.Exit(code)
+
+
+# -- run -------------------------------------------------------------------------------
 
 
 def load_agent(target: str) -> Agent:
@@ -73,26 +126,249 @@ def run_agent(agent: Agent) -> None:
         pass
 
 
+def _serve_metrics(agent: Agent, address: str) -> MetricsServer:
+    """Serve metrics for an agent loaded from MODULE:ATTR."""
+    try:
+        host, port = parse_address(address)
+    except ValueError as exc:
+        raise fail(f"--metrics-address {address!r}: {exc}", EXIT_USAGE) from None
+    observer = agent.observer
+    if type(observer) is Observer:
+        observer = agent.observer = PrometheusObserver()
+    if not isinstance(observer, PrometheusObserver):
+        raise fail("--metrics-address needs the agent's observer to be a PrometheusObserver", 2)
+    server = MetricsServer(host, port, observer.registry, lambda: agent.ready)
+    try:
+        server.start()
+    except OSError as exc:
+        raise fail(f"--metrics-address {address!r}: cannot listen: {exc}", EXIT_INVALID) from None
+    return server
+
+
 @app.callback()
 def _root() -> None:
     """Fire recurring jobs exactly once per tick across a fleet, with no leader."""
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_HELP)
 def run(
     target: Annotated[
         str | None, typer.Argument(help="MODULE:ATTR of an Agent, e.g. app.jobs:agent")
     ] = None,
+    config: ConfigOption = None,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(
+            help="host:port for /metrics, /healthz, /readyz ('off' disables). With --config "
+            "the default comes from the file (127.0.0.1:9464); with MODULE:ATTR, off."
+        ),
+    ] = None,
 ) -> None:
-    """Run an agent until SIGTERM or SIGINT."""
-    if target is None:
-        raise fail("give MODULE:ATTR", EXIT_USAGE)
-    try:
+    """Run an agent (MODULE:ATTR) or a sidecar (--config FILE) until SIGTERM or SIGINT.
+
+    A first signal stops claiming and lets runs finish within the shutdown grace; a
+    second one cancels them.
+    """
+    if target is not None:
         agent = load_agent(target)
+        configure_logging(agent.settings.log_format, agent.settings.log_level)
+        server = None
+        if metrics_address and metrics_address != "off":
+            server = _serve_metrics(agent, metrics_address)
+        try:
+            run_agent(agent)
+        finally:
+            if server is not None:
+                server.stop()
+        return
+    if config is None:
+        raise fail("give MODULE:ATTR or --config FILE", EXIT_USAGE)
+    try:
+        sidecar = Sidecar.from_file(config, metrics_address=metrics_address)
+    except CronraceError as exc:
+        raise fail_lines(exc) from None
+    settings = sidecar.config.agent
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        sidecar.run_sync()
+    except RedisUnavailableError as exc:
+        raise fail(str(exc), EXIT_REDIS) from None
+    except CronraceError as exc:
+        raise fail_lines(exc) from None
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def validate(
+    file: Annotated[Path, typer.Argument(help="The sidecar config file.", dir_okay=False)],
+) -> None:
+    """Check a config file: print every problem, one line each, and exit 1 if any.
+
+    The environment's CRONRACE_* variables are applied as `run` would apply them.
+    """
+    try:
+        config = check_file(file)
+    except CronraceError as exc:
+        raise fail_lines(exc) from None
+    out.print_config(config)
+
+
+# -- operator commands ------------------------------------------------------------------
+
+
+def operator_settings(
+    config: Path | None, redis_url: str | None, namespace: str | None
+) -> AgentSettings:
+    """Settings for talking to a fleet: flags, then environment, then the config file."""
+    try:
+        settings: AgentSettings
+        if config is not None:
+            settings = load_config(config, redis_url=redis_url, namespace=namespace).agent
+        else:
+            settings = load_settings(redis_url=redis_url, namespace=namespace)
+    except CronraceError as exc:
+        raise fail_lines(exc) from None
+    if settings.redis_url.startswith("memory://"):
+        raise fail(
+            "no Redis to talk to: give --config FILE, --redis-url URL or CRONRACE_REDIS_URL",
+            EXIT_USAGE,
+        )
+    return settings
+
+
+def with_agent(settings: AgentSettings, operation: Callable[[Agent], Awaitable[T]]) -> T:
+    """Run ``operation`` with an operator agent; one line and an exit code on failure."""
+
+    async def main() -> T:
+        agent = Agent(settings=settings)
+        try:
+            return await operation(agent)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await agent.aclose()
+
+    try:
+        return anyio.run(main)
+    except UnknownJobError as exc:
+        raise fail(str(exc), EXIT_INVALID) from None
+    except (RedisError, OSError) as exc:
+        where = redact_url(settings.redis_url)
+        raise fail(f"Redis at {where} unreachable: {exc}", EXIT_REDIS) from None
     except CronraceError as exc:
         raise fail(str(exc), EXIT_INVALID) from None
-    configure_logging(agent.settings.log_format, agent.settings.log_level)
-    run_agent(agent)
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def status(
+    config: ConfigOption = None,
+    redis_url: RedisOption = None,
+    namespace: NamespaceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show every job: schedule, next and last tick, lease holder and fence, counters."""
+    settings = operator_settings(config, redis_url, namespace)
+    rows = with_agent(settings, lambda agent: agent.jobs_status())
+    if as_json:
+        out.print_json([out.status_dict(row) for row in rows])
+    else:
+        out.print_status(rows, settings.namespace, time.time())
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def history(
+    job: JobArgument,
+    limit: Annotated[int, typer.Option("--limit", "-l", min=1, help="How many records.")] = 20,
+    config: ConfigOption = None,
+    redis_url: RedisOption = None,
+    namespace: NamespaceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a job's newest run records, newest first."""
+    settings = operator_settings(config, redis_url, namespace)
+    records = with_agent(settings, lambda agent: agent.history(job, limit))
+    if as_json:
+        out.print_json([out.record_dict(record) for record in records])
+    else:
+        out.print_history(job, records)
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def nodes(
+    config: ConfigOption = None,
+    redis_url: RedisOption = None,
+    namespace: NamespaceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show the live nodes of the namespace and their last heartbeat."""
+    settings = operator_settings(config, redis_url, namespace)
+    rows = with_agent(settings, lambda agent: agent.nodes())
+    if as_json:
+        out.print_json([out.node_dict(row) for row in rows])
+    else:
+        out.print_nodes(rows, settings.namespace)
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def pause(
+    job: JobArgument,
+    config: ConfigOption = None,
+    redis_url: RedisOption = None,
+    namespace: NamespaceOption = None,
+) -> None:
+    """Pause a job on every node: its ticks are recorded as skipped:paused."""
+    settings = operator_settings(config, redis_url, namespace)
+    with_agent(settings, lambda agent: agent.pause(job))
+    typer.echo(f"paused {job}: every node records its ticks as skipped:paused")
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def resume(
+    job: JobArgument,
+    config: ConfigOption = None,
+    redis_url: RedisOption = None,
+    namespace: NamespaceOption = None,
+) -> None:
+    """Resume a paused job on every node."""
+    settings = operator_settings(config, redis_url, namespace)
+    with_agent(settings, lambda agent: agent.resume(job))
+    typer.echo(f"resumed {job}")
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def trigger(
+    job: JobArgument,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait for the run's record; exit 1 unless it is ok.")
+    ] = False,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="With --wait: give up after seconds.")
+    ] = 60.0,
+    config: ConfigOption = None,
+    redis_url: RedisOption = None,
+    namespace: NamespaceOption = None,
+) -> None:
+    """Ask the fleet for one immediate run of a job (same lease and overlap policy)."""
+    settings = operator_settings(config, redis_url, namespace)
+
+    async def operation(agent: Agent) -> dict[str, Any] | None:
+        trigger_id = await agent.trigger(job)
+        typer.echo(f"triggered {job}: trigger id {trigger_id}")
+        if not wait:
+            return None
+        with anyio.move_on_after(timeout_s):
+            while True:
+                for record in await agent.history(job, 50):
+                    if record.trigger_id == trigger_id and record.outcome != "queued":
+                        return out.record_dict(record)
+                await anyio.sleep(0.2)
+        return {"outcome": "timeout", "error": f"no record within {timeout_s:g}s"}
+
+    result = with_agent(settings, operation)
+    if result is not None:
+        typer.echo(orjson.dumps(result).decode())
+        if result["outcome"] != "ok":
+            raise typer.Exit(EXIT_INVALID)
 
 
 def main() -> None:

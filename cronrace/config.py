@@ -1,17 +1,30 @@
-"""Agent settings: from keyword arguments, ``CRONRACE_*`` environment variables, or TOML."""
+"""Agent settings: from keyword arguments, ``CRONRACE_*`` environment variables, or TOML.
+
+``AgentSettings`` is what an :class:`~cronrace.Agent` runs with. ``SidecarSettings`` adds
+what the sidecar process needs (the metrics address, the HTTP host allow-list) and reads
+the ``[agent]`` table of a config file below the environment, so a container can keep one
+file and override any field with ``CRONRACE_<FIELD>``.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import secrets
 import socket
+from collections.abc import Mapping
+from contextvars import ContextVar
+from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cronrace.errors import ConfigError
 
+ENV_PREFIX = "CRONRACE_"
+HOST_PATTERN = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_-]{1,63})*$")
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -27,7 +40,7 @@ class AgentSettings(BaseSettings):
     Every field can be set as ``CRONRACE_<FIELD>`` in the environment.
     """
 
-    model_config = SettingsConfigDict(env_prefix="CRONRACE_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     redis_url: str = Field(
         default="memory://",
@@ -80,10 +93,144 @@ def load_settings(**overrides: object) -> AgentSettings:
 
 
 def settings_problems(exc: ValidationError, *, prefix: str) -> list[str]:
-    """Turn a pydantic ValidationError into one line per problem."""
+    """Turn a pydantic ValidationError into one line per problem: where, field, value, why.
+
+    Args:
+        exc: the validation error.
+        prefix: what the fields belong to, e.g. ``agent`` or ``job 'backup'``.
+    """
     lines = []
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "settings"
-        value = error.get("input")
-        lines.append(f"{prefix}: {where} {value!r}: {error['msg']}")
+        kind = error["type"]
+        if kind == "missing":
+            lines.append(f"{prefix}: {where}: is required")
+            continue
+        value = _short(error.get("input"))
+        source = ""
+        if prefix == "agent" and len(error["loc"]) == 1:
+            variable = f"{ENV_PREFIX}{str(error['loc'][0]).upper()}"
+            if variable in os.environ:
+                source = f" (from {variable})"
+        if kind == "extra_forbidden":
+            lines.append(f"{prefix}: {where} {value}{source}: unknown field")
+            continue
+        message = str(error["msg"]).removeprefix("Value error, ")
+        message = message[:1].lower() + message[1:]
+        lines.append(f"{prefix}: {where} {value}{source}: {message}")
     return lines
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- the sidecar's [agent] table ----------------------------------------------------------
+
+#: The file's ``[agent]`` table while :meth:`SidecarSettings.from_table` builds settings.
+_FILE_TABLE: ContextVar[Mapping[str, Any] | None] = ContextVar("cronrace_file_table", default=None)
+
+
+class _FileTableSource(PydanticBaseSettingsSource):
+    """The ``[agent]`` table of a config file, as the lowest-priority settings source."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return (_FILE_TABLE.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_TABLE.get() or {})
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[::1]:9464`` for IPv6) into host and port.
+
+    Raises:
+        ValueError: the text is not ``host:port`` with a port in 0-65535.
+    """
+    host, sep, port_text = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError("use host:port, e.g. 127.0.0.1:9464 or [::1]:9464; 'off' disables")
+    return host, int(port_text)
+
+
+class SidecarSettings(AgentSettings):
+    """The agent settings of a sidecar: the file's ``[agent]`` table, then the environment.
+
+    Sources, highest priority first: keyword arguments (command-line flags),
+    ``CRONRACE_*`` environment variables, the config file's ``[agent]`` table, defaults.
+    """
+
+    metrics_address: str = Field(
+        default="127.0.0.1:9464",
+        description="host:port of /metrics, /healthz and /readyz; 'off' disables them",
+    )
+    allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="hosts HTTP targets may call besides loopback (exact names or IPs)",
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _FileTableSource(settings_cls))
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any], **overrides: Any) -> SidecarSettings:
+        """Build settings from a file's ``[agent]`` table, the environment and ``overrides``.
+
+        Raises:
+            pydantic.ValidationError: some field is invalid (every problem at once).
+        """
+        token = _FILE_TABLE.set(table)
+        try:
+            return cls(**{key: value for key, value in overrides.items() if value is not None})
+        finally:
+            _FILE_TABLE.reset(token)
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _check_metrics_address(cls, value: str) -> str:
+        if value.strip().lower() in ("", "off"):
+            return "off"
+        parse_address(value)
+        return value
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _check_allow_hosts(cls, value: list[str]) -> list[str]:
+        hosts = [host.strip("[]").lower() for host in value]
+        for host in hosts:
+            if not HOST_PATTERN.fullmatch(host) and not _is_ip(host):
+                raise ValueError(f"{host!r} is not a host name or IP address (no ports, no paths)")
+        return hosts
+
+    @property
+    def metrics_bind(self) -> tuple[str, int] | None:
+        """Where to serve metrics and probes, or None when disabled."""
+        if self.metrics_address == "off":
+            return None
+        return parse_address(self.metrics_address)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def redact_url(url: str) -> str:
+    """Hide the user name and password of a Redis URL (for logs and error lines)."""
+    if "@" in url:
+        scheme, _, rest = url.partition("://")
+        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+    return url

@@ -71,10 +71,12 @@ class Lease:
             if now >= self._deadline_mono:
                 self._lose("no successful renewal within lease_ttl", victim)
                 return
-            await self.clock.sleep(min(next_renewal, self._deadline_mono) - now)
-            if self.clock.monotonic() < next_renewal:
+            if now < next_renewal:
+                # Wake for the renewal or the deadline, whichever is first; then look again
+                # before doing anything, because a paused process wakes past both.
+                await self.clock.sleep(min(next_renewal, self._deadline_mono) - now)
                 continue
-            sent = self.clock.monotonic()
+            sent = now
             next_renewal = sent + interval_s
             answer = None
             # Never wait for an answer past the deadline: an answer that arrives later

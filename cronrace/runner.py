@@ -216,7 +216,9 @@ class Runner:
                         detail = await self._call(job, ctx)
                     except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's outcome
                         outcome, error = Outcome.ERROR, _error_text(exc)
-                if handler_scope.cancelled_caught and lease.lost:
+                if lease.lost:
+                    # Also when the handler returned: it finished after the lease was gone
+                    # (a paused process resumes and runs on until its next checkpoint).
                     ctx._lost.set()
                     outcome, error = Outcome.LEASE_LOST, lease.lost_reason
                 tg.cancel_scope.cancel()

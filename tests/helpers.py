@@ -52,8 +52,12 @@ class Recorder:
 
 def settings(url: str, namespace: str, node: str, **extra: object) -> AgentSettings:
     return AgentSettings(
-        redis_url=url, namespace=namespace, node_id=node, heartbeat_s=0.5,
-        shutdown_grace_s=2.0, **extra,  # type: ignore[arg-type]
+        redis_url=url,
+        namespace=namespace,
+        node_id=node,
+        heartbeat_s=0.5,
+        shutdown_grace_s=2.0,
+        **extra,  # type: ignore[arg-type]
     )
 
 

@@ -1,0 +1,144 @@
+"""Count what an agent sends to Redis, by phase of its work, without changing the agent.
+
+Two hooks, both outside ``cronrace/``:
+
+- the agent's connection pool is given :class:`CountingConnection` (a redis-py connection
+  subclass): every ``send_packed_command`` is one round trip and every ``pack_command`` one
+  command sent, counted under the current *phase*;
+- the agent's :class:`~cronrace.store.Store` instance has its public methods wrapped so
+  that they set the phase (``claim``, ``acquire``, ``finish``, ...) for the duration of the
+  call. The outermost phase wins, so the XADD inside ``Store.finish`` counts as ``finish``.
+
+The phase lives in a context variable: asyncio copies the context into each task, so a
+round trip is attributed to the Store call that awaited it, whatever runs concurrently.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from functools import wraps
+from typing import Any
+
+from redis.asyncio.connection import Connection
+
+from cronrace.store import Claim, Store
+
+#: What the agent is doing when it talks to Redis.
+PHASE: ContextVar[str] = ContextVar("cronrace_bench_phase", default="other")
+
+#: Store methods and the phase they belong to. Tick path: claim, acquire, finish, record.
+#: Per-node background: heartbeat, control (the manual-trigger reader), renew.
+STORE_PHASES = {
+    "claim": "claim",
+    "resolve_claims": "claim",
+    "acquire": "acquire",
+    "finish": "finish",
+    "record": "record",
+    "renew": "renew",
+    "heartbeat": "heartbeat",
+    "read_control": "control",
+    "control_position": "control",
+    "load_scripts": "setup",
+    "register_jobs": "setup",
+    "watermarks": "setup",
+    "leave": "setup",
+}
+TICK_PHASES = ("claim", "acquire", "finish", "record")
+BACKGROUND_PHASES = ("heartbeat", "control", "renew")
+
+
+@dataclass
+class Counters:
+    """Round trips and commands of one process, by phase (and command name)."""
+
+    round_trips: Counter[str] = field(default_factory=Counter)
+    commands: Counter[tuple[str, str]] = field(default_factory=Counter)
+    wakeups: int = 0
+    claims: int = 0
+    claims_by_tick: Counter[int] = field(default_factory=Counter)
+    #: (tick, seconds from the tick to the claim pipeline being sent), one per wake-up.
+    wake_lags: list[tuple[int, float]] = field(default_factory=list)
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-able copy of the cumulative counts."""
+        return {
+            "round_trips": dict(self.round_trips),
+            "commands": {f"{phase}|{name}": n for (phase, name), n in self.commands.items()},
+            "wakeups": self.wakeups,
+            "claims": self.claims,
+        }
+
+
+COUNTERS = Counters()
+
+
+def _command_name(first: Any) -> str:
+    raw = first.decode() if isinstance(first, bytes | bytearray) else str(first)
+    return raw.split(" ", 1)[0].lower()
+
+
+class CountingConnection(Connection):
+    """A redis-py connection that counts round trips and commands under :data:`PHASE`."""
+
+    async def send_packed_command(
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        COUNTERS.round_trips[PHASE.get()] += 1
+        await super().send_packed_command(command, check_health)
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        COUNTERS.commands[(PHASE.get(), _command_name(args[0]))] += 1
+        return super().pack_command(*args)
+
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        token = PHASE.set("connect")
+        try:
+            await super().on_connect_check_health(check_health)
+        finally:
+            PHASE.reset(token)
+
+
+def _phased(phase: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        if PHASE.get() != "other":
+            return await method(*args, **kwargs)
+        token = PHASE.set(phase)
+        try:
+            return await method(*args, **kwargs)
+        finally:
+            PHASE.reset(token)
+
+    return call
+
+
+def _counting_claim(method: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(method)
+    async def claim(claims: Sequence[Claim], value: str) -> Any:
+        sent_s = time.time()
+        COUNTERS.wakeups += 1
+        COUNTERS.claims += len(claims)
+        oldest = None
+        for item in claims:
+            if item.trigger_id is None:
+                COUNTERS.claims_by_tick[item.tick_s] += 1
+                oldest = item.tick_s if oldest is None else min(oldest, item.tick_s)
+        if oldest is not None:
+            COUNTERS.wake_lags.append((oldest, sent_s - oldest))
+        return await method(claims, value)
+
+    return claim
+
+
+def instrument(store: Store) -> None:
+    """Count ``store``'s traffic in :data:`COUNTERS`; call before its first command."""
+    store.client.connection_pool.connection_class = CountingConnection
+    for name, phase in STORE_PHASES.items():
+        method = getattr(store, name)
+        if name == "claim":
+            method = _counting_claim(method)
+        setattr(store, name, _phased(phase, method))

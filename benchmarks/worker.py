@@ -1,0 +1,194 @@
+"""One fleet process: many simulated cronrace agents, each a real :class:`~cronrace.Agent`.
+
+Run by :mod:`benchmarks.fleet` as ``python -m benchmarks.worker CONFIG_JSON``. It talks
+JSON lines: it prints ``{"ev": "ready"}`` once every agent has connected and seeded its
+schedule, then ``{"ev": "tick", ...}`` every second (the progress display and the
+saturation check read them). On stdin it takes ``{"cmd": "window", "t0": T0, "t1": T1}``
+(snapshot CPU and counters at ``T0 - 0.5`` and ``T1 - 0.5`` wall time, so the window holds
+ticks ``T0 .. T1-1``) and ``{"cmd": "stop"}``. On stop it writes its result as JSON to
+``config["result_path"]`` and prints ``{"ev": "done"}``.
+
+Every agent gets the same ``jobs`` 1-second jobs; each handler appends
+``(job, tick, node, start wall time)`` to this process's run log, from which the harness
+counts duplicates, misses and the fire lag.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from benchmarks.instrument import COUNTERS, instrument
+from cronrace import Agent, RunContext
+from cronrace.config import AgentSettings
+
+#: (job index, tick, node index, handler start wall time) for every handler call.
+RUN_LOG: list[tuple[int, int, int, float]] = []
+JOB_PREFIX = "j"
+
+
+def job_name(index: int) -> str:
+    return f"{JOB_PREFIX}{index:04d}"
+
+
+def emit(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def make_handler(node_index: int) -> Any:
+    async def handler(ctx: RunContext) -> None:
+        RUN_LOG.append((int(ctx.job[len(JOB_PREFIX) :]), ctx.tick_s, node_index, time.time()))
+
+    return handler
+
+
+def build_agents(config: dict[str, Any]) -> list[Agent]:
+    agents = []
+    for node_index in config["nodes"]:
+        settings = AgentSettings(
+            redis_url=config["redis_url"],
+            node_id=f"n{node_index:03d}",
+            namespace=config["namespace"],
+            shutdown_grace_s=5.0,
+            startup_timeout_s=float(config.get("startup_timeout_s", 60.0)),
+        )
+        agent = Agent(settings=settings)
+        handler = make_handler(node_index)
+        for job_index in range(config["jobs"]):
+            agent.add_job(handler, config["schedule"], name=job_name(job_index))
+        instrument(agent.store)
+        agents.append(agent)
+    return agents
+
+
+def _seeded(agent: Agent, jobs: int) -> bool:
+    scheduler = agent.scheduler
+    return agent.ready and scheduler is not None and len(scheduler.next_tick) == jobs
+
+
+async def _sleep_until(wall_s: float) -> None:
+    await anyio.sleep(max(0.0, wall_s - time.time()))
+
+
+class Worker:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.agents = build_agents(config)
+        self.window: tuple[int, int] | None = None
+        self.marks: dict[str, dict[str, Any]] = {}
+        self.stop_event = anyio.Event()
+        self.profiler = cProfile.Profile() if config.get("profile_path") else None
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = {
+            "wall": time.time(),
+            "cpu": time.process_time(),
+            **COUNTERS.snapshot(),
+        }
+
+    async def commands(self) -> None:
+        while True:
+            line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+            if not line:
+                self.stop_event.set()
+                return
+            command = json.loads(line)
+            if command["cmd"] == "window":
+                self.window = (int(command["t0"]), int(command["t1"]))
+            elif command["cmd"] == "stop":
+                self.stop_event.set()
+                return
+
+    async def measure(self) -> None:
+        while self.window is None:
+            await anyio.sleep(0.02)
+        t0, t1 = self.window
+        await _sleep_until(t0 - 0.5)
+        self.mark("start")
+        if self.profiler is not None:
+            self.profiler.enable()
+        await _sleep_until(t1 - 0.5)
+        if self.profiler is not None:
+            self.profiler.disable()
+        self.mark("end")
+
+    async def report_ticks(self) -> None:
+        """Every second (mid-tick) tell how the tick just past went."""
+        expected = len(self.agents) * self.config["jobs"]
+        last_wall, last_cpu = time.time(), time.process_time()
+        next_report = math.floor(last_wall) + 1.5
+        while True:
+            await _sleep_until(next_report)
+            wall, cpu = time.time(), time.process_time()
+            tick = int(next_report - 0.5) - 1
+            lags = [lag for t, lag in COUNTERS.wake_lags[-4 * len(self.agents) :] if t == tick]
+            emit(
+                {
+                    "ev": "tick",
+                    "tick": tick,
+                    "claims": COUNTERS.claims_by_tick.get(tick, 0),
+                    "expected": expected,
+                    "wake_lag_max_ms": round(max(lags) * 1000, 2) if lags else None,
+                    "cpu": round((cpu - last_cpu) / max(wall - last_wall, 1e-6), 3),
+                    "runs": len(RUN_LOG),
+                }
+            )
+            last_wall, last_cpu = wall, cpu
+            next_report = max(next_report + 1, math.floor(time.time()) + 0.5)
+
+    async def main(self) -> None:
+        async with anyio.create_task_group() as tg:
+            for agent in self.agents:
+                tg.start_soon(agent.run, name=f"agent {agent.node_id}")
+            tg.start_soon(self.commands)
+            started = time.monotonic()
+            while not all(_seeded(agent, self.config["jobs"]) for agent in self.agents):
+                if self.stop_event.is_set():
+                    break
+                await anyio.sleep(0.05)
+            emit({"ev": "ready", "startup_s": round(time.monotonic() - started, 3)})
+            async with anyio.create_task_group() as watchers:
+                watchers.start_soon(self.measure)
+                watchers.start_soon(self.report_ticks)
+                await self.stop_event.wait()
+                watchers.cancel_scope.cancel()
+            for agent in self.agents:
+                agent.stop()
+        self.write_result()
+        emit({"ev": "done"})
+
+    def write_result(self) -> None:
+        if self.profiler is not None:
+            self.profiler.dump_stats(self.config["profile_path"])
+        result = {
+            "nodes": len(self.agents),
+            "marks": self.marks,
+            "run_log": RUN_LOG,
+            "wake_lags": COUNTERS.wake_lags,
+            "claims_by_tick": {str(t): n for t, n in COUNTERS.claims_by_tick.items()},
+            "final": COUNTERS.snapshot(),
+            "loop": self.config.get("loop", "asyncio"),
+        }
+        Path(self.config["result_path"]).write_bytes(orjson.dumps(result))
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    worker = Worker(config)
+    use_uvloop = config.get("loop") == "uvloop"
+    anyio.run(worker.main, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m cronrace``: the same as the ``cronrace`` command."""
+
+from cronrace.cli import main
+
+main()

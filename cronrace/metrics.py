@@ -1,0 +1,296 @@
+"""Prometheus metrics and the probes: ``/metrics``, ``/healthz``, ``/readyz``.
+
+:class:`PrometheusObserver` turns the agent's events into metrics in a registry of its own
+(several agents in one process do not collide). :class:`MetricsServer` serves them with
+the standard library's WSGI server in a daemon thread, next to two probes:
+
+- ``/healthz``: 200 while the process serves requests (a liveness probe);
+- ``/readyz``: 200 when Redis answered the last heartbeat and the scripts are loaded,
+  else 503 (a readiness probe: a not-ready agent claims nothing, but it is alive).
+
+The address defaults to ``127.0.0.1:9464``: metrics are not published beyond the host
+unless the operator binds them wider.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any, cast
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    make_wsgi_app,
+)
+
+from cronrace.observer import Observer
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+log = logging.getLogger("cronrace.metrics")
+
+LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+DURATION_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+RATIO_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.5, 2.0, 5.0)
+
+#: Decision outcomes that mean a tick did not run, and the reason label they count under.
+_SKIP_REASONS = {
+    "skipped:overlap": "overlap",
+    "skipped:paused": "paused",
+    "skipped:not_replicated": "not_replicated",
+    "missed": "missed",
+    "stale": "stale",
+}
+
+
+class PrometheusObserver(Observer):
+    """Count what the agent does; see the module docstring for the endpoints.
+
+    Args:
+        registry: where the metrics live; default: a new registry with the process and
+            platform collectors.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        if registry is None:
+            registry = CollectorRegistry()
+            ProcessCollector(registry=registry)
+            PlatformCollector(registry=registry)
+        self.registry = registry
+        self.claims_total = Counter(
+            "cronrace_claims",
+            "Tick claims sent, by result (won: this node runs the tick's decision).",
+            ["result"],
+            registry=registry,
+        )
+        self.runs_total = Counter(
+            "cronrace_runs",
+            "Runs by outcome (ok, error, cancelled, lease_lost, abandoned).",
+            ["job", "outcome"],
+            registry=registry,
+        )
+        self.skipped_ticks_total = Counter(
+            "cronrace_skipped_ticks",
+            "Ticks decided without a run, by reason (overlap, paused, missed, stale, ...).",
+            ["job", "reason"],
+            registry=registry,
+        )
+        self.queued_ticks_total = Counter(
+            "cronrace_queued_ticks",
+            "Ticks queued behind a running run (overlap queue_one).",
+            ["job"],
+            registry=registry,
+        )
+        self.fire_lag = Histogram(
+            "cronrace_fire_lag_seconds",
+            "Delay between a tick's scheduled instant and its handler's start.",
+            ["job"],
+            buckets=LAG_BUCKETS_S,
+            registry=registry,
+        )
+        self.run_duration = Histogram(
+            "cronrace_run_duration_seconds",
+            "How long handlers ran.",
+            ["job"],
+            buckets=DURATION_BUCKETS_S,
+            registry=registry,
+        )
+        self.interval_ratio = Histogram(
+            "cronrace_run_interval_ratio",
+            "Run duration divided by the schedule's interval (above 1: runs overlap ticks).",
+            ["job"],
+            buckets=RATIO_BUCKETS,
+            registry=registry,
+        )
+        self.last_interval_ratio = Gauge(
+            "cronrace_last_run_interval_ratio",
+            "The last run's duration divided by the schedule's interval.",
+            ["job"],
+            registry=registry,
+        )
+        self.lease_renewals_total = Counter(
+            "cronrace_lease_renewals",
+            "Lease renewals, by result (ok, failed).",
+            ["job", "result"],
+            registry=registry,
+        )
+        self.lease_losses_total = Counter(
+            "cronrace_lease_losses",
+            "Runs cancelled because their lease was lost.",
+            ["job"],
+            registry=registry,
+        )
+        self.redis_errors_total = Counter(
+            "cronrace_redis_errors",
+            "Failed Redis calls, by operation.",
+            ["operation"],
+            registry=registry,
+        )
+        self.running = Gauge(
+            "cronrace_running_runs", "Handlers running on this node now.", registry=registry
+        )
+        self.ready_gauge = Gauge(
+            "cronrace_ready",
+            "1 when Redis is reachable and the scripts are loaded.",
+            registry=registry,
+        )
+        self.info = Gauge(
+            "cronrace_agent_info",
+            "Always 1; labels name this agent's node and namespace.",
+            ["node", "namespace"],
+            registry=registry,
+        )
+
+    def describe(self, node_id: str, namespace: str) -> None:
+        """Publish the node id and namespace as ``cronrace_agent_info`` labels."""
+        self.info.labels(node=node_id, namespace=namespace).set(1)
+
+    # -- Observer hooks ------------------------------------------------------------------
+
+    def claims(self, won: int, lost: int) -> None:
+        if won:
+            self.claims_total.labels(result="won").inc(won)
+        if lost:
+            self.claims_total.labels(result="lost").inc(lost)
+
+    def decision(self, job: str, outcome: str, count: int = 1) -> None:
+        if outcome in _SKIP_REASONS:
+            self.skipped_ticks_total.labels(job=job, reason=_SKIP_REASONS[outcome]).inc(count)
+        elif outcome == "queued":
+            self.queued_ticks_total.labels(job=job).inc(count)
+        else:  # abandoned: a run that ended without anyone recording it
+            self.runs_total.labels(job=job, outcome=outcome).inc(count)
+
+    def run_started(self, job: str, lag_s: float) -> None:
+        self.running.inc()
+        self.fire_lag.labels(job=job).observe(max(0.0, lag_s))
+
+    def run_finished(self, job: str, outcome: str, duration_s: float, ratio: float) -> None:
+        self.running.dec()
+        self.runs_total.labels(job=job, outcome=outcome).inc()
+        self.run_duration.labels(job=job).observe(duration_s)
+        self.interval_ratio.labels(job=job).observe(ratio)
+        self.last_interval_ratio.labels(job=job).set(ratio)
+        if outcome == "lease_lost":
+            self.lease_losses_total.labels(job=job).inc()
+
+    def renewal(self, job: str, ok: bool) -> None:
+        self.lease_renewals_total.labels(job=job, result="ok" if ok else "failed").inc()
+
+    def redis_error(self, operation: str) -> None:
+        self.redis_errors_total.labels(operation=operation).inc()
+
+    def ready(self, ready: bool) -> None:
+        self.ready_gauge.set(1 if ready else 0)
+
+
+# -- the HTTP endpoint ---------------------------------------------------------------------
+
+
+def probes_app(registry: CollectorRegistry, is_ready: Callable[[], bool]) -> WSGIApplication:
+    """Return the WSGI app serving ``/metrics``, ``/healthz`` and ``/readyz``."""
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/healthz":
+            return _text(start_response, "200 OK", "ok\n")
+        if path == "/readyz":
+            if is_ready():
+                return _text(start_response, "200 OK", "ready\n")
+            return _text(
+                start_response, "503 Service Unavailable", "not ready: Redis unreachable\n"
+            )
+        if path == "/metrics":
+            return cast("Iterable[bytes]", metrics(environ, start_response))
+        return _text(start_response, "404 Not Found", "try /metrics, /healthz or /readyz\n")
+
+    return app
+
+
+def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
+    data = body.encode()
+    start_response(
+        status,
+        [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))],
+    )
+    return [data]
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a stuck scraper must not keep the process alive
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes and probes every few seconds are not news: log them at debug level."""
+        log.debug("metrics request: " + format, *args)
+
+
+class MetricsServer:
+    """Serve :func:`probes_app` on ``host:port`` from a daemon thread.
+
+    Args:
+        host: the address to bind (default deployments keep ``127.0.0.1``).
+        port: the port; 0 picks a free one (see :attr:`port` after :meth:`start`).
+        registry: the metrics to expose.
+        is_ready: answers ``/readyz`` (e.g. ``lambda: agent.ready``).
+    """
+
+    def __init__(
+        self, host: str, port: int, registry: CollectorRegistry, is_ready: Callable[[], bool]
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._app = probes_app(registry, is_ready)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Bind and serve in the background.
+
+        Raises:
+            OSError: the address cannot be bound (in use, not local, not permitted).
+        """
+        server_class = _ThreadingServer6 if ":" in self.host else _ThreadingServer
+        self._server = make_server(
+            self.host, self.port, self._app, server_class, handler_class=_QuietHandler
+        )
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="cronrace-metrics",
+            daemon=True,
+        )
+        self._thread.start()
+        log.info("serving /metrics, /healthz, /readyz", extra={"address": self.url})
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None

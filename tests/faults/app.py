@@ -1,0 +1,57 @@
+"""The agent run as a real process by the fault tests (``cronrace run tests.faults.app:agent``).
+
+Every handler appends one JSON line per event to ``$FAULT_LOG`` (O_APPEND: lines from
+several processes never interleave): start, end, or cancelled, with the wall time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import anyio
+import orjson
+
+from cronrace import Agent, RunContext
+
+LOG = os.environ.get("FAULT_LOG", "/dev/null")
+SLOW_S = float(os.environ.get("FAULT_SLOW_S", "3"))
+SLOW_LEASE_S = float(os.environ.get("FAULT_SLOW_LEASE_S", "0.9"))
+
+agent = Agent()
+
+
+def note(event: str, ctx: RunContext) -> None:
+    line = orjson.dumps(
+        {
+            "event": event,
+            "job": ctx.job,
+            "tick": ctx.tick_s,
+            "node": ctx.node_id,
+            "fence": ctx.fence,
+            "wall": time.time(),
+        }
+    )
+    fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line + b"\n")
+    finally:
+        os.close(fd)
+
+
+@agent.job("* * * * * *", name="fast", lease_ttl=0.9)
+async def fast(ctx: RunContext) -> None:
+    note("start", ctx)
+    note("end", ctx)
+
+
+@agent.job("* * * * * *", name="slow", lease_ttl=SLOW_LEASE_S)
+async def slow(ctx: RunContext) -> None:
+    note("start", ctx)
+    try:
+        for _ in range(int(SLOW_S * 10)):  # work in steps: each step is a checkpoint
+            await anyio.sleep(0.1)
+    except anyio.get_cancelled_exc_class():
+        note("cancelled", ctx)
+        raise
+    note("end", ctx)

@@ -1,0 +1,169 @@
+"""Real agent processes on a real redis-server: killed, paused, and Redis taken away."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from cronrace import Agent, RunContext, RunRecord
+from cronrace.store import Store
+from tests.helpers import running, settings, wait_for
+from tests.redis_server import RedisServer
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_node(url: str, namespace: str, node: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "CRONRACE_REDIS_URL": url,
+        "CRONRACE_NAMESPACE": namespace,
+        "CRONRACE_NODE_ID": node,
+        "CRONRACE_HEARTBEAT_S": "0.5",
+        "CRONRACE_SHUTDOWN_GRACE_S": "1",
+        "FAULT_LOG": str(log),
+        "PYTHONPATH": str(ROOT),
+    }
+    with log.with_suffix(f".{node}.err").open("wb") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cronrace", "run", "tests.faults.app:agent"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+
+
+def events(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [orjson.loads(line) for line in log.read_bytes().splitlines() if line.strip()]
+
+
+async def history(url: str, namespace: str, job: str) -> list[RunRecord]:
+    store = Store.from_url(url, namespace)
+    try:
+        return await store.history(job, 200)
+    finally:
+        await store.aclose()
+
+
+def sleep_to_half_second() -> None:
+    """Signals land mid-second, when no claim of the 1-second jobs is in flight."""
+    time.sleep((1.5 - time.time() % 1.0) % 1.0)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.timeout(90)
+def test_killed_and_paused_nodes_never_double_fire(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs.jsonl"
+    procs = [start_node(redis_server.url, namespace, f"p{i}", log) for i in range(3)]
+    try:
+        deadline = time.monotonic() + 20
+        while len({e["node"] for e in events(log) if e["job"] == "slow"}) < 1:
+            assert time.monotonic() < deadline, "no slow run started"
+            time.sleep(0.05)
+        # Pause the node running a slow handler for longer than its lease (0.9 s).
+        slow_runner = next(e["node"] for e in events(log) if e["job"] == "slow")
+        paused = procs[int(slow_runner[1:])]
+        killed = next(p for p in procs if p is not paused)
+        sleep_to_half_second()
+        paused.send_signal(signal.SIGSTOP)
+        t_pause = time.time()
+        time.sleep(1.0)
+        killed.send_signal(signal.SIGKILL)
+        time.sleep(2.0)
+        paused.send_signal(signal.SIGCONT)
+        t_resume = time.time()
+        time.sleep(5.0)
+        t_end = time.time()
+    finally:
+        stop_all(procs)
+    evs = events(log)
+    fast_ticks = [e["tick"] for e in evs if e["job"] == "fast" and e["event"] == "start"]
+    assert [t for t, n in Counter(fast_ticks).items() if n > 1] == [], "a tick fired twice"
+    expected = set(range(min(fast_ticks), int(t_end - 1)))
+    assert int(t_pause) + 3 in expected
+    assert expected <= set(fast_ticks), f"missed ticks: {sorted(expected - set(fast_ticks))}"
+    # The paused node's slow run was cancelled on resume, not left running.
+    paused_runs = [
+        e for e in evs if e["job"] == "slow" and e["node"] == slow_runner and e["wall"] < t_pause
+    ]
+    fences = {e["fence"] for e in paused_runs if e["event"] == "start"}
+    last_fence = max(fences)
+    ends = [
+        e
+        for e in evs
+        if e["job"] == "slow" and e["fence"] == last_fence and e["event"] in ("end", "cancelled")
+    ]
+    assert [e["event"] for e in ends] == ["cancelled"]
+    assert ends[0]["wall"] < t_resume + 0.5
+    records = anyio.run(history, redis_server.url, namespace, "slow")
+    outcomes = sorted(r.outcome.value for r in records if r.fence == last_fence)
+    # The next acquirer saw its lease expire (abandoned); the run itself, on resume,
+    # noticed the missed deadline and recorded lease_lost.
+    assert outcomes == ["abandoned", "lease_lost"]
+    # Runs of the slow job never overlap: each completed run ended before a newer started.
+    starts = {e["fence"]: e["wall"] for e in evs if e["job"] == "slow" and e["event"] == "start"}
+    finished = {e["fence"]: e["wall"] for e in evs if e["job"] == "slow" and e["event"] == "end"}
+    for fence, end in finished.items():
+        newer = [s for f, s in starts.items() if f > fence]
+        assert all(end <= s + 0.05 for s in newer), f"run {fence} overlapped a newer one"
+
+
+@pytest.mark.timeout(60)
+async def test_redis_stopped_under_a_running_handler_cancels_it_by_the_deadline(
+    fresh_redis: RedisServer, namespace: str
+) -> None:
+    started: list[float] = []
+    cancelled: list[float] = []
+    lease_ttl_s = 0.9
+
+    async def long_run(ctx: RunContext) -> None:
+        started.append(time.monotonic())
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(time.monotonic())
+            raise
+
+    agent = Agent(settings=settings(fresh_redis.url, namespace, "solo", redis_timeout_s=0.5))
+    agent.add_job(long_run, "* * * * * *", name="long", lease_ttl=lease_ttl_s)
+    async with running(agent):
+        await wait_for(lambda: bool(started), timeout_s=10, what="the handler to start")
+        await anyio.sleep(0.5)  # let at least one renewal succeed
+        stopped_at = time.monotonic()
+        await anyio.to_thread.run_sync(fresh_redis.stop)
+        await wait_for(lambda: bool(cancelled), timeout_s=5, what="the handler to be cancelled")
+        # The deadline runs from the last renewal sent before the outage: at most one
+        # lease_ttl after Redis went away (plus scheduling slack), never "when Redis says".
+        assert cancelled[0] - stopped_at < lease_ttl_s + 0.3
+        await wait_for(lambda: not agent.ready, timeout_s=5, what="not ready while Redis is down")
+        await anyio.to_thread.run_sync(fresh_redis.start)
