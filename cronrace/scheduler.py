@@ -34,7 +34,7 @@ EXPIRED_COUNT_CAP = 100_000
 #: The loop re-reads the wall clock at least this often (clock steps, new offsets).
 MAX_SLEEP_S = 1.0
 BACKOFF_START_S = 0.1
-BACKOFF_MAX_S = 5.0
+BACKOFF_MAX_S = 2.0
 
 
 @dataclass(slots=True)
@@ -73,6 +73,7 @@ class Scheduler:
         self.observer = observer
         self._set_ready = set_ready
         self._heap: list[tuple[int, str]] = []
+        self._ambiguous: set[tuple[str, int, str | None]] = set()
         self.next_tick: dict[str, int] = {}
 
     def claim_ttl_ms(self, job: Job) -> int:
@@ -84,6 +85,7 @@ class Scheduler:
     async def run(self, runs: TaskGroup) -> None:
         """Run the tick loop until cancelled."""
         await self._seed()
+        failures = 0
         while True:
             now = self.clock.time()
             if not self._heap:
@@ -95,16 +97,27 @@ class Scheduler:
                 # or re-estimated meanwhile: sleep, then look at the clock again.
                 await self.clock.sleep(min(wait_s, MAX_SLEEP_S))
                 continue
-            plans: list[_Decided] = []
+            due: list[tuple[int, str]] = []
             while self._heap and self._heap[0][0] <= now:
-                first_due, name = heapq.heappop(self._heap)
+                due.append(heapq.heappop(self._heap))
+            plans: list[_Decided] = []
+            following: dict[str, int] = {}
+            for first_due, name in due:
                 job = self.jobs[name]
-                plan, next_s = self._plan(job, first_due, now)
-                self._push(name, next_s)
+                plan, following[name] = self._plan(job, first_due, now)
                 if plan is not None:
                     plans.append(_Decided(job, plan))
-            if plans:
-                await self.race(plans, runs)
+            if not plans or await self.race(plans, runs):
+                failures = 0
+                for name, next_s in following.items():
+                    self._push(name, next_s)
+                continue
+            # Redis did not answer: nothing was decided. Put the ticks back; the next
+            # attempt plans them again, as a backlog for the catch-up policy if late.
+            for first_due, name in due:
+                self._push(name, first_due)
+            await self.clock.sleep(backoff_s(failures))
+            failures += 1
 
     async def _seed(self) -> None:
         """Start each job from its watermark, or from now when it has none."""
@@ -170,41 +183,47 @@ class Scheduler:
 
     # -- race and decide -----------------------------------------------------------------
 
-    async def race(self, decided: Sequence[_Decided], runs: TaskGroup) -> None:
-        """Claim every plan in one pipeline, then decide the won ones in another."""
+    async def race(self, decided: Sequence[_Decided], runs: TaskGroup) -> bool:
+        """Claim every plan in one pipeline, then decide the won ones in another.
+
+        Returns:
+            False when Redis did not answer the claims (nothing was decided).
+        """
         claims = [
             Claim(d.job.name, d.plan.claim_tick_s, self.claim_ttl_ms(d.job), d.trigger_id)
             for d in decided
         ]
         won = await self._claim(claims)
+        if won is None:
+            return False
         winners = [d for d, ok in zip(decided, won, strict=True) if ok]
         self.observer.claims(len(winners), len(decided) - len(winners))
         if winners:
             await self._decide(winners, runs)
+        return True
 
-    async def _claim(self, claims: list[Claim]) -> list[bool]:
+    async def _claim(self, claims: list[Claim]) -> list[bool] | None:
+        """Send the claims; None when Redis did not answer.
+
+        A claim whose reply was lost may have been written. Such claims are remembered,
+        and the next attempt at the same key reads it back instead of trusting ``NX``.
+        """
+        keys = {(c.job, c.tick_s, c.trigger_id) for c in claims}
         try:
-            won = await self.store.claim(claims, self.owner)
-            return won
-        except RedisUnavailableError as exc:
+            if keys & self._ambiguous:
+                won = await self.store.resolve_claims(claims, self.owner)
+            else:
+                won = await self.store.claim(claims, self.owner)
+        except (RedisError, OSError, RedisUnavailableError) as exc:
+            self._ambiguous |= keys
             self._set_ready(False)
             self.observer.redis_error("claim")
-            log.error(
-                "claims failed; reading them back until Redis answers", extra={"error": str(exc)}
-            )
-        attempt = 0
-        while True:
-            await self.clock.sleep(backoff_s(attempt))
-            attempt += 1
-            try:
-                won = await self.store.resolve_claims(claims, self.owner)
-            except (RedisUnavailableError, RedisError, OSError):
-                self.observer.redis_error("claim")
-                continue
-            log.warning(
-                "claims resolved after an error", extra={"won": sum(won), "claims": len(won)}
-            )
-            return won
+            log.error("claims failed; will retry and read back", extra={"error": str(exc)})
+            return None
+        oldest_s = int(self.clock.time()) - 3600
+        self._ambiguous = {key for key in self._ambiguous - keys if key[1] >= oldest_s}
+        self._set_ready(True)
+        return won
 
     async def _decide(self, winners: list[_Decided], runs: TaskGroup) -> None:
         requests = []
@@ -293,6 +312,18 @@ class Scheduler:
                 extra={"job": job, "tick": reply.abandoned_tick_s, "fence": reply.abandoned_fence},
             )
             self.observer.decision(job, Outcome.ABANDONED.value)
+        if reply.superseded_tick_s:
+            out.append(
+                RunRecord(
+                    job,
+                    reply.superseded_tick_s,
+                    node,
+                    Outcome.SKIPPED_OVERLAP,
+                    finished_ms=now_ms,
+                    detail={"superseded_by": plan.claim_tick_s},
+                )
+            )
+            self.observer.decision(job, Outcome.SKIPPED_OVERLAP.value)
         if reply.decision == "stale":
             out.append(RunRecord(job, plan.claim_tick_s, node, Outcome.STALE, finished_ms=now_ms))
             log.warning(
@@ -348,4 +379,8 @@ class Scheduler:
         """Race for a manual trigger: its own claim key, the same lease and overlap policy."""
         now_s = int(self.clock.time())
         plan = TickPlan(now_s, now_s, (now_s,), 0)
-        await self.race([_Decided(job, plan, trigger_id)], runs)
+        if not await self.race([_Decided(job, plan, trigger_id)], runs):
+            log.error(
+                "manual trigger dropped: Redis did not answer",
+                extra={"job": job.name, "trigger": trigger_id},
+            )

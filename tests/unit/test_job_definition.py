@@ -1,0 +1,70 @@
+"""Bad job definitions fail at definition time, naming the job, the field and the value."""
+
+from __future__ import annotations
+
+import pytest
+
+from cronrace import Agent, CronraceError, JobDefinitionError, ScheduleError
+
+
+def handler(ctx: object) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "mentions"),
+    [
+        ({"schedule": "61 * * * *"}, ScheduleError, ["job1", "61 * * * *"]),
+        ({"schedule": "* * *"}, ScheduleError, ["job1", "* * *"]),
+        ({"schedule": "@every 0s"}, ScheduleError, ["job1", "@every 0s"]),
+        ({"schedule": "@sometimes"}, ScheduleError, ["job1", "@sometimes"]),
+        ({"timezone": "Mars/Olympus"}, ScheduleError, ["job1", "Mars/Olympus"]),
+        ({"timezone": "../etc/passwd"}, ScheduleError, ["job1", "../etc/passwd"]),
+        ({"name": "bad name"}, JobDefinitionError, ["bad name"]),
+        ({"name": "-leading-dash"}, JobDefinitionError, ["-leading-dash"]),
+        ({"name": "x" * 129}, JobDefinitionError, ["x" * 129]),
+        ({"name": "a{b}"}, JobDefinitionError, ["a{b}"]),
+        ({"overlap": "sometimes"}, JobDefinitionError, ["job1", "overlap", "sometimes"]),
+        ({"catchup": "everything"}, JobDefinitionError, ["job1", "catchup", "everything"]),
+        ({"lease_ttl": 0}, JobDefinitionError, ["job1", "lease_ttl", "0"]),
+        ({"max_catchup": 0}, JobDefinitionError, ["job1", "max_catchup", "0"]),
+    ],
+)
+def test_invalid_job_field_raises_error_naming_job_and_value(
+    options: dict[str, object], error: type[CronraceError], mentions: list[str]
+) -> None:
+    agent = Agent(redis_url="memory://defs", node_id="n")
+    kwargs: dict[str, object] = {"name": "job1", "schedule": "* * * * *", **options}
+    schedule = kwargs.pop("schedule")
+    with pytest.raises(error) as caught:
+        agent.add_job(handler, str(schedule), **kwargs)
+    message = str(caught.value)
+    assert "\n" not in message
+    for text in mentions:
+        assert text in message
+
+
+def test_duplicate_job_name_is_refused() -> None:
+    agent = Agent(redis_url="memory://defs", node_id="n")
+    agent.add_job(handler, "@hourly", name="nightly")
+    with pytest.raises(JobDefinitionError, match="'nightly'.*already defined"):
+        agent.add_job(handler, "@daily", name="nightly")
+
+
+def test_decorator_names_job_after_function_and_accepts_enum_or_string_policies() -> None:
+    agent = Agent(redis_url="memory://defs", node_id="n")
+
+    @agent.job("*/5 * * * * *", overlap="queue_one", catchup="all", lease_ttl=2.5)
+    async def cleanup(ctx: object) -> None:
+        return None
+
+    job = agent.jobs["cleanup"]
+    assert (job.overlap.value, job.catchup.value, job.lease_ttl_s) == ("queue_one", "all", 2.5)
+    assert job.is_async
+
+
+def test_invalid_agent_settings_name_the_field() -> None:
+    with pytest.raises(CronraceError, match="namespace"):
+        Agent(redis_url="memory://", namespace="has space")
+    with pytest.raises(CronraceError, match="redis_url"):
+        Agent(redis_url="http://example.com")
