@@ -16,6 +16,7 @@ import anyio
 from redis.exceptions import RedisError
 
 from cronrace.clock import Clock
+from cronrace.observer import Observer
 from cronrace.store import Store
 
 log = logging.getLogger("cronrace.lease")
@@ -42,6 +43,7 @@ class Lease:
     renewals: int = 0
     failures: int = 0
     lost_reason: str | None = None
+    observer: Observer = field(default_factory=Observer)
     _deadline_mono: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -86,11 +88,14 @@ class Lease:
                     answer = await self.store.renew(self.job, self.fence, int(self.ttl_s * 1000))
                 except (RedisError, OSError) as exc:
                     self.failures += 1
+                    self.observer.renewal(self.job, False)
                     log.warning(
                         "lease renewal failed; retrying until the deadline",
                         extra={"job": self.job, "fence": self.fence, "error": str(exc)},
                     )
                     next_renewal = min(next_renewal, sent + max(0.05, interval_s / 4))
+            if answer is not None:
+                self.observer.renewal(self.job, answer == 1)
             if answer == 1:
                 self.renewals += 1
                 self._deadline_mono = sent + self.ttl_s * (1 - SAFETY_MARGIN)

@@ -93,7 +93,15 @@ class Runner:
         trigger_id: str | None,
     ) -> None:
         leased = job.overlap is not Overlap.ALLOW
-        lease = Lease(self.store, self.clock, job.name, fence, job.lease_ttl_s, granted_mono)
+        lease = Lease(
+            self.store,
+            self.clock,
+            job.name,
+            fence,
+            job.lease_ttl_s,
+            granted_mono,
+            observer=self.observer,
+        )
         while ticks:
             tick_s = ticks.popleft()
             record = await self._run_once(job, tick_s, lease, trigger_id, renew=leased)
