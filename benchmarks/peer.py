@@ -41,7 +41,11 @@ def _python() -> Path:
 
 def _arq_version(python: Path) -> str | None:
     probe = subprocess.run(
-        [str(python), "-c", "import arq.version, redis; print(arq.version.VERSION, redis.__version__)"],
+        [
+            str(python),
+            "-c",
+            "import arq.version, redis; print(arq.version.VERSION, redis.__version__)",
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from arq import cron
-from arq.connections import RedisSettings
+from arq.connections import RedisSettings, create_pool
 from arq.worker import Worker
 
 RUN_LOG: list[tuple[int, int, int, float]] = []
@@ -44,16 +44,20 @@ def make_handler(node_index: int) -> Any:
     return handler
 
 
-def make_worker(config: dict[str, Any], node_index: int) -> Worker:
+async def make_worker(config: dict[str, Any], node_index: int) -> Worker:
     handler = make_handler(node_index)
     jobs = [
         cron(handler, name=f"{config['namespace']}.j{index:04d}", second=None, microsecond=0)
         for index in range(config["jobs"])
     ]
+    queue_name = f"{config['namespace']}:queue"
+    pool = await create_pool(
+        RedisSettings(host="127.0.0.1", port=config["port"]), default_queue_name=queue_name
+    )
     return Worker(
         cron_jobs=jobs,
-        redis_settings=RedisSettings(host="127.0.0.1", port=config["port"]),
-        queue_name=f"{config['namespace']}:queue",
+        redis_pool=pool,
+        queue_name=queue_name,
         handle_signals=False,
         max_jobs=max(10, config["jobs"]),
     )
@@ -69,14 +73,14 @@ async def read_commands(state: dict[str, Any]) -> None:
         command = json.loads(line)
         if command["cmd"] == "window":
             state["window"] = (int(command["t0"]), int(command["t1"]))
+            state["window_set"].set()
         elif command["cmd"] == "stop":
             state["stop"].set()
             return
 
 
 async def measure(state: dict[str, Any]) -> None:
-    while state["window"] is None:
-        await asyncio.sleep(0.02)
+    await state["window_set"].wait()
     t0, t1 = state["window"]
     for name, at in (("start", t0 - 0.5), ("end", t1 - 0.5)):
         await asyncio.sleep(max(0.0, at - time.time()))
@@ -104,13 +108,16 @@ async def report_ticks(expected: int) -> None:
         next_report = max(next_report + 1, math.floor(time.time()) + 0.5)
 
 
-async def main(config: dict[str, Any]) -> None:
-    state: dict[str, Any] = {"window": None, "marks": {}, "stop": asyncio.Event()}
-    workers = [make_worker(config, node) for node in config["nodes"]]
+async def main(config: dict[str, Any]) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "window": None,
+        "window_set": asyncio.Event(),
+        "marks": {},
+        "stop": asyncio.Event(),
+    }
     started = time.monotonic()
+    workers = [await make_worker(config, node) for node in config["nodes"]]
     mains = [asyncio.create_task(worker.main()) for worker in workers]
-    while not all(worker._pool is not None for worker in workers):  # noqa: SLF001
-        await asyncio.sleep(0.05)
     emit({"ev": "ready", "startup_s": round(time.monotonic() - started, 3)})
     helpers = [
         asyncio.create_task(read_commands(state)),
@@ -122,9 +129,7 @@ async def main(config: dict[str, Any]) -> None:
         task.cancel()
     await asyncio.gather(*helpers, *mains, return_exceptions=True)
     await asyncio.gather(*(worker.close() for worker in workers), return_exceptions=True)
-    result = {"nodes": len(workers), "marks": state["marks"], "run_log": RUN_LOG}
-    Path(config["result_path"]).write_text(json.dumps(result))
-    emit({"ev": "done"})
+    return {"nodes": len(workers), "marks": state["marks"], "run_log": RUN_LOG}
 
 
 if __name__ == "__main__":
@@ -133,6 +138,8 @@ if __name__ == "__main__":
     if cfg.get("loop") == "uvloop":
         import uvloop
 
-        uvloop.run(main(cfg))
+        result = uvloop.run(main(cfg))
     else:
-        asyncio.run(main(cfg))
+        result = asyncio.run(main(cfg))
+    Path(cfg["result_path"]).write_text(json.dumps(result))
+    emit({"ev": "done"})

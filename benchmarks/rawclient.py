@@ -28,7 +28,9 @@ from cronrace.store import Claim, Store
 TTL_MS = 60_000
 
 
-async def _raw(client: aioredis.Redis, batch: int, seconds: float, counter: Any) -> tuple[int, float]:
+async def _raw(
+    client: aioredis.Redis, batch: int, seconds: float, counter: Any
+) -> tuple[int, float]:
     sets = 0
     cpu0, deadline = time.process_time(), time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -89,7 +91,9 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     config = json.loads(sys.argv[1])
     use_uvloop = config.get("loop") == "uvloop"
-    result = anyio.run(measure, config, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
+    result = anyio.run(
+        measure, config, backend="asyncio", backend_options={"use_uvloop": use_uvloop}
+    )
     sys.stdout.write(json.dumps(result) + "\n")
 
 

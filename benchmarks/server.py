@@ -137,6 +137,8 @@ class InfoSnapshot:
             for name in names
             if name != "info"
         }
-        return later.wall_s - self.wall_s, later.cpu_s - self.cpu_s, {
-            name: n for name, n in calls.items() if n
-        }
+        return (
+            later.wall_s - self.wall_s,
+            later.cpu_s - self.cpu_s,
+            {name: n for name, n in calls.items() if n},
+        )

@@ -85,6 +85,7 @@ class Worker:
         self.config = config
         self.agents = build_agents(config)
         self.window: tuple[int, int] | None = None
+        self.window_set = anyio.Event()
         self.marks: dict[str, dict[str, Any]] = {}
         self.stop_event = anyio.Event()
         self.profiler = cProfile.Profile() if config.get("profile_path") else None
@@ -105,13 +106,14 @@ class Worker:
             command = json.loads(line)
             if command["cmd"] == "window":
                 self.window = (int(command["t0"]), int(command["t1"]))
+                self.window_set.set()
             elif command["cmd"] == "stop":
                 self.stop_event.set()
                 return
 
     async def measure(self) -> None:
-        while self.window is None:
-            await anyio.sleep(0.02)
+        await self.window_set.wait()
+        assert self.window is not None
         t0, t1 = self.window
         await _sleep_until(t0 - 0.5)
         self.mark("start")

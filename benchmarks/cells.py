@@ -1,0 +1,453 @@
+"""One benchmark cell: N nodes x J one-second jobs, run, measured and checked.
+
+A cell's timeline (wall clock, T0 chosen once every process is ready):
+
+    start processes -> all ready -> warm-up ticks -> [T0 - 0.5 ... T1 - 0.5] -> stop
+
+Redis ``INFO`` (commandstats, CPU) is read by the harness at both ends of the window; the
+fleet processes snapshot their own CPU and request counters at the same instants, so the
+window holds exactly ticks T0 .. T1-1 and every figure is a difference over it.
+Duplicates and misses are counted from the handlers' own run log (and, for cronrace,
+checked against the run records on the ``runs:{job}`` streams), never assumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.instrument import BACKGROUND_PHASES, TICK_PHASES
+from benchmarks.procs import Fleet, FleetError
+from benchmarks.server import BenchServer, InfoSnapshot
+from cronrace.store import Store
+
+SCHEDULE = "* * * * * *"
+#: A tick is "late" when its claims are not all sent this long after it.
+LATE_CLAIMS_S = 1.5
+#: Wake-ups this late, or a process this busy, for this many ticks in a row: the
+#: machine cannot drive the cell.
+LATE_WAKE_MS = 500.0
+BUSY_CPU = 0.95
+BAD_TICKS_TO_ABORT = 2
+#: Commands a new connection sends before any work (not part of any phase's cost).
+CONNECT_COMMANDS = ("hello", "client")
+
+Status = Callable[[str, float], None]
+
+
+@dataclass
+class CellSpec:
+    """What to run: a system, a fleet shape, and for how long."""
+
+    system: str  # "cronrace" or "arq"
+    nodes: int
+    jobs: int
+    ticks: int
+    procs: int
+    warmup_ticks: int = 3
+    chaos: bool = False  # staggered starts and one process paused
+    stagger_s: float = 0.7
+    pause_s: float = 3.0
+    profile: bool = False
+    startup_budget_s: float = 60.0
+
+    @property
+    def label(self) -> str:
+        suffix = " staggered+paused" if self.chaos else ""
+        return f"{self.system} {self.nodes}x{self.jobs}{suffix}"
+
+
+@dataclass
+class Context:
+    """What every cell of one run shares."""
+
+    server: BenchServer
+    workdir: Path
+    loop: str
+    peer_python: Path | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+    limit: dict[str, Any] = field(default_factory=dict)
+    counter: int = 0
+
+
+def percentile(values: list[float], pct: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _split(nodes: int, procs: int) -> list[list[int]]:
+    return [list(range(nodes))[index::procs] for index in range(procs)]
+
+
+def _argv(spec: CellSpec, ctx: Context) -> list[str]:
+    if spec.system == "cronrace":
+        return [sys.executable, "-m", "benchmarks.worker"]
+    assert ctx.peer_python is not None
+    return [str(ctx.peer_python), str(Path(__file__).with_name("peer_arq.py"))]
+
+
+def run_cell(spec: CellSpec, ctx: Context, status: Status) -> dict[str, Any]:
+    """Run one cell and return its row (``status`` is ok, exceeds or error)."""
+    ctx.counter += 1
+    namespace = f"b{ctx.counter}"
+    ctx.server.flush()
+    workdir = ctx.workdir / f"{ctx.counter:02d}-{spec.system}-{spec.nodes}x{spec.jobs}"
+    fleet = Fleet(workdir)
+    row: dict[str, Any] = {
+        "system": spec.system,
+        "nodes": spec.nodes,
+        "jobs": spec.jobs,
+        "nodes_x_jobs": spec.nodes * spec.jobs,
+        "procs": spec.procs,
+        "kind": "chaos" if spec.chaos else "sweep",
+        "loop": ctx.loop,
+    }
+    base = {
+        "redis_url": ctx.server.url,
+        "port": ctx.server.port,
+        "namespace": namespace,
+        "jobs": spec.jobs,
+        "schedule": SCHEDULE,
+        "loop": ctx.loop,
+        "startup_timeout_s": spec.startup_budget_s,
+    }
+    try:
+        return _run(spec, ctx, fleet, base, row, workdir, status)
+    except FleetError as exc:
+        fleet.kill()
+        return {**row, "status": "error", "reason": str(exc)[:400]}
+    except BaseException:
+        fleet.kill()
+        raise
+
+
+def _run(
+    spec: CellSpec,
+    ctx: Context,
+    fleet: Fleet,
+    base: dict[str, Any],
+    row: dict[str, Any],
+    workdir: Path,
+    status: Status,
+) -> dict[str, Any]:
+    argv = _argv(spec, ctx)
+    status(f"{spec.label}: starting {spec.procs} process(es)", 0.0)
+    started = time.time()
+    for index, nodes in enumerate(_split(spec.nodes, spec.procs)):
+        config = {**base, "nodes": nodes}
+        if spec.profile and index == 0:
+            config["profile_path"] = str(workdir / "proc0.prof")
+        if spec.chaos and index:
+            _wait_events(fleet, time.time() + spec.stagger_s)
+        fleet.spawn(argv, config)
+    deadline = started + spec.startup_budget_s
+    while not all(proc.ready for proc in fleet.procs):
+        got = fleet.next_event(deadline)
+        if got is None:
+            ready = sum(proc.ready for proc in fleet.procs)
+            fleet.kill()
+            return {
+                **row,
+                "status": "exceeds",
+                "reason": f"start-up of {spec.nodes} agents x {spec.jobs} jobs not done after "
+                f"{spec.startup_budget_s:.0f} s ({ready}/{spec.procs} processes ready)",
+            }
+        fleet.handle(*got)
+    row["startup_s"] = round(max(proc.startup_s for proc in fleet.procs), 2)
+    t0 = math.floor(time.time()) + 1 + spec.warmup_ticks
+    t1 = t0 + spec.ticks
+    fleet.broadcast({"cmd": "window", "t0": t0, "t1": t1})
+    # The chaos run stops one process on a tick boundary, mid-window, for pause_s.
+    pause_at = t0 + 2.0 if spec.chaos else math.inf
+    resume_at = math.inf
+    pause_index = len(fleet.procs) // 2
+    expected = spec.nodes * spec.jobs
+    ticks: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
+    bad_run = 0
+    reasons: list[str] = []
+    snapshots: dict[str, InfoSnapshot] = {}
+    info_client = ctx.server.client()
+    for name, at in (("start", t0 - 0.5), ("end", t1 - 0.5)):
+        while True:
+            got = fleet.next_event(min(at, pause_at, resume_at))
+            if got is None:
+                now = time.time()
+                if now >= pause_at:
+                    fleet.pause(pause_index)
+                    row["paused_at_s"] = round(now - t0, 3)
+                    pause_at, resume_at = math.inf, now + spec.pause_s
+                if now >= resume_at:
+                    fleet.resume(pause_index)
+                    row["paused_for_s"] = round(now - (resume_at - spec.pause_s), 3)
+                    resume_at = math.inf
+                if now >= at:
+                    break
+                continue
+            index, event = got
+            fleet.handle(index, event)
+            if event["ev"] != "tick":
+                continue
+            tick = int(event["tick"])
+            ticks[tick][index] = event
+            done = ticks[tick]
+            progress = min(1.0, max(0.0, (tick - t0 + 1) / spec.ticks))
+            status(_tick_text(spec, tick, t0, done), progress)
+            if spec.chaos or len(done) < len(fleet.procs) or tick < t0 - spec.warmup_ticks:
+                continue
+            bad = _saturation(spec, done, expected)
+            bad_run = bad_run + 1 if bad else 0
+            if bad:
+                reasons.append(f"tick {tick - t0:+d}: {bad}")
+            if bad_run >= BAD_TICKS_TO_ABORT:
+                fleet.stop(timeout_s=30)
+                claims_seen = [sum(e.get("claims", 0) for e in ticks[t].values()) for t in ticks]
+                return {
+                    **row,
+                    "status": "exceeds",
+                    "reason": "; ".join(reasons[-BAD_TICKS_TO_ABORT:]),
+                    "claims_per_s": max(claims_seen, default=0),
+                }
+        snapshots[name] = InfoSnapshot.take(info_client)
+    status(f"{spec.label}: stopping", 1.0)
+    results = fleet.stop()
+    records = None
+    if spec.system == "cronrace":
+        records = asyncio.run(_read_records(ctx.server.url, base["namespace"], spec.jobs))
+    if any(not result for result in results):
+        missing = [
+            proc.index for proc, result in zip(fleet.procs, results, strict=True) if not result
+        ]
+        raise FleetError(
+            f"no result from process(es) {missing}: {fleet.procs[missing[0]].stderr_tail()}"
+        )
+    if spec.profile:
+        row["profile"] = str(workdir / "proc0.prof")
+    return {
+        **row,
+        **measure(spec, ctx, results, snapshots, (t0, t1), records),
+        "saturation_notes": "; ".join(reasons),
+    }
+
+
+def _wait_events(fleet: Fleet, until_s: float) -> None:
+    while (got := fleet.next_event(until_s)) is not None:
+        fleet.handle(*got)
+
+
+def _tick_text(spec: CellSpec, tick: int, t0: int, done: dict[int, dict[str, Any]]) -> str:
+    position = tick - t0 + 1
+    where = f"warm-up {position - 1:+d}" if position < 1 else f"tick {position}/{spec.ticks}"
+    cpu = "/".join(f"{event.get('cpu', 0):.2f}" for event in done.values())
+    return f"{spec.label}: {where}  cpu {cpu}"
+
+
+def _saturation(spec: CellSpec, done: dict[int, dict[str, Any]], expected: int) -> str:
+    """Why this tick shows the machine cannot drive the cell ('' when it can)."""
+    out = []
+    if spec.system == "cronrace":
+        claims = sum(int(event.get("claims", 0)) for event in done.values())
+        if claims < expected:
+            out.append(
+                f"only {claims}/{expected} claims sent within {LATE_CLAIMS_S:g} s of the tick"
+            )
+        lags = [event["wake_lag_max_ms"] for event in done.values() if event.get("wake_lag_max_ms")]
+        if lags and max(lags) > LATE_WAKE_MS:
+            out.append(f"wake-ups up to {max(lags):.0f} ms late")
+    cpus = [float(event.get("cpu", 0)) for event in done.values()]
+    if cpus and max(cpus) >= BUSY_CPU:
+        out.append(f"fleet process CPU {'/'.join(f'{c:.2f}' for c in cpus)} cores")
+    return ", ".join(out)
+
+
+async def _read_records(url: str, namespace: str, jobs: int) -> dict[tuple[int, int], list[str]]:
+    """Every run record of every job: (job index, tick) -> outcomes."""
+    store = Store.from_url(url, namespace, max_connections=16)
+    out: dict[tuple[int, int], list[str]] = defaultdict(list)
+    try:
+        names = [f"j{index:04d}" for index in range(jobs)]
+        limiter = asyncio.Semaphore(16)
+
+        async def one(name: str) -> None:
+            async with limiter:
+                for record in await store.history(name, 10_000):
+                    out[(int(name[1:]), record.tick_s)].append(str(record.outcome.value))
+
+        await asyncio.gather(*(one(name) for name in names))
+    finally:
+        await store.aclose()
+    return out
+
+
+def _delta(results: list[dict[str, Any]], key: str) -> Any:
+    total: Any = 0
+    for result in results:
+        start, end = result["marks"]["start"], result["marks"]["end"]
+        if isinstance(end[key], dict):
+            total = total or Counter()
+            total.update({k: v - start[key].get(k, 0) for k, v in end[key].items()})
+        else:
+            total += end[key] - start[key]
+    return total
+
+
+def _run_checks(
+    run_log: list[list[Any]], jobs: int, window: tuple[int, int]
+) -> tuple[int, int, list[float], Counter[tuple[int, int]]]:
+    t0, t1 = window
+    per: Counter[tuple[int, int]] = Counter((int(e[0]), int(e[1])) for e in run_log)
+    duplicates = sum(count - 1 for count in per.values() if count > 1)
+    missed = sum(1 for job in range(jobs) for tick in range(t0, t1) if not per[(job, tick)])
+    lags_ms = [(float(e[3]) - int(e[1])) * 1000 for e in run_log if t0 <= int(e[1]) < t1]
+    return duplicates, missed, lags_ms, per
+
+
+def measure(
+    spec: CellSpec,
+    ctx: Context,
+    results: list[dict[str, Any]],
+    snapshots: dict[str, InfoSnapshot],
+    window: tuple[int, int],
+    records: dict[tuple[int, int], list[str]] | None,
+) -> dict[str, Any]:
+    """Turn one cell's raw counts into its row of figures."""
+    t0, t1 = window
+    n, j, ticks = spec.nodes, spec.jobs, t1 - t0
+    wall_s, redis_cpu_s, calls = snapshots["start"].delta(snapshots["end"])
+    run_log = [entry for result in results for entry in result["run_log"]]
+    duplicates, missed, lags_ms, per = _run_checks(run_log, j, window)
+    fleet_cpu_s = _delta(results, "cpu")
+    row: dict[str, Any] = {
+        "status": "ok",
+        "ticks": ticks,
+        "window_s": round(wall_s, 3),
+        "duplicates": duplicates,
+        "missed": missed,
+        "runs_in_window": sum(1 for (_job, tick) in per if t0 <= tick < t1),
+        "fire_lag_p50_ms": _round(percentile(lags_ms, 50)),
+        "fire_lag_p99_ms": _round(percentile(lags_ms, 99)),
+        "fire_lag_max_ms": _round(max(lags_ms, default=None)),
+        "fire_lag_samples": len(lags_ms),
+        "redis_cmds_executed_per_tick": round(sum(calls.values()) / ticks, 2),
+        "redis_cmds_by_command": {name: round(n_ / ticks, 2) for name, n_ in sorted(calls.items())},
+        "redis_cpu_s_per_s": round(redis_cpu_s / wall_s, 4),
+        "client_cpu_cores": round(fleet_cpu_s / wall_s, 3),
+        "client_cpu_us_per_job_tick": round(fleet_cpu_s / (j * ticks) * 1e6, 1),
+    }
+    if spec.system == "arq":
+        row["redis_cmds_sent_per_tick"] = row["redis_cmds_executed_per_tick"]
+        return row
+    round_trips = _delta(results, "round_trips")
+    commands = _delta(results, "commands")
+    wakeups = _delta(results, "wakeups")
+    claims = _delta(results, "claims")
+    by_phase: Counter[str] = Counter()
+    for key, count in commands.items():
+        by_phase[key.split("|", 1)[0]] += count
+    claim_sets = commands.get("claim|set", 0)
+    tick_cmds = sum(by_phase[phase] for phase in TICK_PHASES)
+    background_cmds = sum(by_phase[phase] for phase in BACKGROUND_PHASES)
+    winner_cmds = tick_cmds - claim_sets
+    wake_lags = [
+        lag * 1000 for result in results for tick, lag in result["wake_lags"] if t0 <= tick < t1
+    ]
+    record_dups, record_missed, outcomes = _record_checks(records or {}, j, window)
+    raw = ctx.raw.get(f"raw:{j}", {})
+    store_raw = ctx.raw.get(f"store:{j}", {})
+    cpu_per_claim_us = fleet_cpu_s / claims * 1e6 if claims else None
+    limit = ctx.limit
+    row.update(
+        {
+            "claims": claims,
+            "claims_per_s": round(claims / wall_s, 1),
+            "wakeups": wakeups,
+            "claims_per_node_job_tick": _round(claim_sets / (n * j * ticks), 4),
+            "loser_cmds_per_node_job_tick": _round(
+                (claim_sets - j * ticks) / ((n - 1) * j * ticks), 4
+            )
+            if n > 1
+            else None,
+            "winner_cmds_per_job_tick": _round(winner_cmds / (j * ticks), 3),
+            "redis_cmds_sent_per_tick": round((tick_cmds + background_cmds) / ticks, 2),
+            "tick_cmds_sent_per_tick": round(tick_cmds / ticks, 2),
+            "tick_cmds_bound": n * j + 3 * j,
+            "background_cmds_per_tick": round(background_cmds / ticks, 2),
+            "background_cmds_per_node_s": round(background_cmds / (n * wall_s), 3),
+            "script_internal_cmds_per_tick": round(
+                (
+                    sum(n_ for name, n_ in calls.items() if not name.startswith(CONNECT_COMMANDS))
+                    - sum(c for phase, c in by_phase.items() if phase != "connect")
+                )
+                / ticks,
+                2,
+            ),
+            "connects_per_tick": round(calls.get("hello", 0) / ticks, 2),
+            "rtt_per_node_wake": _round(round_trips.get("claim", 0) / wakeups, 4)
+            if wakeups
+            else None,
+            "tick_rtt_per_node_wake": _round(
+                sum(round_trips.get(p, 0) for p in TICK_PHASES) / wakeups, 3
+            )
+            if wakeups
+            else None,
+            "rtt_by_phase_per_tick": {
+                phase: round(count / ticks, 2) for phase, count in sorted(round_trips.items())
+            },
+            "background_rtt_per_node_s": round(
+                sum(round_trips.get(p, 0) for p in BACKGROUND_PHASES) / (n * wall_s), 3
+            ),
+            "wake_lag_p50_ms": _round(percentile(wake_lags, 50)),
+            "wake_lag_p99_ms": _round(percentile(wake_lags, 99)),
+            "redis_cpu_ms_per_1k_claims": _round(redis_cpu_s / claims * 1e6, 2) if claims else None,
+            "agent_cpu_us_per_claim": _round(cpu_per_claim_us, 2),
+            "raw_cpu_us_per_set": _round(raw.get("cpu_us_per_set"), 2),
+            "store_claim_cpu_us_per_set": _round(store_raw.get("cpu_us_per_set"), 2),
+            "agent_cpu_vs_raw": _round(cpu_per_claim_us / raw["cpu_us_per_set"], 2)
+            if raw and cpu_per_claim_us
+            else None,
+            "claims_vs_limit_pipelined": _ratio(claims / wall_s, limit.get("pipelined_rps")),
+            "claims_vs_limit_unpipelined": _ratio(claims / wall_s, limit.get("unpipelined_rps")),
+            "record_duplicates": record_dups,
+            "record_missed": record_missed,
+            "record_outcomes": dict(outcomes),
+        }
+    )
+    return row
+
+
+def _record_checks(
+    records: dict[tuple[int, int], list[str]], jobs: int, window: tuple[int, int]
+) -> tuple[int, int, Counter[str]]:
+    t0, t1 = window
+    outcomes: Counter[str] = Counter()
+    duplicates = 0
+    for (_job, tick), found in records.items():
+        ok = sum(1 for outcome in found if outcome == "ok")
+        duplicates += max(0, ok - 1)
+        if t0 <= tick < t1:
+            outcomes.update(found)
+    missed = sum(
+        1
+        for job in range(jobs)
+        for tick in range(t0, t1)
+        if "ok" not in records.get((job, tick), [])
+    )
+    return duplicates, missed, outcomes
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _ratio(value: float, limit: float | None) -> float | None:
+    return round(value / limit, 5) if limit else None

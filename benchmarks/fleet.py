@@ -1,0 +1,444 @@
+"""Simulated fleets racing for ticks, against the same Redis's limit and against a peer.
+
+``python -m benchmarks.fleet`` runs, in one go and on one private redis-server:
+
+1. the limit: ``redis-benchmark`` ``SET NX PX`` unpipelined and pipelined, and the
+   client-side CPU of raw redis-py and of ``Store.claim`` per pipelined SET;
+2. the sweep: N agents x J 1-second jobs for N in {1, 10, 50, 200} and J in
+   {1, 10, 100, 1000}; cells this machine cannot drive are stopped early and reported
+   as "exceeds" with the measurement that showed it;
+3. the peer: arq's cron jobs with the same numbers of workers and jobs (in its own
+   virtual environment, made on demand), and a run with staggered starts and one
+   worker paused for 3 s, for both systems.
+
+``--quick`` runs a small version in under two minutes and ends with one line of
+``key=value`` figures; ``--smoke`` runs only the quick mode's smallest cell (for the
+test suite); ``--publish`` writes ``benchmarks/results/`` and RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from benchmarks import limit as limits
+from benchmarks import report
+from benchmarks.cells import CellSpec, Context, run_cell
+from benchmarks.peer import ensure_peer, uvloop_installed
+from benchmarks.server import BenchServer
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+RESULTS_MD = BENCH_DIR / "RESULTS.md"
+
+FULL_NODES = (1, 10, 50, 200)
+FULL_JOBS = (1, 10, 100, 1000)
+QUICK_CELLS = ((5, 1), (10, 10), (10, 100))
+PEER_CELLS_FULL = ((1, 1), (5, 1), (10, 10), (10, 100))
+PEER_CELLS_QUICK = ((5, 1),)
+CHAOS_CELL = (5, 10)
+#: The cell the fire-lag target is stated for.
+LAG_TARGET_CELL = (10, 100)
+AGENTS_PER_PROCESS = 100
+#: From this many claims per second a cell gets two fleet processes (one per core).
+TWO_PROCESSES_FROM = 5000
+
+
+@dataclass
+class Plan:
+    cells: list[tuple[int, int]]
+    peer_cells: list[tuple[int, int]]
+    chaos: bool
+    limit: bool
+    ticks: int
+    chaos_ticks: int
+    quick: bool
+    profile: tuple[int, int] | None = None
+    extra_ours: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        ours = len(self.cells) + len(self.extra_ours)
+        peer = len(self.peer_cells) + (1 if self.peer_cells or self.chaos else 0)
+        return ours + peer + (2 if self.chaos else 0) + (2 if self.limit else 0)
+
+
+def procs_for(nodes: int, jobs: int) -> int:
+    """Fleet processes for a cell: ~100 agents each, two once the load needs both cores."""
+    by_agents = math.ceil(nodes / AGENTS_PER_PROCESS)
+    by_load = 2 if nodes * jobs >= TWO_PROCESSES_FROM else 1
+    return max(1, min(nodes, max(by_agents, by_load)))
+
+
+def _cell(text: str) -> tuple[int, int]:
+    nodes, _, jobs = text.lower().partition("x")
+    return int(nodes), int(jobs)
+
+
+def build_plan(args: argparse.Namespace) -> Plan:
+    if args.smoke:
+        plan = Plan(
+            [QUICK_CELLS[0]], [], chaos=False, limit=False, ticks=4, chaos_ticks=0, quick=True
+        )
+    elif args.quick:
+        plan = Plan(
+            list(QUICK_CELLS),
+            list(PEER_CELLS_QUICK),
+            chaos=True,
+            limit=True,
+            ticks=5,
+            chaos_ticks=8,
+            quick=True,
+        )
+    else:
+        cells = [(n, j) for n in FULL_NODES for j in FULL_JOBS]
+        plan = Plan(
+            cells,
+            list(PEER_CELLS_FULL),
+            chaos=True,
+            limit=True,
+            ticks=10,
+            chaos_ticks=70,
+            quick=False,
+        )
+        plan.extra_ours = [c for c in PEER_CELLS_FULL if c not in cells]
+    if args.cells:
+        plan.cells = [_cell(text) for text in args.cells.split(",")]
+        plan.extra_ours = []
+    if args.no_peer:
+        plan.peer_cells = []
+    if args.no_chaos:
+        plan.chaos = False
+    if args.no_limit:
+        plan.limit = False
+    if args.ticks:
+        plan.ticks = args.ticks
+    if args.profile:
+        plan.profile = _cell(args.profile)
+    return plan
+
+
+class Display:
+    """A rich progress display on stderr: the whole run, and the step under way."""
+
+    def __init__(self, total: int) -> None:
+        self.console = Console(stderr=True)
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            refresh_per_second=4,
+        )
+        self.overall: TaskID = self.progress.add_task("benchmark", total=total)
+        self.step: TaskID = self.progress.add_task("", total=100)
+
+    @contextmanager
+    def running(self) -> Iterator[Display]:
+        with self.progress:
+            yield self
+
+    def begin(self, text: str) -> None:
+        self.progress.update(self.step, description=text, completed=0)
+
+    def status(self, text: str, fraction: float) -> None:
+        self.progress.update(self.step, description=text, completed=round(fraction * 100))
+
+    def done(self, text: str) -> None:
+        self.progress.update(self.step, completed=100)
+        self.progress.advance(self.overall)
+        self.console.log(text)
+
+
+def _summary(row: dict[str, Any]) -> str:
+    if row.get("status") != "ok":
+        return f"[yellow]{row['system']} {row['nodes']}x{row['jobs']}: {row['status']}[/] " + str(
+            row.get("reason", "")
+        )
+    return (
+        f"{row['system']} {row['nodes']}x{row['jobs']}{' chaos' if row['kind'] == 'chaos' else ''}"
+        f": cmds/tick {row.get('redis_cmds_sent_per_tick')}  p99 lag "
+        f"{row.get('fire_lag_p99_ms')} ms  dup {row['duplicates']}  missed {row['missed']}"
+    )
+
+
+def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
+    loop = "uvloop" if uvloop_installed() else "asyncio"
+    out: dict[str, Any] = {
+        "machine": report.machine(),
+        "commit": report.git_commit(),
+        "loop": loop,
+        "plan": {
+            "cells": plan.cells,
+            "peer_cells": plan.peer_cells,
+            "ticks": plan.ticks,
+            "chaos_ticks": plan.chaos_ticks,
+            "quick": plan.quick,
+        },
+        "fleet": [],
+        "peer": [],
+        "chaos": [],
+        "limit": {},
+        "raw": {},
+        "peer_status": "not run",
+    }
+    started = time.time()
+    with BenchServer(workdir / "redis") as server:
+        out["machine"]["redis_server"] = server.version
+        ctx = Context(server=server, workdir=workdir, loop=loop)
+        if plan.limit:
+            display.begin("limit: redis-benchmark SET NX PX (unpipelined, pipelined)")
+            ctx.limit = out["limit"] = limits.redis_benchmark(server, quick=plan.quick)
+            display.done(f"redis-benchmark: {json.dumps(ctx.limit)}")
+            display.begin("limit: CPU per SET, raw redis-py and Store.claim")
+            batches = sorted({jobs for _nodes, jobs in plan.cells + plan.extra_ours})
+            ctx.raw = out["raw"] = limits.raw_client(
+                server, loop=loop, batches=batches, quick=plan.quick
+            )
+            display.done("raw client baseline done")
+        for nodes, jobs in plan.cells + plan.extra_ours:
+            spec = CellSpec(
+                "cronrace",
+                nodes,
+                jobs,
+                ticks=plan.ticks,
+                procs=procs_for(nodes, jobs),
+                profile=plan.profile == (nodes, jobs),
+            )
+            display.begin(spec.label)
+            row = run_cell(spec, ctx, display.status)
+            out["fleet"].append(row)
+            display.done(_summary(row))
+        if plan.peer_cells or plan.chaos:
+            display.begin("peer: preparing arq's virtual environment")
+            peer = ensure_peer(with_uvloop=loop == "uvloop")
+            ctx.peer_python = peer.python
+            out["peer_status"] = f"arq {peer.version}" if peer.available else peer.reason
+            display.done(f"peer: {out['peer_status']}")
+            for nodes, jobs in plan.peer_cells:
+                spec = CellSpec("arq", nodes, jobs, ticks=plan.ticks, procs=procs_for(nodes, jobs))
+                display.begin(spec.label)
+                if peer.available:
+                    row = run_cell(spec, ctx, display.status)
+                else:
+                    row = {
+                        "system": "arq",
+                        "nodes": nodes,
+                        "jobs": jobs,
+                        "status": "unavailable",
+                        "reason": peer.reason,
+                    }
+                out["peer"].append(row)
+                display.done(_summary(row))
+        if plan.chaos:
+            nodes, jobs = CHAOS_CELL
+            for system in ("cronrace", "arq"):
+                spec = CellSpec(
+                    system,
+                    nodes,
+                    jobs,
+                    ticks=plan.chaos_ticks,
+                    procs=nodes,
+                    chaos=True,
+                    warmup_ticks=1,
+                )
+                display.begin(spec.label)
+                if system == "arq" and ctx.peer_python is None:
+                    row = {
+                        "system": system,
+                        "nodes": nodes,
+                        "jobs": jobs,
+                        "status": "unavailable",
+                        "reason": out["peer_status"],
+                    }
+                else:
+                    row = run_cell(spec, ctx, display.status)
+                out["chaos"].append(row)
+                display.done(_summary(row))
+    out["wall_s"] = round(time.time() - started, 1)
+    out["machine"]["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    return out
+
+
+def headline(out: dict[str, Any]) -> str:
+    """The closing line: the figures the targets are stated in."""
+    ok = [r for r in out["fleet"] if r.get("status") == "ok"]
+    losers = [r["loser_cmds_per_node_job_tick"] for r in ok if r["nodes"] > 1]
+    claims = max(losers, key=lambda v: abs(v - 1)) if losers else None
+    rtts = [r["rtt_per_node_wake"] for r in ok if r.get("rtt_per_node_wake") is not None]
+    lag_row = next((r for r in ok if (r["nodes"], r["jobs"]) == LAG_TARGET_CELL), None)
+    if lag_row is None and ok:
+        lag_row = max(ok, key=lambda r: r["nodes_x_jobs"])
+    ours = ok + [r for r in out["chaos"] if r.get("system") == "cronrace" and "duplicates" in r]
+    rtt = max(rtts, default=None)
+    return (
+        f"claims_per_node_job_tick={_num(claims)} rtt_per_node_wake={_num(rtt)} "
+        f"p99_fire_lag_ms={_num(lag_row['fire_lag_p99_ms'] if lag_row else None)} "
+        f"duplicates={sum(r['duplicates'] for r in ours)} missed={sum(r['missed'] for r in ours)}"
+    )
+
+
+def _num(value: float | None) -> str:
+    return "nan" if value is None else f"{value:.2f}"
+
+
+def write_outputs(out: dict[str, Any], out_dir: Path, *, publish: bool) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(out, indent=1, default=str))
+    report.write_csv(out_dir / "fleet.csv", out["fleet"])
+    report.write_csv(out_dir / "peer.csv", out["peer"] + out["chaos"])
+    tables = generated_markdown(out, out_dir)
+    (out_dir / "tables.md").write_text(tables)
+    written = [out_dir / name for name in ("results.json", "fleet.csv", "peer.csv", "tables.md")]
+    written += report.plots(out_dir, out["fleet"], out["peer"], out["limit"])
+    if publish:
+        report.update_results_md(RESULTS_MD, tables)
+        written.append(RESULTS_MD)
+    return written
+
+
+def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
+    machine = out["machine"]
+    rel = out_dir.relative_to(BENCH_DIR) if out_dir.is_relative_to(BENCH_DIR) else out_dir
+    comparison = [
+        r
+        for r in out["fleet"]
+        if (r["nodes"], r["jobs"]) in {(p["nodes"], p["jobs"]) for p in out["peer"]}
+    ]
+    lines = [
+        f"Run of commit `{out['commit']}`: {out['wall_s']} s wall, event loop {out['loop']}, "
+        f"{'quick' if out['plan']['quick'] else 'full'} mode, {out['plan']['ticks']} measured "
+        "1-second ticks per cell.",
+        "",
+        f"Machine: {machine.get('cpu_model')}, {machine.get('cpus')} cores, "
+        f"{machine.get('memory_gib')} GiB, {machine.get('platform')}; Python "
+        f"{machine.get('python')}, redis-server {machine.get('redis_server')}, redis-py "
+        f"{machine.get('redis')}, hiredis {machine.get('hiredis')}, uvloop "
+        f"{machine.get('uvloop')}; load average {' '.join(machine.get('loadavg_start', []))} "
+        f"at start, {' '.join(machine.get('loadavg_end', []))} at end (shared machine).",
+        "",
+        "### cronrace: the sweep",
+        "",
+        report.fleet_table(out["fleet"]),
+        "",
+        "Tick-path commands are the claims plus the winners' acquire, record and release; "
+        "background commands (per node: a heartbeat pipeline of 5 every 2 s and a blocking "
+        "`XREAD` of the control stream every 2 s) are counted apart. 'Executed' is Redis's "
+        "own `INFO commandstats` count, which also counts the commands Lua scripts run.",
+        "",
+        f"```\n{headline(out)}\n```",
+        "",
+        "### The limit of the same Redis, measured in the same run",
+        "",
+        report.limit_table(out["limit"], out["raw"]),
+        "",
+        f"### cronrace vs the peer ({out['peer_status']})",
+        "",
+        report.peer_table(comparison + out["peer"]),
+        "",
+        "### Staggered starts, one node paused for 3 s",
+        "",
+        report.chaos_table(out["chaos"]),
+        "",
+        "Plots: "
+        + ", ".join(
+            f"[{name}]({rel}/{name})"
+            for name in ("claims_and_redis_cpu.png", "fire_lag.png", "cronrace_vs_arq.png")
+        ),
+        "",
+        f"![claims and Redis CPU]({rel}/claims_and_redis_cpu.png)",
+        f"![fire lag]({rel}/fire_lag.png)",
+        f"![cronrace vs arq]({rel}/cronrace_vs_arq.png)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.fleet",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="a small run, under two minutes")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="only the quick mode's smallest cell (used by the tests)",
+    )
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="write benchmarks/results/ and the tables of benchmarks/RESULTS.md",
+    )
+    parser.add_argument("--out", type=Path, help="output directory (default benchmarks/out)")
+    parser.add_argument("--cells", help="cronrace cells to run instead, e.g. 10x100,50x10")
+    parser.add_argument("--ticks", type=int, help="measured ticks per cell")
+    parser.add_argument("--no-peer", action="store_true", help="skip arq")
+    parser.add_argument("--no-chaos", action="store_true", help="skip the stagger/pause run")
+    parser.add_argument("--no-limit", action="store_true", help="skip redis-benchmark and raw")
+    parser.add_argument(
+        "--profile",
+        metavar="NxJ",
+        help="cProfile the first fleet process of this cell over the window",
+    )
+    args = parser.parse_args(argv)
+    plan = build_plan(args)
+    out_dir = args.out or (RESULTS_DIR if args.publish else BENCH_DIR / "out")
+    display = Display(plan.steps)
+    workdir = Path(tempfile.mkdtemp(prefix="cronrace-bench-"))
+    try:
+        with display.running():
+            out = run(plan, workdir, display)
+        written = write_outputs(out, out_dir, publish=args.publish)
+    finally:
+        if not plan.profile:
+            shutil.rmtree(workdir, ignore_errors=True)
+    console = Console()
+    console.print(report.fleet_table(out["fleet"]), markup=False, soft_wrap=True)
+    if plan.profile:
+        _print_profile(out, console)
+    display.console.log(f"wrote {', '.join(str(path) for path in written)} in {out['wall_s']} s")
+    sys.stdout.write(headline(out) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _print_profile(out: dict[str, Any], console: Console) -> None:
+    import io
+    import pstats
+
+    for row in out["fleet"]:
+        if row.get("profile"):
+            buffer = io.StringIO()
+            stats = pstats.Stats(row["profile"], stream=buffer)
+            stats.sort_stats("tottime").print_stats(30)
+            stats.sort_stats("cumulative").print_stats(40)
+            console.print(buffer.getvalue(), markup=False, soft_wrap=True)
+            console.print(f"profile kept at {row['profile']}", markup=False)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
