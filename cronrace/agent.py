@@ -363,8 +363,19 @@ class Agent:
                     await self.scheduler.fire_trigger(job, fields.get("id", entry_id), runs)
 
     def run_sync(self) -> None:
-        """Run until SIGTERM or SIGINT (a second signal cancels runs without waiting)."""
-        anyio.run(self._run_with_signals)
+        """Run until SIGTERM or SIGINT (a second signal cancels runs without waiting).
+
+        Raises:
+            RedisUnavailableError: Redis could not be reached within the start-up timeout.
+        """
+        try:
+            anyio.run(self._run_with_signals)
+        except BaseExceptionGroup as group:
+            # The signal watcher's task group wraps what run() raised; callers (the CLI)
+            # expect the error itself, e.g. RedisUnavailableError, not a group of one.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     async def _run_with_signals(self) -> None:
         async with anyio.create_task_group() as tg:
