@@ -149,28 +149,35 @@ def _check_jobs(jobs_raw: list[Any], allow_hosts: list[str], problems: list[str]
             problems.append(f"job #{index}: is not a table; write [[jobs]] entries")
             continue
         label = _job_label(index, raw)
-        kinds = [f"[jobs.{kind}]" for kind in TARGET_KINDS if kind in raw]
-        if not kinds:
-            problems.append(
-                f"{label}: target: is required; add one of [jobs.http], [jobs.command], "
-                "[jobs.stream]"
-            )
-        elif len(kinds) > 1:
-            problems.append(f"{label}: targets {', '.join(kinds)}: a job has exactly one")
+        name = raw.get("name")
+        if isinstance(name, str) and name in seen:
+            problems.append(f"{label}: name {name!r}: is also the name of job #{seen[name]}")
+        elif isinstance(name, str):
+            seen[name] = index
+        problems.extend(_target_problems(label, raw, allow_hosts))
         try:
-            spec = JobSpec.model_validate(raw)
+            jobs.append(JobSpec.model_validate(raw))
         except ValidationError as exc:
             problems.extend(settings_problems(exc, prefix=label))
-            continue
-        if spec.name in seen:
-            problems.append(
-                f"{label}: name {spec.name!r}: is also the name of job #{seen[spec.name]}"
-            )
-        seen.setdefault(spec.name, index)
-        if spec.http is not None and (problem := spec.http.host_problem(allow_hosts)):
-            problems.append(f"{label}: http.url {spec.http.url!r}: {problem}")
-        jobs.append(spec)
     return jobs
+
+
+def _target_problems(label: str, raw: Mapping[str, Any], allow_hosts: list[str]) -> list[str]:
+    """Problems of the target tables that field validation does not see."""
+    kinds = [f"[jobs.{kind}]" for kind in TARGET_KINDS if kind in raw]
+    if not kinds:
+        return [
+            f"{label}: target: is required; add one of [jobs.http], [jobs.command], [jobs.stream]"
+        ]
+    if len(kinds) > 1:
+        return [f"{label}: targets {', '.join(kinds)}: a job has exactly one"]
+    try:
+        http = HttpSpec.model_validate(raw["http"]) if "http" in raw else None
+    except ValidationError:
+        return []  # reported with the job's other fields
+    if http is not None and (problem := http.host_problem(allow_hosts)):
+        return [f"{label}: http.url {http.url!r}: {problem}"]
+    return []
 
 
 def load_config(path: str | Path, **overrides: Any) -> SidecarConfig:
