@@ -25,7 +25,7 @@ from cronrace.observer import Observer
 from cronrace.policies import Outcome, TickPlan, plan_ticks
 from cronrace.records import RunRecord
 from cronrace.runner import Runner
-from cronrace.store import AcquireReply, AcquireRequest, Claim, Store
+from cronrace.store import AcquireReply, AcquireRequest, Claim, NotReplicatedError, Store
 
 log = logging.getLogger("cronrace.scheduler")
 
@@ -193,7 +193,11 @@ class Scheduler:
             Claim(d.job.name, d.plan.claim_tick_s, self.claim_ttl_ms(d.job), d.trigger_id)
             for d in decided
         ]
-        won = await self._claim(claims)
+        try:
+            won = await self._claim(claims)
+        except NotReplicatedError as exc:
+            await self._not_replicated(decided, exc)
+            return True
         if won is None:
             return False
         winners = [d for d, ok in zip(decided, won, strict=True) if ok]
@@ -201,6 +205,36 @@ class Scheduler:
         if winners:
             await self._decide(winners, runs)
         return True
+
+    async def _not_replicated(self, decided: Sequence[_Decided], exc: NotReplicatedError) -> None:
+        """Won claims that too few replicas confirmed are skipped, and recorded as such."""
+        now_ms = int(self.clock.time() * 1000)
+        records = [
+            RunRecord(
+                d.job.name,
+                d.plan.claim_tick_s,
+                self.settings.node_id,
+                Outcome.NOT_REPLICATED,
+                finished_ms=now_ms,
+                error=f"{exc.acked} of {self.settings.claim_replicas} replicas confirmed",
+            )
+            for d, won in zip(decided, exc.won, strict=True)
+            if won
+        ]
+        log.error(
+            "won claims not replicated in time; not running them",
+            extra={
+                "jobs": [r.job for r in records],
+                "acked": exc.acked,
+                "wanted": self.settings.claim_replicas,
+            },
+        )
+        for record in records:
+            self.observer.decision(record.job, record.outcome.value)
+        try:
+            await self.store.record(records, history=max(d.job.history for d in decided))
+        except (RedisError, OSError) as err:
+            log.error("could not write decision records", extra={"error": str(err)})
 
     async def _claim(self, claims: list[Claim]) -> list[bool] | None:
         """Send the claims; None when Redis did not answer.
@@ -210,10 +244,13 @@ class Scheduler:
         """
         keys = {(c.job, c.tick_s, c.trigger_id) for c in claims}
         try:
-            if keys & self._ambiguous:
-                won = await self.store.resolve_claims(claims, self.owner)
-            else:
-                won = await self.store.claim(claims, self.owner)
+            claim = self.store.resolve_claims if keys & self._ambiguous else self.store.claim
+            won = await claim(
+                claims,
+                self.owner,
+                wait_replicas=self.settings.claim_replicas,
+                wait_ms=self.settings.claim_replicas_timeout_ms,
+            )
         except (RedisError, OSError, RedisUnavailableError) as exc:
             self._ambiguous |= keys
             self._set_ready(False)

@@ -52,6 +52,15 @@ def _script_sources() -> dict[str, str]:
     }
 
 
+class NotReplicatedError(StoreError):
+    """Claims were won, but fewer replicas than asked confirmed them in time."""
+
+    def __init__(self, won: list[bool], acked: int) -> None:
+        super().__init__(f"claims confirmed by {acked} replicas only")
+        self.won = won
+        self.acked = acked
+
+
 class Keys:
     """The spelling of every key of one namespace."""
 
@@ -273,23 +282,48 @@ class Store:
             return self.keys.trigger_claim(claim.job, claim.trigger_id)
         return self.keys.claim(claim.job, claim.tick_s)
 
-    async def claim(self, claims: Sequence[Claim], value: str) -> list[bool]:
+    async def claim(
+        self, claims: Sequence[Claim], value: str, *, wait_replicas: int = 0, wait_ms: int = 0
+    ) -> list[bool]:
         """Race for every claim in one pipeline; True where this node won.
+
+        Args:
+            claims: the ticks (or triggers) to race for.
+            value: this process's claim value, ``<node_id>:<nonce>``.
+            wait_replicas: when > 0, end the pipeline with ``WAIT`` so that a won claim
+                counts only once that many replicas have it (a failover could otherwise
+                lose it and let another node win the same tick).
+            wait_ms: how long ``WAIT`` may block.
 
         Raises:
             RedisUnavailableError: Redis did not answer; the claims are ambiguous and the
                 caller must call :meth:`resolve_claims` before deciding anything.
+            NotReplicatedError: claims were won but fewer replicas confirmed them.
         """
         pipe = self.client.pipeline(transaction=False)
         for claim in claims:
             pipe.set(self._claim_key(claim), value, nx=True, px=claim.ttl_ms)
+        return await self._execute_claims(pipe, wait_replicas, wait_ms, lambda r: list(r))
+
+    async def _execute_claims(
+        self, pipe: Any, wait_replicas: int, wait_ms: int, decode: Any
+    ) -> list[bool]:
+        if wait_replicas > 0:
+            # WAIT covers the writes of this connection only: it must share the pipeline.
+            pipe.execute_command("WAIT", wait_replicas, wait_ms)
         try:
             replies = await pipe.execute()
         except AMBIGUOUS_ERRORS as exc:
             raise RedisUnavailableError(f"claim failed: {exc}") from exc
-        return [bool(reply) for reply in replies]
+        acked = int(replies.pop()) if wait_replicas > 0 else 0
+        won = [bool(reply) for reply in decode(replies)]
+        if wait_replicas > 0 and any(won) and acked < wait_replicas:
+            raise NotReplicatedError(won, acked)
+        return won
 
-    async def resolve_claims(self, claims: Sequence[Claim], value: str) -> list[bool]:
+    async def resolve_claims(
+        self, claims: Sequence[Claim], value: str, *, wait_replicas: int = 0, wait_ms: int = 0
+    ) -> list[bool]:
         """Claim again and read each key back: a claim whose reply was lost may have won.
 
         The claim value is unique to this process, so finding it under the key means this
@@ -300,11 +334,9 @@ class Store:
             key = self._claim_key(claim)
             pipe.set(key, value, nx=True, px=claim.ttl_ms)
             pipe.get(key)
-        try:
-            replies = await pipe.execute()
-        except AMBIGUOUS_ERRORS as exc:
-            raise RedisUnavailableError(f"claim read-back failed: {exc}") from exc
-        return [_text(found) == value for found in replies[1::2]]
+        return await self._execute_claims(
+            pipe, wait_replicas, wait_ms, lambda r: [_text(found) == value for found in r[1::2]]
+        )
 
     async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
         """Decide every won claim in one pipeline (``acquire.lua``)."""

@@ -30,13 +30,19 @@ class RedisServer:
     """One redis-server process on 127.0.0.1, with its data in ``directory``."""
 
     def __init__(
-        self, directory: Path, *, port: int | None = None, appendonly: bool = True
+        self,
+        directory: Path,
+        *,
+        port: int | None = None,
+        appendonly: bool = True,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         if REDIS_SERVER is None:
             raise RuntimeError("redis-server is not installed")
         self.directory = directory
         self.port = port or free_port()
         self.appendonly = appendonly
+        self.extra_args = extra_args
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -65,6 +71,7 @@ class RedisServer:
             "warning",
             "--logfile",
             str(self.directory / "redis.log"),
+            *self.extra_args,
         ]
         self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,70 @@
+"""claim_replicas: a won claim runs only once enough replicas confirm it (WAIT)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from cronrace import Agent
+from tests.helpers import running, settings, wait_for
+from tests.redis_server import RedisServer
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+
+async def run_for_three_ticks(url: str, namespace: str) -> tuple[list[int], list[str]]:
+    ran: list[int] = []
+    agent = Agent(
+        settings=settings(url, namespace, "n0", claim_replicas=1, claim_replicas_timeout_ms=200)
+    )
+    agent.add_job(lambda ctx: ran.append(ctx.tick_s), "* * * * * *", name="job")
+    async with running(agent):
+        await wait_for(
+            lambda: agent.store.history("job", 10),  # type: ignore[arg-type,return-value]
+            timeout_s=1,
+            what="history call",
+        )
+
+        async def three_decisions() -> bool:
+            return len(await agent.history("job", 10)) >= 3
+
+        await wait_for(three_decisions, timeout_s=15, what="3 decisions")
+        records = await agent.history("job", 10)
+    return ran, [r.outcome.value for r in records]
+
+
+@pytest.mark.timeout(60)
+async def test_claims_unconfirmed_by_replicas_are_skipped_and_recorded(
+    fresh_redis: RedisServer, namespace: str
+) -> None:
+    ran, outcomes = await run_for_three_ticks(fresh_redis.url, namespace)
+    assert ran == []
+    assert set(outcomes) == {"skipped:not_replicated"}
+
+
+@pytest.mark.timeout(60)
+async def test_claims_confirmed_by_a_replica_run(
+    fresh_redis: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    primary = Redis.from_url(fresh_redis.url)
+    await primary.config_set("repl-diskless-sync-delay", 0)  # sync at once, not after 5 s
+    await primary.aclose()
+    replica = RedisServer(
+        tmp_path / "replica",
+        appendonly=False,
+        extra_args=("--replicaof", "127.0.0.1", str(fresh_redis.port)),
+    )
+    with replica:
+        client = Redis.from_url(fresh_redis.url)
+
+        async def replica_online() -> bool:
+            info = await client.info("replication")
+            return "online" in str(info.get("slave0", ""))
+
+        await wait_for(replica_online, timeout_s=15, what="the replica in sync")
+        await client.aclose()
+        ran, outcomes = await run_for_three_ticks(fresh_redis.url, namespace)
+    assert len(ran) >= 3
+    assert set(outcomes) == {"ok"}
