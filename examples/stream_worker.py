@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--consumer", default=socket.gethostname())
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    client = redis.Redis.from_url(args.redis_url, decode_responses=True)
+    # Block for less than the socket timeout, or an idle stream reads as a timeout error.
+    client = redis.Redis.from_url(args.redis_url, decode_responses=True, socket_timeout=10)
     try:
         client.xgroup_create(args.stream, args.group, id="0", mkstream=True)
     except redis.ResponseError as exc:
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"worker {args.consumer} reading {args.stream} as group {args.group}", flush=True)
     while True:
         reply = client.xreadgroup(
-            args.group, args.consumer, {args.stream: ">"}, count=10, block=5000
+            args.group, args.consumer, {args.stream: ">"}, count=10, block=2000
         )
         for _stream, entries in reply or []:
             for entry_id, fields in entries:
