@@ -26,7 +26,7 @@ from typing import Any
 from benchmarks.instrument import BACKGROUND_PHASES, TICK_PHASES
 from benchmarks.procs import Fleet, FleetError
 from benchmarks.server import BenchServer, InfoSnapshot
-from cronrace.store import Store
+from cronrace.store import Keys, Store
 
 SCHEDULE = "* * * * * *"
 #: A tick is "late" when its claims are not all sent this long after it.
@@ -57,10 +57,13 @@ class CellSpec:
     pause_s: float = 3.0
     profile: bool = False
     startup_budget_s: float = 60.0
+    #: Take every claim of the window beforehand, so that every agent loses every race:
+    #: what a claim costs a loser, without the winners' work mixed in.
+    losers_only: bool = False
 
     @property
     def label(self) -> str:
-        suffix = " staggered+paused" if self.chaos else ""
+        suffix = " staggered+paused" if self.chaos else " losers only" if self.losers_only else ""
         return f"{self.system} {self.nodes}x{self.jobs}{suffix}"
 
 
@@ -110,7 +113,7 @@ def run_cell(spec: CellSpec, ctx: Context, status: Status) -> dict[str, Any]:
         "jobs": spec.jobs,
         "nodes_x_jobs": spec.nodes * spec.jobs,
         "procs": spec.procs,
-        "kind": "chaos" if spec.chaos else "sweep",
+        "kind": "chaos" if spec.chaos else "losers" if spec.losers_only else "sweep",
         "loop": ctx.loop,
     }
     base = {
@@ -167,6 +170,8 @@ def _run(
     row["startup_s"] = round(max(proc.startup_s for proc in fleet.procs), 2)
     t0 = math.floor(time.time()) + 1 + spec.warmup_ticks
     t1 = t0 + spec.ticks
+    if spec.losers_only:
+        _take_claims(ctx, base["namespace"], spec.jobs, t0 - spec.warmup_ticks + 1, t1 + 3)
     fleet.broadcast({"cmd": "window", "t0": t0, "t1": t1})
     # The chaos run stops one process on a tick boundary, mid-window, for pause_s.
     pause_at = t0 + 2.0 if spec.chaos else math.inf
@@ -238,6 +243,17 @@ def _run(
         **measure(spec, ctx, results, snapshots, (t0, t1), records),
         "saturation_notes": "; ".join(reasons),
     }
+
+
+def _take_claims(ctx: Context, namespace: str, jobs: int, first: int, last: int) -> None:
+    """Win every claim of ticks ``first .. last`` for a node that is not in the fleet."""
+    keys = Keys(namespace)
+    client = ctx.server.client()
+    pipe = client.pipeline(transaction=False)
+    for job in range(jobs):
+        for tick in range(first, last + 1):
+            pipe.set(keys.claim(f"j{job:04d}", tick), "outsider:0", px=600_000)
+    pipe.execute()
 
 
 def _wait_events(fleet: Fleet, until_s: float) -> None:
@@ -324,6 +340,7 @@ def measure(
     t0, t1 = window
     n, j, ticks = spec.nodes, spec.jobs, t1 - t0
     wall_s, redis_cpu_s, calls = snapshots["start"].delta(snapshots["end"])
+    usec = snapshots["start"].usec_per_call(snapshots["end"])
     run_log = [entry for result in results for entry in result["run_log"]]
     duplicates, missed, lags_ms, per = _run_checks(run_log, j, window)
     fleet_cpu_s = _delta(results, "cpu")
@@ -340,6 +357,7 @@ def measure(
         "fire_lag_samples": len(lags_ms),
         "redis_cmds_executed_per_tick": round(sum(calls.values()) / ticks, 2),
         "redis_cmds_by_command": {name: round(n_ / ticks, 2) for name, n_ in sorted(calls.items())},
+        "redis_usec_per_call": usec,
         "redis_cpu_s_per_s": round(redis_cpu_s / wall_s, 4),
         "client_cpu_cores": round(fleet_cpu_s / wall_s, 3),
         "client_cpu_us_per_job_tick": round(fleet_cpu_s / (j * ticks) * 1e6, 1),
@@ -347,6 +365,9 @@ def measure(
     if spec.system == "arq":
         row["redis_cmds_sent_per_tick"] = row["redis_cmds_executed_per_tick"]
         return row
+    if spec.losers_only:
+        # Nothing may run: every claim was taken by an outsider before its tick.
+        row["missed"] = None
     round_trips = _delta(results, "round_trips")
     commands = _delta(results, "commands")
     wakeups = _delta(results, "wakeups")
@@ -358,12 +379,13 @@ def measure(
     tick_cmds = sum(by_phase[phase] for phase in TICK_PHASES)
     background_cmds = sum(by_phase[phase] for phase in BACKGROUND_PHASES)
     winner_cmds = tick_cmds - claim_sets
-    wake_lags = [
-        lag * 1000 for result in results for tick, lag in result["wake_lags"] if t0 <= tick < t1
-    ]
+    wake_lags = _window(results, "wake_lags", window)
+    claim_rtts = _window(results, "claim_rtts", window)
+    acquire_rtts = _window(results, "acquire_rtts", window)
     record_dups, record_missed, outcomes = _record_checks(records or {}, j, window)
     raw = ctx.raw.get(f"raw:{j}", {})
     store_raw = ctx.raw.get(f"store:{j}", {})
+    paced = ctx.raw.get(f"paced:{n}x{j}", {})
     cpu_per_claim_us = fleet_cpu_s / claims * 1e6 if claims else None
     limit = ctx.limit
     row.update(
@@ -372,11 +394,7 @@ def measure(
             "claims_per_s": round(claims / wall_s, 1),
             "wakeups": wakeups,
             "claims_per_node_job_tick": _round(claim_sets / (n * j * ticks), 4),
-            "loser_cmds_per_node_job_tick": _round(
-                (claim_sets - j * ticks) / ((n - 1) * j * ticks), 4
-            )
-            if n > 1
-            else None,
+            "loser_cmds_per_node_job_tick": _loser_cmds(spec, claim_sets, ticks),
             "winner_cmds_per_job_tick": _round(winner_cmds / (j * ticks), 3),
             "redis_cmds_sent_per_tick": round((tick_cmds + background_cmds) / ticks, 2),
             "tick_cmds_sent_per_tick": round(tick_cmds / ticks, 2),
@@ -408,12 +426,20 @@ def measure(
             ),
             "wake_lag_p50_ms": _round(percentile(wake_lags, 50)),
             "wake_lag_p99_ms": _round(percentile(wake_lags, 99)),
+            "claim_rtt_p50_ms": _round(percentile(claim_rtts, 50)),
+            "claim_rtt_p99_ms": _round(percentile(claim_rtts, 99)),
+            "acquire_rtt_p50_ms": _round(percentile(acquire_rtts, 50)),
+            "acquire_rtt_p99_ms": _round(percentile(acquire_rtts, 99)),
             "redis_cpu_ms_per_1k_claims": _round(redis_cpu_s / claims * 1e6, 2) if claims else None,
             "agent_cpu_us_per_claim": _round(cpu_per_claim_us, 2),
             "raw_cpu_us_per_set": _round(raw.get("cpu_us_per_set"), 2),
             "store_claim_cpu_us_per_set": _round(store_raw.get("cpu_us_per_set"), 2),
             "agent_cpu_vs_raw": _round(cpu_per_claim_us / raw["cpu_us_per_set"], 2)
             if raw and cpu_per_claim_us
+            else None,
+            "paced_raw_cpu_us_per_set": _round(paced.get("cpu_us_per_set"), 2),
+            "agent_cpu_vs_paced_raw": _round(cpu_per_claim_us / paced["cpu_us_per_set"], 2)
+            if paced and cpu_per_claim_us
             else None,
             "claims_vs_limit_pipelined": _ratio(claims / wall_s, limit.get("pipelined_rps")),
             "claims_vs_limit_unpipelined": _ratio(claims / wall_s, limit.get("unpipelined_rps")),
@@ -423,6 +449,26 @@ def measure(
         }
     )
     return row
+
+
+def _loser_cmds(spec: CellSpec, claim_sets: int, ticks: int) -> float | None:
+    """Claim commands per losing node x job x tick: every claim but the winner's one."""
+    n, j = spec.nodes, spec.jobs
+    if spec.losers_only:
+        return _round(claim_sets / (n * j * ticks), 4)
+    if n < 2:
+        return None
+    return _round((claim_sets - j * ticks) / ((n - 1) * j * ticks), 4)
+
+
+def _window(results: list[dict[str, Any]], key: str, window: tuple[int, int]) -> list[float]:
+    t0, t1 = window
+    return [
+        seconds * 1000
+        for result in results
+        for tick, seconds in result.get(key, [])
+        if t0 <= tick < t1
+    ]
 
 
 def _record_checks(

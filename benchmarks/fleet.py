@@ -57,6 +57,8 @@ FULL_JOBS = (1, 10, 100, 1000)
 QUICK_CELLS = ((5, 1), (10, 10), (10, 100))
 PEER_CELLS_FULL = ((1, 1), (5, 1), (10, 10), (10, 100))
 PEER_CELLS_QUICK = ((5, 1),)
+LOSER_CELLS_FULL = ((10, 10), (10, 100), (10, 1000), (50, 100))
+LOSER_CELLS_QUICK = ((10, 100),)
 CHAOS_CELL = (5, 10)
 #: The cell the fire-lag target is stated for.
 LAG_TARGET_CELL = (10, 100)
@@ -75,18 +77,20 @@ class Plan:
     chaos_ticks: int
     quick: bool
     profile: tuple[int, int] | None = None
+    agents_per_process: int = AGENTS_PER_PROCESS
     extra_ours: list[tuple[int, int]] = field(default_factory=list)
+    loser_cells: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
-        ours = len(self.cells) + len(self.extra_ours)
+        ours = len(self.cells) + len(self.extra_ours) + len(self.loser_cells)
         peer = len(self.peer_cells) + (1 if self.peer_cells or self.chaos else 0)
         return ours + peer + (2 if self.chaos else 0) + (2 if self.limit else 0)
 
 
-def procs_for(nodes: int, jobs: int) -> int:
+def procs_for(nodes: int, jobs: int, agents_per_process: int = AGENTS_PER_PROCESS) -> int:
     """Fleet processes for a cell: ~100 agents each, two once the load needs both cores."""
-    by_agents = math.ceil(nodes / AGENTS_PER_PROCESS)
+    by_agents = math.ceil(nodes / agents_per_process)
     by_load = 2 if nodes * jobs >= TWO_PROCESSES_FROM else 1
     return max(1, min(nodes, max(by_agents, by_load)))
 
@@ -111,6 +115,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
             chaos_ticks=8,
             quick=True,
         )
+        plan.loser_cells = list(LOSER_CELLS_QUICK)
     else:
         cells = [(n, j) for n in FULL_NODES for j in FULL_JOBS]
         plan = Plan(
@@ -123,9 +128,13 @@ def build_plan(args: argparse.Namespace) -> Plan:
             quick=False,
         )
         plan.extra_ours = [c for c in PEER_CELLS_FULL if c not in cells]
+        plan.loser_cells = list(LOSER_CELLS_FULL)
     if args.cells:
         plan.cells = [_cell(text) for text in args.cells.split(",")]
         plan.extra_ours = []
+        plan.loser_cells = []
+    if args.losers:
+        plan.loser_cells = [_cell(text) for text in args.losers.split(",")]
     if args.no_peer:
         plan.peer_cells = []
     if args.no_chaos:
@@ -136,6 +145,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         plan.ticks = args.ticks
     if args.profile:
         plan.profile = _cell(args.profile)
+    if args.agents_per_process:
+        plan.agents_per_process = args.agents_per_process
     return plan
 
 
@@ -199,6 +210,7 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
             "quick": plan.quick,
         },
         "fleet": [],
+        "losers": [],
         "peer": [],
         "chaos": [],
         "limit": {},
@@ -214,9 +226,11 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
             ctx.limit = out["limit"] = limits.redis_benchmark(server, quick=plan.quick)
             display.done(f"redis-benchmark: {json.dumps(ctx.limit)}")
             display.begin("limit: CPU per SET, raw redis-py and Store.claim")
-            batches = sorted({jobs for _nodes, jobs in plan.cells + plan.extra_ours})
+            batches = sorted(
+                {jobs for _nodes, jobs in plan.cells + plan.extra_ours + plan.loser_cells}
+            )
             ctx.raw = out["raw"] = limits.raw_client(
-                server, loop=loop, batches=batches, quick=plan.quick
+                server, loop=loop, batches=batches, quick=plan.quick, paced=plan.loser_cells
             )
             display.done("raw client baseline done")
         for nodes, jobs in plan.cells + plan.extra_ours:
@@ -225,12 +239,26 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
                 nodes,
                 jobs,
                 ticks=plan.ticks,
-                procs=procs_for(nodes, jobs),
+                procs=procs_for(nodes, jobs, plan.agents_per_process),
                 profile=plan.profile == (nodes, jobs),
             )
             display.begin(spec.label)
             row = run_cell(spec, ctx, display.status)
             out["fleet"].append(row)
+            display.done(_summary(row))
+        for nodes, jobs in plan.loser_cells:
+            spec = CellSpec(
+                "cronrace",
+                nodes,
+                jobs,
+                ticks=plan.ticks,
+                procs=procs_for(nodes, jobs, plan.agents_per_process),
+                losers_only=True,
+                profile=plan.profile == (nodes, jobs),
+            )
+            display.begin(spec.label)
+            row = run_cell(spec, ctx, display.status)
+            out["losers"].append(row)
             display.done(_summary(row))
         if plan.peer_cells or plan.chaos:
             display.begin("peer: preparing arq's virtual environment")
@@ -305,15 +333,16 @@ def _num(value: float | None) -> str:
     return "nan" if value is None else f"{value:.2f}"
 
 
-def write_outputs(out: dict[str, Any], out_dir: Path, *, publish: bool) -> list[Path]:
+def write_outputs(out: dict[str, Any], out_dir: Path, *, publish: bool, plots: bool) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(out, indent=1, default=str))
-    report.write_csv(out_dir / "fleet.csv", out["fleet"])
+    report.write_csv(out_dir / "fleet.csv", out["fleet"] + out["losers"])
     report.write_csv(out_dir / "peer.csv", out["peer"] + out["chaos"])
     tables = generated_markdown(out, out_dir)
     (out_dir / "tables.md").write_text(tables)
     written = [out_dir / name for name in ("results.json", "fleet.csv", "peer.csv", "tables.md")]
-    written += report.plots(out_dir, out["fleet"], out["peer"], out["limit"])
+    if plots:
+        written += report.plots(out_dir, out["fleet"], out["peer"], out["limit"])
     if publish:
         report.update_results_md(RESULTS_MD, tables)
         written.append(RESULTS_MD)
@@ -350,6 +379,14 @@ def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
         "own `INFO commandstats` count, which also counts the commands Lua scripts run.",
         "",
         f"```\n{headline(out)}\n```",
+        "",
+        "### What a claim costs a loser",
+        "",
+        "Every claim of the window was taken beforehand by an outsider, so every agent loses "
+        "every race: the agents' CPU is the claim path alone (plus the per-node background), "
+        "compared with raw redis-py pipelining the same number of `SET NX PX` per round trip.",
+        "",
+        report.losers_table(out["losers"]),
         "",
         "### The limit of the same Redis, measured in the same run",
         "",
@@ -395,7 +432,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="output directory (default benchmarks/out)")
     parser.add_argument("--cells", help="cronrace cells to run instead, e.g. 10x100,50x10")
+    parser.add_argument("--losers", help="losers-only cells to run instead, e.g. 10x100")
     parser.add_argument("--ticks", type=int, help="measured ticks per cell")
+    parser.add_argument(
+        "--agents-per-process",
+        type=int,
+        help=f"simulated agents per fleet process (default {AGENTS_PER_PROCESS})",
+    )
     parser.add_argument("--no-peer", action="store_true", help="skip arq")
     parser.add_argument("--no-chaos", action="store_true", help="skip the stagger/pause run")
     parser.add_argument("--no-limit", action="store_true", help="skip redis-benchmark and raw")
@@ -412,7 +455,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with display.running():
             out = run(plan, workdir, display)
-        written = write_outputs(out, out_dir, publish=args.publish)
+        plots = not args.smoke and report.can_plot()
+        if not plots and not args.smoke:
+            display.console.log("matplotlib is not installed: no plots (pip install -e '.[bench]')")
+        written = write_outputs(out, out_dir, publish=args.publish, plots=plots)
     finally:
         if not plan.profile:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -430,7 +476,7 @@ def _print_profile(out: dict[str, Any], console: Console) -> None:
     import io
     import pstats
 
-    for row in out["fleet"]:
+    for row in out["fleet"] + out["losers"]:
         if row.get("profile"):
             buffer = io.StringIO()
             stats = pstats.Stats(row["profile"], stream=buffer)

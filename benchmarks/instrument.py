@@ -25,7 +25,7 @@ from typing import Any
 
 from redis.asyncio.connection import Connection
 
-from cronrace.store import Claim, Store
+from cronrace.store import AcquireRequest, Claim, Store
 
 #: What the agent is doing when it talks to Redis.
 PHASE: ContextVar[str] = ContextVar("cronrace_bench_phase", default="other")
@@ -62,6 +62,10 @@ class Counters:
     claims_by_tick: Counter[int] = field(default_factory=Counter)
     #: (tick, seconds from the tick to the claim pipeline being sent), one per wake-up.
     wake_lags: list[tuple[int, float]] = field(default_factory=list)
+    #: (tick, seconds the claim pipeline took, send to reply), one per wake-up.
+    claim_rtts: list[tuple[int, float]] = field(default_factory=list)
+    #: (tick, seconds the acquire pipeline took, send to reply), one per winning wake-up.
+    acquire_rtts: list[tuple[int, float]] = field(default_factory=list)
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able copy of the cumulative counts."""
@@ -94,6 +98,11 @@ class CountingConnection(Connection):
         COUNTERS.commands[(PHASE.get(), _command_name(args[0]))] += 1
         return super().pack_command(*args)
 
+    async def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        if self.is_connected:
+            COUNTERS.round_trips["disconnects"] += 1
+        await super().disconnect(*args, **kwargs)
+
     async def on_connect_check_health(self, check_health: bool = True) -> None:
         token = PHASE.set("connect")
         try:
@@ -118,7 +127,7 @@ def _phased(phase: str, method: Callable[..., Any]) -> Callable[..., Any]:
 
 def _counting_claim(method: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(method)
-    async def claim(claims: Sequence[Claim], value: str) -> Any:
+    async def claim(claims: Sequence[Claim], value: str, *args: Any, **kwargs: Any) -> Any:
         sent_s = time.time()
         COUNTERS.wakeups += 1
         COUNTERS.claims += len(claims)
@@ -127,11 +136,26 @@ def _counting_claim(method: Callable[..., Any]) -> Callable[..., Any]:
             if item.trigger_id is None:
                 COUNTERS.claims_by_tick[item.tick_s] += 1
                 oldest = item.tick_s if oldest is None else min(oldest, item.tick_s)
+        reply = await method(claims, value, *args, **kwargs)
         if oldest is not None:
             COUNTERS.wake_lags.append((oldest, sent_s - oldest))
-        return await method(claims, value)
+            COUNTERS.claim_rtts.append((oldest, time.time() - sent_s))
+        return reply
 
     return claim
+
+
+def _timed_acquire(method: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(method)
+    async def acquire(requests: Sequence[AcquireRequest], *args: Any, **kwargs: Any) -> Any:
+        sent_s = time.time()
+        reply = await method(requests, *args, **kwargs)
+        if requests:
+            tick = min(request.decide_tick_s for request in requests)
+            COUNTERS.acquire_rtts.append((tick, time.time() - sent_s))
+        return reply
+
+    return acquire
 
 
 def instrument(store: Store) -> None:
@@ -139,6 +163,8 @@ def instrument(store: Store) -> None:
     store.client.connection_pool.connection_class = CountingConnection
     for name, phase in STORE_PHASES.items():
         method = getattr(store, name)
-        if name == "claim":
+        if name in ("claim", "resolve_claims"):
             method = _counting_claim(method)
+        elif name == "acquire":
+            method = _timed_acquire(method)
         setattr(store, name, _phased(phase, method))

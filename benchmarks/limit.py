@@ -14,6 +14,7 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.procs import REPO_ROOT
@@ -78,7 +79,12 @@ def redis_benchmark(server: BenchServer, *, quick: bool) -> dict[str, Any]:
 
 
 def raw_client(
-    server: BenchServer, *, loop: str, batches: list[int], quick: bool
+    server: BenchServer,
+    *,
+    loop: str,
+    batches: list[int],
+    quick: bool,
+    paced: Sequence[tuple[int, int]] = (),
 ) -> dict[str, Any]:
     """CPU per pipelined SET NX PX: raw redis-py and Store.claim, per batch size."""
     config = {
@@ -87,6 +93,8 @@ def raw_client(
         "batches": batches,
         "repeats": 3,
         "seconds": 0.3 if quick else 0.8,
+        "paced": [list(cell) for cell in paced],
+        "paced_ticks": 4 if quick else 6,
     }
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.rawclient", json.dumps(config)],

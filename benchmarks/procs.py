@@ -46,7 +46,8 @@ class Proc:
             pass
 
     def stderr_tail(self, limit: int = 600) -> str:
-        self.stderr_file.flush()
+        if not self.stderr_file.closed:
+            self.stderr_file.flush()
         try:
             text = self.stderr_path.read_text(errors="replace")
         except OSError:

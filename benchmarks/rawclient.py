@@ -8,13 +8,17 @@ turn and repeated, two loops as fast as they go:
 - ``raw``: a plain ``redis.asyncio.Redis`` pipeline of B ``SET key x NX PX 60000``;
 - ``store``: ``cronrace.store.Store.claim`` with B claims, on the client the agent uses.
 
-and reports the median process CPU per SET, and SETs per second.
+and reports the median process CPU per SET, and SETs per second. A hot loop is the best
+case for any client; a fleet wakes once a second. So for the losers-only cells it also
+runs ``paced``: N raw clients each sending one pipeline of J SETs at every whole second,
+the fleet's traffic shape without the agent.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import statistics
 import sys
 import time
@@ -53,6 +57,38 @@ async def _store(store: Store, batch: int, seconds: float, counter: Any) -> tupl
     return sets, time.process_time() - cpu0
 
 
+async def _paced(url: str, nodes: int, jobs: int, ticks: int, counter: Any) -> dict[str, Any]:
+    clients = [aioredis.Redis.from_url(url) for _ in range(nodes)]
+
+    async def one(client: aioredis.Redis) -> None:
+        pipe = client.pipeline(transaction=False)
+        for _ in range(jobs):
+            pipe.set(f"paced:{next(counter)}", "x", nx=True, px=TTL_MS)
+        await pipe.execute()
+
+    try:
+        for client in clients:
+            await client.ping()
+        await anyio.sleep(math.ceil(time.time()) - time.time())
+        cpu0 = time.process_time()
+        for _tick in range(ticks):
+            async with anyio.create_task_group() as tg:
+                for client in clients:
+                    tg.start_soon(one, client)
+            await anyio.sleep(math.ceil(time.time()) - time.time())
+        cpu_s = time.process_time() - cpu0
+    finally:
+        for client in clients:
+            await client.aclose()
+    return {
+        "kind": "paced",
+        "nodes": nodes,
+        "batch": jobs,
+        "cpu_us_per_set": cpu_s / (nodes * jobs * ticks) * 1e6,
+        "ticks": ticks,
+    }
+
+
 async def measure(config: dict[str, Any]) -> dict[str, Any]:
     raw = aioredis.Redis.from_url(config["redis_url"])
     store = Store.from_url(config["redis_url"], "rawbench")
@@ -75,7 +111,11 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
     finally:
         await raw.aclose()
         await store.aclose()
-    out = {}
+    out: dict[str, Any] = {}
+    for nodes, jobs in config.get("paced", []):
+        out[f"paced:{nodes}x{jobs}"] = await _paced(
+            config["redis_url"], nodes, jobs, config.get("paced_ticks", 5), counter
+        )
     for key, values in samples.items():
         kind, batch = key.split(":")
         out[key] = {

@@ -131,6 +131,48 @@ def fleet_table(rows: list[dict[str, Any]]) -> str:
     return _table(header, out)
 
 
+def losers_table(rows: list[dict[str, Any]]) -> str:
+    """Losers-only cells: the claim path's CPU against raw redis-py at the same batch."""
+    header = [
+        "N × J",
+        "claims/s",
+        "claim cmds per node·job·tick",
+        "agent CPU µs per claim",
+        "raw redis-py µs per SET (B = J)",
+        "Store.claim µs per SET (B = J)",
+        "agent ÷ raw",
+        "raw redis-py µs per SET, paced like the fleet",
+        "agent ÷ paced raw",
+        "Redis CPU ms per 1k claims",
+        "runs (must be 0)",
+    ]
+    out = []
+    for row in rows:
+        cell = f"{row['nodes']} × {row['jobs']}"
+        if row.get("status") != "ok":
+            out.append(
+                [cell, f"**{row.get('status')}**: {row.get('reason', '')}"]
+                + [""] * (len(header) - 2)
+            )
+            continue
+        out.append(
+            [
+                cell,
+                _fmt(row["claims_per_s"], 0),
+                _fmt(row["claims_per_node_job_tick"], 3),
+                _fmt(row["agent_cpu_us_per_claim"], 1),
+                _fmt(row["raw_cpu_us_per_set"], 1),
+                _fmt(row["store_claim_cpu_us_per_set"], 1),
+                f"{_fmt(row['agent_cpu_vs_raw'], 2)}×",
+                _fmt(row.get("paced_raw_cpu_us_per_set"), 1),
+                f"{_fmt(row.get('agent_cpu_vs_paced_raw'), 2)}×",
+                _fmt(row["redis_cpu_ms_per_1k_claims"], 1),
+                _fmt(row["runs_in_window"]),
+            ]
+        )
+    return _table(header, out)
+
+
 def peer_table(rows: list[dict[str, Any]]) -> str:
     header = [
         "system",
@@ -234,6 +276,13 @@ def limit_table(limit: dict[str, Any], raw: dict[str, Any]) -> str:
     elif raw:
         lines.append(f"raw client baseline failed: {raw['error']}")
     return "\n".join(lines)
+
+
+def can_plot() -> bool:
+    """Whether matplotlib (the ``bench`` extra) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def plots(

@@ -114,6 +114,7 @@ class InfoSnapshot:
     wall_s: float
     cpu_s: float
     commands: dict[str, int]
+    usec: dict[str, int]
 
     @classmethod
     def take(cls, client: redis.Redis) -> InfoSnapshot:
@@ -123,8 +124,22 @@ class InfoSnapshot:
             for key, value in info.items()
             if key.startswith("cmdstat_")
         }
+        usec = {
+            key.removeprefix("cmdstat_"): int(value["usec"])
+            for key, value in info.items()
+            if key.startswith("cmdstat_")
+        }
         cpu_s = float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-        return cls(time.time(), cpu_s, commands)
+        return cls(time.time(), cpu_s, commands, usec)
+
+    def usec_per_call(self, later: InfoSnapshot) -> dict[str, float]:
+        """Redis's own time per call of each command between two snapshots (µs)."""
+        out = {}
+        for name, calls in later.commands.items():
+            done = calls - self.commands.get(name, 0)
+            if done and name != "info":
+                out[name] = round((later.usec[name] - self.usec.get(name, 0)) / done, 2)
+        return out
 
     def delta(self, later: InfoSnapshot) -> tuple[float, float, dict[str, int]]:
         """(wall seconds, Redis CPU seconds, calls by command) between two snapshots.
