@@ -208,6 +208,7 @@ class Agent:
                 owner=self.owner,
                 observer=self.observer,
                 hold_s=self.hold_s,
+                sync_threads=self.settings.sync_handler_threads,
             )
             self.scheduler = Scheduler(
                 jobs=self._jobs,

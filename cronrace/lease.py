@@ -43,6 +43,7 @@ class Lease:
     renewals: int = 0
     failures: int = 0
     lost_reason: str | None = None
+    slowest_renewal_s: float = 0.0
     observer: Observer = field(default_factory=Observer)
     _deadline_mono: float = field(init=False)
 
@@ -98,6 +99,7 @@ class Lease:
                 self.observer.renewal(self.job, answer == 1)
             if answer == 1:
                 self.renewals += 1
+                self.slowest_renewal_s = max(self.slowest_renewal_s, self.clock.monotonic() - sent)
                 self._deadline_mono = sent + self.ttl_s * (1 - SAFETY_MARGIN)
             elif answer == 0:
                 self._lose("lease expired or was released under us", victim)

@@ -198,14 +198,14 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
 
         name = url.removeprefix("memory://") or "default"
         server = _MEMORY_SERVERS.setdefault(name, fakeredis.FakeServer())
-        return fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
+        return fakeredis.FakeAsyncRedis(server=server, decode_responses=False)
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
         timeout=timeout_s,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
-        decode_responses=True,
+        decode_responses=False,
         retry=Retry(NoBackoff(), 0),
     )
     return aioredis.Redis.from_pool(pool)
@@ -234,7 +234,7 @@ class Store:
     async def load_scripts(self) -> None:
         """Load every Lua script into the server's script cache."""
         for name, source in self._sources.items():
-            self._shas[name] = await self.client.script_load(source)
+            self._shas[name] = _text(await self.client.script_load(source))
 
     async def _sha(self, name: str) -> str:
         if name not in self._shas:
@@ -600,7 +600,7 @@ class Store:
         entries = await self.client.xrevrange(self.keys.runs(job), count=limit)
         out = []
         for entry_id, fields in entries:
-            raw = fields.get("r")
+            raw = fields.get(b"r", fields.get("r"))
             try:
                 out.append(RunRecord.from_json(raw or b"", record_id=_text(entry_id)))
             except ValueError as exc:

@@ -1,7 +1,9 @@
 -- _lib.lua: helpers prepended by store.py to acquire.lua and release.lua (not a script).
 -- Fences must never be reused, even when Redis lost the counter: a missing counter is
--- seeded from the server clock in milliseconds, which has moved on by more than the
--- number of grants made since (fewer than one grant per millisecond per job).
+-- seeded from the server clock in MICROseconds, which has moved on by more than the
+-- number of grants made since (fewer than one grant per microsecond per job). Milliseconds
+-- were not enough: a grant, a wipe and a new grant fit in one millisecond (a test caught
+-- it). Microseconds since 1970 stay below 2^53, exact in Lua's doubles, until 2255.
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
@@ -9,9 +11,13 @@ local function is_int(raw)
   return type(raw) == 'string' and string.match(raw, '^%-?%d+$') ~= nil
 end
 
-local function now_ms()
+local function now_us()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
 end
 
 local warnings = {}
@@ -24,7 +30,7 @@ local function next_fence(fence_key, lease_key)
   local raw = redis.call('GET', fence_key)
   if not is_int(raw) then
     if raw then warn('fence') end
-    local seed = now_ms()
+    local seed = now_us()
     local held = redis.call('HGET', lease_key, 'fence')
     if is_int(held) and tonumber(held) > seed then seed = tonumber(held) end
     redis.call('SET', fence_key, string.format('%d', seed))

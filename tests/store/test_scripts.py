@@ -48,10 +48,10 @@ async def test_acquire_grants_fence_and_advances_watermark(store: Store) -> None
     assert reply.decision == "run"
     assert reply.fence > 1_000_000_000_000  # seeded from the server clock in ms
     assert reply.prev_watermark_s is None
-    assert await store.client.get(store.keys.last("j")) == "100"
+    assert await store.client.get(store.keys.last("j")) == b"100"
     lease = await store.client.hgetall(store.keys.lease("j"))
-    assert lease["owner"] == "n1:x"
-    assert lease["fence"] == str(reply.fence)
+    assert lease[b"owner"] == b"n1:x"
+    assert lease[b"fence"] == str(reply.fence).encode()
     assert 0 < await store.client.pttl(store.keys.lease("j")) <= 5000
 
 
@@ -70,7 +70,7 @@ async def test_skip_overlap_records_holder_and_runs_nothing(store: Store) -> Non
     assert second.decision == "skipped:overlap"
     assert second.holder_fence == first.fence
     assert second.holder_owner == "n1:x"
-    assert await store.client.hget(store.keys.state("j"), "skipped_overlap") == "1"
+    assert await store.client.hget(store.keys.state("j"), "skipped_overlap") == b"1"
 
 
 async def test_queue_one_keeps_only_the_newest_waiting_tick(store: Store) -> None:
@@ -165,7 +165,7 @@ async def test_paused_job_records_skip_but_still_advances_watermark(store: Store
     await store.set_paused("j", True)
     reply = await acquire_one(store, request(tick=100))
     assert reply.decision == "skipped:paused"
-    assert await store.client.get(store.keys.last("j")) == "100"
+    assert await store.client.get(store.keys.last("j")) == b"100"
     await store.set_paused("j", False)
     assert (await acquire_one(store, request(tick=101))).decision == "run"
 
@@ -174,13 +174,13 @@ async def test_trigger_leaves_the_watermark_alone(store: Store) -> None:
     await acquire_one(store, request(tick=100, mode="mark"))
     reply = await acquire_one(store, request(tick=50, mode="trigger"))
     assert reply.decision == "run"
-    assert await store.client.get(store.keys.last("j")) == "100"
+    assert await store.client.get(store.keys.last("j")) == b"100"
 
 
 async def test_mark_mode_decides_without_running(store: Store) -> None:
     reply = await acquire_one(store, request(tick=100, mode="mark", mark=130))
     assert reply.decision == "marked"
-    assert await store.client.get(store.keys.last("j")) == "130"
+    assert await store.client.get(store.keys.last("j")) == b"130"
     assert await store.client.exists(store.keys.lease("j")) == 0
 
 
@@ -188,7 +188,7 @@ async def test_fenced_set_refuses_a_lower_fence(store: Store) -> None:
     assert await store.fenced_set("target", "from-5", 5)
     assert await store.fenced_set("target", "from-7", 7)
     assert not await store.fenced_set("target", "from-6", 6)
-    assert await store.client.get("target") == "from-7"
+    assert await store.client.get("target") == b"from-7"
     assert await store.fenced_set("target", "again-7", 7)
 
 

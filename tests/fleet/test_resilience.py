@@ -1,0 +1,125 @@
+"""Garbage in Redis, a wiped Redis, cancelled calls, and handlers that hog the process."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+import pytest
+from redis.asyncio import BlockingConnectionPool, Redis
+
+from cronrace import Agent, RunContext
+from tests.helpers import running, settings, wait_for
+from tests.redis_server import RedisServer
+
+
+@pytest.mark.timeout(60)
+async def test_garbage_under_one_jobs_keys_is_reported_and_other_jobs_keep_firing(
+    redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[str] = []
+    agent = Agent(settings=settings(redis_url, namespace, "n0"))
+    agent.add_job(lambda ctx: ran.append(ctx.job), "* * * * * *", name="dirty")
+    agent.add_job(lambda ctx: ran.append(ctx.job), "* * * * * *", name="clean")
+    keys = agent.store.keys
+    async with running(agent):
+        await wait_for(lambda: ran.count("dirty") >= 1, timeout_s=10, what="a dirty run")
+        client = agent.store.client
+        await client.set(keys.fence("dirty"), "NaN")
+        await client.set(keys.last("dirty"), "yesterday")
+        await client.delete(keys.lease("dirty"))
+        await client.hset(keys.lease("dirty"), mapping={"owner": "?", "fence": "x"})
+        await client.xadd(keys.runs("dirty"), {"r": b"\x80 not json"})
+        seen = ran.count("dirty")
+        await wait_for(lambda: ran.count("dirty") >= seen + 2, timeout_s=10, what="dirty again")
+        await wait_for(lambda: ran.count("clean") >= 4, timeout_s=10, what="clean runs")
+        history = await agent.history("dirty", 50)
+    assert history, "history still reads past the unreadable record"
+    garbage = [r for r in caplog.records if "garbage" in r.getMessage()]
+    assert {getattr(r, "key", None) for r in garbage} >= {"fence", "watermark"}
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(60)
+async def test_wiped_redis_reseeds_fences_upward_and_holds_new_runs_one_lease(
+    fresh_redis: RedisServer, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    runs: list[tuple[int, float]] = []
+    lease_ttl_s = 1.5
+
+    async def note(ctx: RunContext) -> None:
+        runs.append((ctx.fence, time.monotonic()))
+
+    agent = Agent(settings=settings(fresh_redis.url, namespace, "n0"))
+    agent.add_job(note, "* * * * * *", name="job", lease_ttl=lease_ttl_s)
+    async with running(agent):
+        await wait_for(lambda: len(runs) >= 2, timeout_s=10, what="2 runs")
+        client = Redis.from_url(fresh_redis.url)
+        await client.flushall()
+        await client.aclose()
+        wiped = time.monotonic()
+        before = len(runs)
+        await wait_for(lambda: len(runs) >= before + 2, timeout_s=15, what="runs after wipe")
+    critical = [r for r in caplog.records if r.levelno == logging.CRITICAL]
+    assert critical, "the wipe is logged loudly"
+    fences = [fence for fence, _ in runs]
+    assert fences == sorted(set(fences)), "fences never go back, even after the wipe"
+    detected = critical[0].created - time.time() + time.monotonic()
+    after = [at for _, at in runs[before:]]
+    assert all(at >= detected + lease_ttl_s - 0.1 for at in after if at > detected)
+    assert wiped < after[0]
+
+
+@pytest.mark.redis
+async def test_cancelled_redis_call_never_leaves_its_reply_for_the_next_caller(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    # One connection, so a reply left behind would be read by the next command.
+    pool = BlockingConnectionPool.from_url(
+        redis_server.url, max_connections=1, decode_responses=True
+    )
+    client = Redis.from_pool(pool)
+    await client.set(f"{namespace}:a", "A")
+    await client.set(f"{namespace}:b", "B")
+    slow = (
+        "local t = redis.call('TIME'); local s = tonumber(t[1]) * 1e6 + tonumber(t[2]) "
+        "repeat local n = redis.call('TIME') until tonumber(n[1]) * 1e6 + tonumber(n[2]) "
+        "- s > 200000 return redis.call('GET', KEYS[1])"
+    )
+    for _ in range(3):
+        with anyio.move_on_after(0.05):
+            await client.eval(slow, 1, f"{namespace}:a")
+        assert await client.get(f"{namespace}:b") == "B"
+    await client.aclose()
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(60)
+async def test_renewals_are_not_starved_by_busy_sync_handlers(
+    redis_server: RedisServer, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="cronrace")
+    """Eight CPU-bound sync handlers (two threads at a time, the default) and 2 s leases."""
+    lease_ttl_s = 2.0
+    finished: list[str] = []
+
+    def burn(ctx: RunContext) -> None:
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            sum(range(10_000))
+        finished.append(ctx.job)
+
+    agent = Agent(settings=settings(redis_server.url, namespace, "n0"))
+    for index in range(8):
+        agent.add_job(burn, "*/5 * * * * *", name=f"burn{index}", lease_ttl=lease_ttl_s)
+    async with running(agent):
+        await wait_for(lambda: len(finished) >= 8, timeout_s=30, what="8 busy runs")
+        records = [r for i in range(8) for r in await agent.history(f"burn{i}", 5)]
+    outcomes = {r.outcome.value for r in records}
+    assert "ok" in outcomes
+    assert not outcomes & {"lease_lost", "abandoned", "error"}, outcomes
+    slowest = [
+        getattr(r, "slowest_ms", 0) for r in caplog.records if r.getMessage() == "lease renewals"
+    ]
+    print(f"slowest renewal under 2 busy threads: {max(slowest, default=0)} ms")
