@@ -166,8 +166,7 @@ def run(
 ) -> None:
     """Run an agent (MODULE:ATTR) or a sidecar (--config FILE) until SIGTERM or SIGINT.
 
-    A first signal stops claiming and lets runs finish within the shutdown grace; a
-    second one cancels them.
+    A first signal stops claiming and lets runs finish within the grace; a second cancels them.
     """
     if target is not None:
         agent = load_agent(target)
