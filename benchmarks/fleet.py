@@ -59,6 +59,8 @@ PEER_CELLS_FULL = ((1, 1), (5, 1), (10, 10), (10, 100))
 PEER_CELLS_QUICK = ((5, 1),)
 LOSER_CELLS_FULL = ((10, 10), (10, 100), (10, 1000), (50, 100))
 LOSER_CELLS_QUICK = ((10, 100),)
+#: The fire-lag target cell again, with every simulated node in a process of its own.
+ONE_PROCESS_PER_NODE_FULL = ((10, 100),)
 CHAOS_CELL = (5, 10)
 #: The cell the fire-lag target is stated for.
 LAG_TARGET_CELL = (10, 100)
@@ -80,10 +82,16 @@ class Plan:
     agents_per_process: int = AGENTS_PER_PROCESS
     extra_ours: list[tuple[int, int]] = field(default_factory=list)
     loser_cells: list[tuple[int, int]] = field(default_factory=list)
+    per_node_cells: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
-        ours = len(self.cells) + len(self.extra_ours) + len(self.loser_cells)
+        ours = (
+            len(self.cells)
+            + len(self.extra_ours)
+            + len(self.loser_cells)
+            + len(self.per_node_cells)
+        )
         peer = len(self.peer_cells) + (1 if self.peer_cells or self.chaos else 0)
         return ours + peer + (2 if self.chaos else 0) + (2 if self.limit else 0)
 
@@ -129,10 +137,12 @@ def build_plan(args: argparse.Namespace) -> Plan:
         )
         plan.extra_ours = [c for c in PEER_CELLS_FULL if c not in cells]
         plan.loser_cells = list(LOSER_CELLS_FULL)
+        plan.per_node_cells = list(ONE_PROCESS_PER_NODE_FULL)
     if args.cells:
         plan.cells = [_cell(text) for text in args.cells.split(",")]
         plan.extra_ours = []
         plan.loser_cells = []
+        plan.per_node_cells = []
     if args.losers:
         plan.loser_cells = [_cell(text) for text in args.losers.split(",")]
     if args.no_peer:
@@ -211,6 +221,7 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
         },
         "fleet": [],
         "losers": [],
+        "per_node": [],
         "peer": [],
         "chaos": [],
         "limit": {},
@@ -245,6 +256,12 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
             display.begin(spec.label)
             row = run_cell(spec, ctx, display.status)
             out["fleet"].append(row)
+            display.done(_summary(row))
+        for nodes, jobs in plan.per_node_cells:
+            spec = CellSpec("cronrace", nodes, jobs, ticks=plan.ticks, procs=nodes)
+            display.begin(f"{spec.label}, one process per node")
+            row = run_cell(spec, ctx, display.status)
+            out["per_node"].append(row)
             display.done(_summary(row))
         for nodes, jobs in plan.loser_cells:
             spec = CellSpec(
@@ -336,7 +353,7 @@ def _num(value: float | None) -> str:
 def write_outputs(out: dict[str, Any], out_dir: Path, *, publish: bool, plots: bool) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(out, indent=1, default=str))
-    report.write_csv(out_dir / "fleet.csv", out["fleet"] + out["losers"])
+    report.write_csv(out_dir / "fleet.csv", out["fleet"] + out["per_node"] + out["losers"])
     report.write_csv(out_dir / "peer.csv", out["peer"] + out["chaos"])
     tables = generated_markdown(out, out_dir)
     (out_dir / "tables.md").write_text(tables)
@@ -379,6 +396,14 @@ def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
         "own `INFO commandstats` count, which also counts the commands Lua scripts run.",
         "",
         f"```\n{headline(out)}\n```",
+        "",
+        "### Where the fire lag goes",
+        "",
+        "Every row but the last is the sweep (simulated agents share a process, "
+        f"{AGENTS_PER_PROCESS} at most, two processes from {TWO_PROCESSES_FROM:,} claims/s); "
+        "the rows marked by their process count repeat a cell with one process per node.",
+        "",
+        report.lag_table(out["fleet"] + out["per_node"]),
         "",
         "### What a claim costs a loser",
         "",

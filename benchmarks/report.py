@@ -131,6 +131,38 @@ def fleet_table(rows: list[dict[str, Any]]) -> str:
     return _table(header, out)
 
 
+def lag_table(rows: list[dict[str, Any]]) -> str:
+    """Where the fire lag goes: wake-up, claim pipeline, acquire pipeline, handler start."""
+    header = [
+        "N × J",
+        "processes",
+        "wake-up lag p50 / p99",
+        "claim pipeline p50 / p99",
+        "acquire pipeline p50 / p99",
+        "fire lag p50 / p99",
+        "agent CPU (cores)",
+        "Redis µs per EVALSHA acquire+release",
+    ]
+    out = []
+    for row in rows:
+        if row.get("status") != "ok":
+            continue
+        usec = row.get("redis_usec_per_call", {})
+        out.append(
+            [
+                f"{row['nodes']} × {row['jobs']}",
+                _fmt(row["procs"]),
+                f"{_fmt(row['wake_lag_p50_ms'], 1)} / {_fmt(row['wake_lag_p99_ms'], 1)}",
+                f"{_fmt(row['claim_rtt_p50_ms'], 1)} / {_fmt(row['claim_rtt_p99_ms'], 1)}",
+                f"{_fmt(row['acquire_rtt_p50_ms'], 1)} / {_fmt(row['acquire_rtt_p99_ms'], 1)}",
+                f"{_fmt(row['fire_lag_p50_ms'], 1)} / {_fmt(row['fire_lag_p99_ms'], 1)}",
+                _fmt(row["client_cpu_cores"], 3),
+                _fmt(usec.get("evalsha"), 1),
+            ]
+        )
+    return _table(header, out) + "\n\nAll times in ms, measured in the agents (wall clock)."
+
+
 def losers_table(rows: list[dict[str, Any]]) -> str:
     """Losers-only cells: the claim path's CPU against raw redis-py at the same batch."""
     header = [
