@@ -117,7 +117,7 @@ class JobSpec(BaseModel):
     def describe_target(self) -> str:
         """A short human description of the target, for ``validate`` and logs."""
         if self.http is not None:
-            return f"http {self.http.method} {self.http.url}"
+            return f"http {self.http.method} {self.http.safe_url}"
         if self.command is not None:
             return "command " + " ".join(self.command.argv)
         if self.stream is not None:
@@ -176,7 +176,7 @@ def _target_problems(label: str, raw: Mapping[str, Any], allow_hosts: list[str])
     except ValidationError:
         return []  # reported with the job's other fields
     if http is not None and (problem := http.host_problem(allow_hosts)):
-        return [f"{label}: http.url {http.url!r}: {problem}"]
+        return [f"{label}: http.url {http.safe_url!r}: {problem}"]
     return []
 
 

@@ -144,6 +144,14 @@ class HttpSpec(BaseModel):
     def host(self) -> str:
         return httpx.URL(self.url).host
 
+    @property
+    def safe_url(self) -> str:
+        """The URL without its password, for logs, errors and run records."""
+        url = httpx.URL(self.url)
+        if not url.password:
+            return self.url
+        return str(url.copy_with(username=url.username, password="***"))  # noqa: S106 - a mask
+
     def host_problem(self, allow_hosts: Sequence[str]) -> str | None:
         """Why this URL may not be called from a sidecar, or None when it may."""
         if is_loopback(self.host) or self.host.lower() in allow_hosts:
@@ -163,7 +171,7 @@ class HttpTarget:
     def __init__(self, spec: HttpSpec, *, allow_hosts: Sequence[str] = ()) -> None:
         problem = spec.host_problem(allow_hosts)
         if problem is not None:
-            raise TargetError(f"http url {spec.url!r}: {problem}")
+            raise TargetError(f"http url {spec.safe_url!r}: {problem}")
         self.spec = spec
 
     def headers(self, ctx: RunContext) -> dict[str, str]:
@@ -179,7 +187,7 @@ class HttpTarget:
 
     async def __call__(self, ctx: RunContext) -> dict[str, Any]:
         spec = self.spec
-        what = f"{spec.method} {spec.url}"
+        what = f"{spec.method} {spec.safe_url}"
         body = ""
         status = 0
         location = ""

@@ -299,3 +299,12 @@ async def test_stream_target_unreachable_redis_is_a_target_error() -> None:
     with pytest.raises(TargetError, match=r"stream 'q' at redis://\*\*\*@127.0.0.1") as caught:
         await target(make_ctx())
     assert "pw" not in str(caught.value)
+
+
+async def test_http_errors_never_show_the_url_password() -> None:
+    spec = HttpSpec(url=f"http://cron:s3cret@127.0.0.1:{free_port()}/x")
+    assert spec.safe_url.startswith("http://cron:***@127.0.0.1:")
+    with pytest.raises(TargetError) as caught:
+        await HttpTarget(spec)(make_ctx())
+    assert "s3cret" not in str(caught.value)
+    assert "cron:***@" in str(caught.value)
