@@ -107,7 +107,10 @@ def settings_problems(exc: ValidationError, *, prefix: str) -> list[str]:
         if kind == "missing":
             lines.append(f"{prefix}: {where}: is required")
             continue
-        value = _short(error.get("input"))
+        raw = error.get("input")
+        if str(error["loc"][-1]) in ("redis_url", "url") and isinstance(raw, str):
+            raw = redact_url(raw)  # a bad URL may still carry a good password
+        value = _short(raw)
         source = ""
         if prefix == "agent" and len(error["loc"]) == 1:
             variable = f"{ENV_PREFIX}{str(error['loc'][0]).upper()}"

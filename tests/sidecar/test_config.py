@@ -217,3 +217,15 @@ def test_operator_command_without_redis_is_a_usage_error(monkeypatch: pytest.Mon
     result = CliRunner().invoke(app, ["status"])
     assert result.exit_code == 2
     assert "no Redis to talk to" in result.output
+
+
+def test_a_bad_redis_url_is_shown_without_its_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "good.toml"
+    path.write_text(GOOD)
+    monkeypatch.setenv("CRONRACE_REDIS_URL", "http://cron:s3cret@redis:6379/0")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    [line] = caught.value.problems
+    assert line.startswith(f"{path}: agent: redis_url 'http://***@redis:6379/0' (from CRONRACE_")
