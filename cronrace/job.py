@@ -113,7 +113,7 @@ class Job:
             parsed = Schedule.parse(schedule, timezone, job=job_name)
         except CronraceError:
             raise
-        except Exception as exc:  # croniter/zoneinfo oddities must still name the job
+        except Exception as exc:  # zoneinfo oddities must still name the job
             raise JobDefinitionError(f"job {job_name!r}: schedule {schedule!r}: {exc}") from exc
         if isinstance(max_catchup, bool) or not isinstance(max_catchup, int) or max_catchup < 1:
             raise JobDefinitionError(f"job {job_name!r}: max_catchup {max_catchup!r} must be >= 1")

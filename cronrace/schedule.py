@@ -1,15 +1,9 @@
 """Parse schedule expressions and locate their ticks as UTC epoch seconds.
 
-Pure tick math: nothing here reads a clock or touches Redis. Every node computes the same
-ticks from the same expression, so the functions are deterministic in their arguments.
-
-Accepted expressions (DESIGN.md section 6):
-
-- 5-field cron ``minute hour day-of-month month day-of-week``;
-- 6-field cron with the seconds field first;
-- the aliases ``@yearly @annually @monthly @weekly @daily @midnight @hourly``;
-- ``@every <duration>`` such as ``90s`` or ``1h30m``: ticks at whole multiples of the period
-  since the Unix epoch, whatever the time zone, so nodes agree without talking.
+Pure tick math (DESIGN.md section 6): nothing here reads a clock or touches Redis, so every
+node computes the same ticks from the same expression. An expression is 5-field cron, 6-field
+cron with seconds first, an alias (``@daily``...) or ``@every <duration>``, whose ticks are
+whole multiples of the period since the Unix epoch in every time zone.
 
 Cron fields are read in the job's IANA time zone and follow cronie (Debian cron):
 
@@ -47,10 +41,10 @@ _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 # The closest two offset changes in tzdata since 1900 are four days apart (Africa/Freetown,
 # 1939), so six hours cannot step over a pair.
 _SAMPLE_S = 6 * 3600
-# Cron calendars repeat every 400 Gregorian years; a search running longer has no answer.
+# Cron calendars repeat every 400 Gregorian years; a search running longer has no answer,
+# and keeping starts within 1000-9000 keeps such a search inside what datetime represents.
 _SEARCH_LIMIT_S = 401 * 366 * _DAY_S
-# Keep every search, including its 400-year limit, inside what datetime can represent.
-_MIN_S = (date(2, 1, 1).toordinal() - _EPOCH_ORDINAL) * _DAY_S
+_MIN_S = (date(1000, 1, 1).toordinal() - _EPOCH_ORDINAL) * _DAY_S
 _MAX_S = (date(9000, 1, 1).toordinal() - _EPOCH_ORDINAL) * _DAY_S
 
 _ALIASES = {
@@ -80,17 +74,15 @@ class _Field:
     name: str
     low: int
     high: int
-    names: tuple[str, ...] = ()
-    first_name_value: int = 0
+    names: tuple[str, ...] = ()  # names[i] spells the value low + i
 
 
 _SECOND = _Field("second", 0, 59)
 _MINUTE = _Field("minute", 0, 59)
 _HOUR = _Field("hour", 0, 23)
 _DOM = _Field("day-of-month", 1, 31)
-_MONTH = _Field("month", 1, 12, _MONTH_NAMES, 1)
-# 7 is Sunday as well as 0, as in every cron.
-_DOW = _Field("day-of-week", 0, 7, _DAY_NAMES, 0)
+_MONTH = _Field("month", 1, 12, _MONTH_NAMES)
+_DOW = _Field("day-of-week", 0, 7, _DAY_NAMES)  # 7 is Sunday as well as 0, as in every cron
 
 
 def _month_len(year: int, month: int) -> int:
@@ -173,8 +165,8 @@ class _Cron:
 
 
 def _offset_s(zone: ZoneInfo, t: int) -> int:
-    offset = zone.utcoffset(datetime.fromtimestamp(t, zone))
-    assert offset is not None  # a ZoneInfo always knows its offset
+    offset = datetime.fromtimestamp(t, zone).utcoffset()
+    assert offset is not None  # an aware datetime always has one
     return offset.days * _DAY_S + offset.seconds
 
 
@@ -184,13 +176,10 @@ def _year_start_s(year: int) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _transitions(zone: ZoneInfo, year: int) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
-    """Return the offset changes of one UTC year: their instants and (before, after) offsets.
+    """Return one UTC year's offset changes: instants and (before, after) offsets.
 
-    zoneinfo keeps its transition table private, so the offset is sampled and each change
-    bisected to the exact second.
+    zoneinfo keeps its table private, so offsets are sampled and each change bisected.
     """
-    if not 1 < year < 9999:
-        return (), ()
     times: list[int] = []
     offsets: list[tuple[int, int]] = []
     end = _year_start_s(year + 1) - 1
@@ -213,26 +202,21 @@ def _transitions(zone: ZoneInfo, year: int) -> tuple[tuple[int, ...], tuple[tupl
 
 
 def _segment(zone: ZoneInfo, t: int) -> tuple[int, tuple[int, int, int] | None, int]:
-    """Return the offset at t, the last change at or before t, and when the offset next changes.
+    """Return the offset at t, the last change (at, before, after) up to t, and the next one.
 
-    The change is (instant, offset before, offset after), None when there is none within a
-    year. The next change is a synthetic boundary when none comes within a year.
+    Without a change within a year, the last is None and the next is a synthetic boundary.
     """
     year = date.fromordinal(_EPOCH_ORDINAL + t // _DAY_S).year
     times, offsets = _transitions(zone, year)
     i = bisect.bisect_right(times, t)
-    previous: tuple[int, int, int] | None = None
-    if i:
-        previous = (times[i - 1], *offsets[i - 1])
-    else:
-        earlier_times, earlier_offsets = _transitions(zone, year - 1)
-        if earlier_times:
-            previous = (earlier_times[-1], *earlier_offsets[-1])
-    if i < len(times):
-        end = times[i]
-    else:
-        later_times, _ = _transitions(zone, year + 1)
-        end = later_times[0] if later_times else _year_start_s(year + 2)
+    if not i:
+        times_before, offsets_before = _transitions(zone, year - 1)
+        times, offsets, i = times_before + times, offsets_before + offsets, len(times_before)
+    previous = (times[i - 1], *offsets[i - 1]) if i else None
+    if i == len(times):
+        times_after, _ = _transitions(zone, year + 1)
+        times += times_after or (_year_start_s(year + 2),)
+    end = times[i]
     offset = previous[2] if previous is not None else _offset_s(zone, t)
     return offset, previous, end
 
@@ -242,7 +226,7 @@ def _expand(text: str, spec: _Field) -> tuple[set[int], set[tuple[int, int]], bo
 
     def number(token: str) -> int:
         if token.lower() in spec.names:
-            return spec.names.index(token.lower()) + spec.first_name_value
+            return spec.names.index(token.lower()) + spec.low
         if not (token.isascii() and token.isdigit()):
             kind = "a number or name" if spec.names else "a number"
             raise _InvalidError(f"{spec.name} {token!r} is not {kind}")
@@ -366,16 +350,13 @@ class Schedule:
 
     @classmethod
     def parse(cls, expr: str, timezone: str = "UTC", *, job: str | None = None) -> Schedule:
-        """Parse a cron expression, an alias or ``@every <duration>`` in a time zone.
+        """Return the schedule of a cron expression, alias or ``@every`` in a time zone.
 
         Args:
             expr: 5-field cron, 6-field cron with seconds first, an alias such as
                 ``@daily``, or ``@every 1h30m``.
             timezone: IANA time zone name the cron fields are read in.
             job: name of the job, quoted in the error message.
-
-        Returns:
-            The schedule, ready to compute ticks.
 
         Raises:
             ScheduleError: the expression or the time zone cannot be used; the one-line
@@ -403,7 +384,7 @@ class Schedule:
         if self._period_s:
             return (after_s // self._period_s + 1) * self._period_s
         if not _MIN_S <= after_s <= _MAX_S:
-            raise ValueError(f"after_s {after_s} is outside the years 2-9000")
+            raise ValueError(f"after_s {after_s} is outside the years 1000-9000")
         assert self._cron is not None
         cron, zone = self._cron, self._zone
         t = after_s + 1
@@ -423,7 +404,7 @@ class Schedule:
             if wall is not None:
                 return wall - offset
             t = end
-        raise ValueError(f"schedule {self.expr!r} has no tick within 400 years of {after_s}")
+        raise ScheduleError(f"schedule {self.expr!r} has no tick within 400 years of {after_s}")
 
     def ticks_between(self, after_s: int, until_s: int, limit: int) -> list[int]:
         """Return the earliest ticks t with ``after_s < t <= until_s``, ascending.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -66,7 +67,7 @@ def overlaps(spans: list[Span]) -> list[tuple[int, int]]:
     ordered = sorted(spans, key=lambda s: s.start)
     return [
         (a.fence, b.fence)
-        for a, b in zip(ordered, ordered[1:], strict=False)
+        for a, b in itertools.pairwise(ordered)
         if a.end is not None and b.start < a.end - 0.01
     ]
 
@@ -109,15 +110,14 @@ async def test_queue_one_runs_back_to_back_with_at_most_one_waiting(
     done = spans.done()[:4]
     assert overlaps(spans.spans) == []
     # Each queued run starts as soon as the previous one releases: a hand-on, no gap.
-    gaps = [b.start - a.end for a, b in zip(done, done[1:], strict=False) if a.end]
+    gaps = [b.start - a.end for a, b in itertools.pairwise(done) if a.end]
     assert all(0 <= gap < 0.3 for gap in gaps), gaps
     # The arithmetic: a run every 2.5 s, and it is always the newest waiting tick.
     span_s = done[-1].start - done[0].start
     assert 7.0 < span_s < 8.5
     ticks = [s.tick_s for s in done]
     assert all(
-        later - earlier == 2 or later - earlier == 3
-        for earlier, later in zip(ticks, ticks[1:], strict=False)
+        later - earlier == 2 or later - earlier == 3 for earlier, later in itertools.pairwise(ticks)
     )
     counts = outcomes(records)
     assert counts["queued"] >= 4
@@ -151,7 +151,7 @@ async def test_replace_cancels_the_old_run_and_refuses_its_late_writes(
     async with running(*agents):
         await wait_for(lambda: len(cancels) >= 3, timeout_s=30, what="3 replaced runs")
     fences = sorted(starts)
-    for old, new in zip(fences, fences[1:], strict=False):
+    for old, new in itertools.pairwise(fences):
         if old in cancels:
             # Cancelled at its next renewal: within lease_ttl/3 of the new run, plus slack.
             assert cancels[old] - starts[new] < lease_ttl_s / 3 + 0.3

@@ -47,7 +47,7 @@ def test_invalid_job_field_raises_error_naming_job_and_value(
 def test_duplicate_job_name_is_refused() -> None:
     agent = Agent(redis_url="memory://defs", node_id="n")
     agent.add_job(handler, "@hourly", name="nightly")
-    with pytest.raises(JobDefinitionError, match="'nightly'.*already defined"):
+    with pytest.raises(JobDefinitionError, match=r"'nightly'.*already defined"):
         agent.add_job(handler, "@daily", name="nightly")
 
 
