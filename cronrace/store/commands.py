@@ -12,30 +12,28 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any, cast
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cronrace.errors import RedisUnavailableError, StoreError
 from cronrace.records import JobState, LeaseInfo, NodeInfo, RunRecord
-
-log = logging.getLogger("cronrace.store")
-
-#: Errors after which a command may or may not have run on the server.
-AMBIGUOUS_ERRORS: tuple[type[BaseException], ...] = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    OSError,
+from cronrace.store.client import AMBIGUOUS_ERRORS, make_client
+from cronrace.store.keys import Keys
+from cronrace.store.replies import (
+    AcquireReply,
+    AcquireRequest,
+    Claim,
+    HeartbeatReply,
+    NotReplicatedError,
+    ReleaseReply,
+    decode_text,
+    decode_warnings,
+    int_or_none,
 )
 
-_MEMORY_SERVERS: dict[str, Any] = {}
+log = logging.getLogger("cronrace.store")
 
 
 def _read_lua(name: str) -> str:
@@ -50,165 +48,6 @@ def _script_sources() -> dict[str, str]:
         "release": lib + _read_lua("release.lua"),
         "fenced_set": _read_lua("fenced_set.lua"),
     }
-
-
-class NotReplicatedError(StoreError):
-    """Claims were won, but fewer replicas than asked confirmed them in time."""
-
-    def __init__(self, won: list[bool], acked: int) -> None:
-        super().__init__(f"claims confirmed by {acked} replicas only")
-        self.won = won
-        self.acked = acked
-
-
-class Keys:
-    """The spelling of every key of one namespace."""
-
-    def __init__(self, namespace: str) -> None:
-        self.ns = namespace
-
-    def claim(self, job: str, tick_s: int) -> str:
-        return f"{self.ns}:claim:{{{job}}}:{tick_s}"
-
-    def trigger_claim(self, job: str, trigger_id: str) -> str:
-        return f"{self.ns}:claim:{{{job}}}:trigger:{trigger_id}"
-
-    def lease(self, job: str) -> str:
-        return f"{self.ns}:lease:{{{job}}}"
-
-    def fence(self, job: str) -> str:
-        return f"{self.ns}:fence:{{{job}}}"
-
-    def last(self, job: str) -> str:
-        return f"{self.ns}:last:{{{job}}}"
-
-    def pending(self, job: str) -> str:
-        return f"{self.ns}:pending:{{{job}}}"
-
-    def state(self, job: str) -> str:
-        return f"{self.ns}:state:{{{job}}}"
-
-    def runs(self, job: str) -> str:
-        return f"{self.ns}:runs:{{{job}}}"
-
-    @property
-    def nodes(self) -> str:
-        return f"{self.ns}:nodes"
-
-    @property
-    def epoch(self) -> str:
-        return f"{self.ns}:epoch"
-
-    @property
-    def jobs(self) -> str:
-        return f"{self.ns}:jobs"
-
-    @property
-    def control(self) -> str:
-        return f"{self.ns}:control"
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """One claim to race for: a scheduled tick, or a manual trigger when ``trigger_id``."""
-
-    job: str
-    tick_s: int
-    ttl_ms: int
-    trigger_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AcquireRequest:
-    """The arguments of ``acquire.lua`` for one won claim."""
-
-    job: str
-    decide_tick_s: int
-    mark_tick_s: int
-    run_tick_s: int
-    owner: str
-    lease_ttl_ms: int
-    overlap: str
-    mode: str  # run | mark | trigger
-
-
-@dataclass(frozen=True, slots=True)
-class AcquireReply:
-    """What ``acquire.lua`` decided."""
-
-    decision: str
-    fence: int
-    prev_watermark_s: int | None
-    holder_fence: int
-    holder_owner: str
-    abandoned_tick_s: int
-    abandoned_fence: int
-    abandoned_owner: str
-    warnings: tuple[str, ...]
-    superseded_tick_s: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseReply:
-    """What ``release.lua`` decided: ``released``, ``run`` (hand-on) or ``not_owner``."""
-
-    decision: str
-    fence: int
-    tick_s: int
-    warnings: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatReply:
-    """The server's clock and epoch, read in one round trip."""
-
-    server_time_s: float
-    epoch: str
-
-
-def _warnings(raw: Any) -> tuple[str, ...]:
-    text = _text(raw)
-    return tuple(part for part in text.split(",") if part)
-
-
-def _text(raw: Any) -> str:
-    if raw is None:
-        return ""
-    if isinstance(raw, bytes):
-        return raw.decode("utf-8", "replace")
-    return str(raw)
-
-
-def _int_or_none(raw: Any) -> int | None:
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        return None
-
-
-def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) -> Any:
-    """Create a redis.asyncio client for ``url`` (``memory://NAME`` for the embedded one).
-
-    Client-side retries are off: a retried ``SET NX`` whose first reply was lost answers
-    "taken" and would make the node lose a tick it won. cronrace retries by itself and
-    reads the key back instead (DESIGN.md section 8).
-    """
-    if url.startswith("memory://"):
-        import fakeredis
-
-        name = url.removeprefix("memory://") or "default"
-        server = _MEMORY_SERVERS.setdefault(name, fakeredis.FakeServer())
-        return fakeredis.FakeAsyncRedis(server=server, decode_responses=False)
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=timeout_s,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        decode_responses=False,
-        retry=Retry(NoBackoff(), 0),
-    )
-    return aioredis.Redis.from_pool(pool)
 
 
 class Store:
@@ -234,7 +73,7 @@ class Store:
     async def load_scripts(self) -> None:
         """Load every Lua script into the server's script cache."""
         for name, source in self._sources.items():
-            self._shas[name] = _text(await self.client.script_load(source))
+            self._shas[name] = decode_text(await self.client.script_load(source))
 
     async def _sha(self, name: str) -> str:
         if name not in self._shas:
@@ -335,7 +174,10 @@ class Store:
             pipe.set(key, value, nx=True, px=claim.ttl_ms)
             pipe.get(key)
         return await self._execute_claims(
-            pipe, wait_replicas, wait_ms, lambda r: [_text(found) == value for found in r[1::2]]
+            pipe,
+            wait_replicas,
+            wait_ms,
+            lambda r: [decode_text(found) == value for found in r[1::2]],
         )
 
     async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
@@ -371,15 +213,15 @@ class Store:
             prev = int(reply[2])
             out.append(
                 AcquireReply(
-                    decision=_text(reply[0]),
+                    decision=decode_text(reply[0]),
                     fence=int(reply[1]),
                     prev_watermark_s=None if prev < 0 else prev,
                     holder_fence=int(reply[3]),
-                    holder_owner=_text(reply[4]),
+                    holder_owner=decode_text(reply[4]),
                     abandoned_tick_s=int(reply[5]),
                     abandoned_fence=int(reply[6]),
-                    abandoned_owner=_text(reply[7]),
-                    warnings=_warnings(reply[8]),
+                    abandoned_owner=decode_text(reply[7]),
+                    warnings=decode_warnings(reply[8]),
                     superseded_tick_s=int(reply[9]),
                 )
             )
@@ -397,10 +239,10 @@ class Store:
         keys.append(self.keys.state(job))
         reply = await self._eval("release", keys, [fence, owner, lease_ttl_ms, continue_tick_s])
         return ReleaseReply(
-            decision=_text(reply[0]),
+            decision=decode_text(reply[0]),
             fence=int(reply[1]),
             tick_s=int(reply[2]),
-            warnings=_warnings(reply[3]),
+            warnings=decode_warnings(reply[3]),
         )
 
     async def finish(
@@ -464,7 +306,7 @@ class Store:
         replies = await pipe.execute()
         seconds, micros = replies[0]
         return HeartbeatReply(
-            server_time_s=int(seconds) + int(micros) / 1e6, epoch=_text(replies[2])
+            server_time_s=int(seconds) + int(micros) / 1e6, epoch=decode_text(replies[2])
         )
 
     async def leave(self, node_id: str) -> None:
@@ -478,7 +320,7 @@ class Store:
         rows = await self.client.zrangebyscore(self.keys.nodes, now_ms, "+inf", withscores=True)
         out = [
             NodeInfo(
-                node_id=_text(node),
+                node_id=decode_text(node),
                 expires_ms=int(score),
                 last_seen_ms=int(score) - heartbeat_ttl_ms,
             )
@@ -498,7 +340,7 @@ class Store:
 
     async def known_jobs(self) -> list[str]:
         """Every job any node of this namespace has registered."""
-        return sorted(_text(job) for job in await self.client.smembers(self.keys.jobs))
+        return sorted(decode_text(job) for job in await self.client.smembers(self.keys.jobs))
 
     async def watermarks(self, jobs: Sequence[str]) -> dict[str, int | None]:
         """Read the watermark of each job; garbage reads as None and is logged."""
@@ -507,11 +349,11 @@ class Store:
         values = await self.client.mget([self.keys.last(job) for job in jobs])
         out: dict[str, int | None] = {}
         for job, raw in zip(jobs, values, strict=True):
-            out[job] = _int_or_none(raw)
+            out[job] = int_or_none(raw)
             if raw is not None and out[job] is None:
                 log.error(
                     "garbage under watermark key; treating it as absent",
-                    extra={"job": job, "key": self.keys.last(job), "value": _text(raw)[:80]},
+                    extra={"job": job, "key": self.keys.last(job), "value": decode_text(raw)[:80]},
                 )
         return out
 
@@ -528,33 +370,33 @@ class Store:
         out = []
         for index, job in enumerate(jobs):
             last, lease, ttl_ms, state, fence = replies[index * 5 : index * 5 + 5]
-            state = {_text(k): _text(v) for k, v in (state or {}).items()}
+            state = {decode_text(k): decode_text(v) for k, v in (state or {}).items()}
             lease_info = None
-            lease = {_text(k): _text(v) for k, v in (lease or {}).items()}
-            lease_fence = _int_or_none(lease.get("fence"))
+            lease = {decode_text(k): decode_text(v) for k, v in (lease or {}).items()}
+            lease_fence = int_or_none(lease.get("fence"))
             if lease_fence is not None:
                 lease_info = LeaseInfo(
                     owner=lease.get("owner", ""),
                     fence=lease_fence,
-                    tick_s=_int_or_none(lease.get("tick")) or 0,
-                    started_ms=_int_or_none(lease.get("started_ms")) or 0,
+                    tick_s=int_or_none(lease.get("tick")) or 0,
+                    started_ms=int_or_none(lease.get("started_ms")) or 0,
                     ttl_ms=int(ttl_ms),
                 )
             counters = {
                 key: value
                 for key in ("skipped_overlap", "skipped_paused", "missed", "queued", "abandoned")
-                if (value := _int_or_none(state.get(key))) is not None
+                if (value := int_or_none(state.get(key))) is not None
             }
             spec = {k.removeprefix("spec_"): v for k, v in state.items() if k.startswith("spec_")}
             out.append(
                 JobState(
                     job=job,
-                    watermark_s=_int_or_none(last),
+                    watermark_s=int_or_none(last),
                     lease=lease_info,
                     paused=state.get("paused") == "1",
                     counters=counters,
                     spec=spec,
-                    last_fence=_int_or_none(fence),
+                    last_fence=int_or_none(fence),
                 )
             )
         return out
@@ -592,7 +434,12 @@ class Store:
         out: list[tuple[str, dict[str, str]]] = []
         for _stream, entries in reply or []:
             for entry_id, fields in entries:
-                out.append((_text(entry_id), {_text(k): _text(v) for k, v in fields.items()}))
+                out.append(
+                    (
+                        decode_text(entry_id),
+                        {decode_text(k): decode_text(v) for k, v in fields.items()},
+                    )
+                )
         return out
 
     async def history(self, job: str, limit: int) -> list[RunRecord]:
@@ -602,11 +449,11 @@ class Store:
         for entry_id, fields in entries:
             raw = fields.get(b"r", fields.get("r"))
             try:
-                out.append(RunRecord.from_json(raw or b"", record_id=_text(entry_id)))
+                out.append(RunRecord.from_json(raw or b"", record_id=decode_text(entry_id)))
             except ValueError as exc:
                 log.warning(
                     "unreadable run record skipped",
-                    extra={"job": job, "record_id": _text(entry_id), "error": str(exc)},
+                    extra={"job": job, "record_id": decode_text(entry_id), "error": str(exc)},
                 )
         return out
 
@@ -624,7 +471,7 @@ class Store:
         entry_id = await self.client.xadd(
             stream, cast(Any, fields), maxlen=maxlen, approximate=maxlen is not None
         )
-        return _text(entry_id)
+        return decode_text(entry_id)
 
     async def ping(self) -> bool:
         """Return whether Redis answers."""

@@ -1,0 +1,53 @@
+"""The spelling of every Redis key of a namespace (DESIGN.md section 2).
+
+All keys of one job share the hash tag ``{<job>}``, so every script touches one Cluster slot.
+"""
+
+from __future__ import annotations
+
+
+class Keys:
+    """The spelling of every key of one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        self.ns = namespace
+
+    def claim(self, job: str, tick_s: int) -> str:
+        return f"{self.ns}:claim:{{{job}}}:{tick_s}"
+
+    def trigger_claim(self, job: str, trigger_id: str) -> str:
+        return f"{self.ns}:claim:{{{job}}}:trigger:{trigger_id}"
+
+    def lease(self, job: str) -> str:
+        return f"{self.ns}:lease:{{{job}}}"
+
+    def fence(self, job: str) -> str:
+        return f"{self.ns}:fence:{{{job}}}"
+
+    def last(self, job: str) -> str:
+        return f"{self.ns}:last:{{{job}}}"
+
+    def pending(self, job: str) -> str:
+        return f"{self.ns}:pending:{{{job}}}"
+
+    def state(self, job: str) -> str:
+        return f"{self.ns}:state:{{{job}}}"
+
+    def runs(self, job: str) -> str:
+        return f"{self.ns}:runs:{{{job}}}"
+
+    @property
+    def nodes(self) -> str:
+        return f"{self.ns}:nodes"
+
+    @property
+    def epoch(self) -> str:
+        return f"{self.ns}:epoch"
+
+    @property
+    def jobs(self) -> str:
+        return f"{self.ns}:jobs"
+
+    @property
+    def control(self) -> str:
+        return f"{self.ns}:control"

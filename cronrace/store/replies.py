@@ -1,0 +1,99 @@
+"""What goes into the Redis scripts and what comes back, typed; and reply decoding.
+
+Replies are read as bytes and decoded here with ``errors="replace"``: a value that is not
+UTF-8 (garbage under one of our keys) is reported by the caller, never a crash in decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cronrace.errors import StoreError
+
+
+class NotReplicatedError(StoreError):
+    """Claims were won, but fewer replicas than asked confirmed them in time."""
+
+    def __init__(self, won: list[bool], acked: int) -> None:
+        super().__init__(f"claims confirmed by {acked} replicas only")
+        self.won = won
+        self.acked = acked
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claim to race for: a scheduled tick, or a manual trigger when ``trigger_id``."""
+
+    job: str
+    tick_s: int
+    ttl_ms: int
+    trigger_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireRequest:
+    """The arguments of ``acquire.lua`` for one won claim."""
+
+    job: str
+    decide_tick_s: int
+    mark_tick_s: int
+    run_tick_s: int
+    owner: str
+    lease_ttl_ms: int
+    overlap: str
+    mode: str  # run | mark | trigger
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireReply:
+    """What ``acquire.lua`` decided."""
+
+    decision: str
+    fence: int
+    prev_watermark_s: int | None
+    holder_fence: int
+    holder_owner: str
+    abandoned_tick_s: int
+    abandoned_fence: int
+    abandoned_owner: str
+    warnings: tuple[str, ...]
+    superseded_tick_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseReply:
+    """What ``release.lua`` decided: ``released``, ``run`` (hand-on) or ``not_owner``."""
+
+    decision: str
+    fence: int
+    tick_s: int
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    """The server's clock and epoch, read in one round trip."""
+
+    server_time_s: float
+    epoch: str
+
+
+def decode_warnings(raw: Any) -> tuple[str, ...]:
+    text = decode_text(raw)
+    return tuple(part for part in text.split(",") if part)
+
+
+def decode_text(raw: Any) -> str:
+    if raw is None:
+        return ""
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "replace")
+    return str(raw)
+
+
+def int_or_none(raw: Any) -> int | None:
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return None
