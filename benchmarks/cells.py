@@ -37,6 +37,8 @@ LATE_WAKE_MS = 500.0
 BUSY_CPU = 0.95
 BAD_TICKS_TO_ABORT = 2
 SILENT_S = 4.0
+#: Seconds after the window's end before the fleet is told to stop.
+DRAIN_S = 1.5
 #: Commands a new connection sends before any work (not part of any phase's cost).
 CONNECT_COMMANDS = ("hello", "client")
 
@@ -232,6 +234,10 @@ def _run(
             if bad_run >= BAD_TICKS_TO_ABORT:
                 return _exceeds(fleet, row, reasons[-BAD_TICKS_TO_ABORT:], ticks)
         snapshots[name] = InfoSnapshot.take(info_client)
+    # The last tick of the window may still be running: give it time before stopping,
+    # or a slow cell's last tick would count as missed (a stopping agent claims nothing).
+    status(f"{spec.label}: letting the last tick finish", 1.0)
+    _wait_events(fleet, t1 + DRAIN_S)
     status(f"{spec.label}: stopping", 1.0)
     results = fleet.stop()
     records = None
@@ -343,13 +349,35 @@ def _delta(results: list[dict[str, Any]], key: str) -> Any:
     return total
 
 
+def _repeated_runs(
+    run_log: list[list[Any]], per: Counter[tuple[int, int]], t0: int
+) -> dict[str, Any]:
+    """Where duplicates fell (tick offsets from T0) and how late their extra runs started."""
+    twice = {key for key, count in per.items() if count > 1}
+    if not twice:
+        return {}
+    starts: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for entry in run_log:
+        key = (int(entry[0]), int(entry[1]))
+        if key in twice:
+            starts[key].append(float(entry[3]) - key[1])
+    late = sorted(lag for lags in starts.values() for lag in sorted(lags)[1:])
+    by_tick = Counter(tick - t0 for (_job, tick) in twice)
+    return {
+        "duplicates_by_tick": dict(sorted(by_tick.items())),
+        "duplicate_extra_run_lag_s": [round(late[0], 1), round(late[-1], 1)],
+    }
+
+
 def _run_checks(
     run_log: list[list[Any]], jobs: int, window: tuple[int, int]
-) -> tuple[int, int, list[float], Counter[tuple[int, int]]]:
+) -> tuple[int, dict[int, int], list[float], Counter[tuple[int, int]]]:
     t0, t1 = window
     per: Counter[tuple[int, int]] = Counter((int(e[0]), int(e[1])) for e in run_log)
     duplicates = sum(count - 1 for count in per.values() if count > 1)
-    missed = sum(1 for job in range(jobs) for tick in range(t0, t1) if not per[(job, tick)])
+    missed: Counter[int] = Counter(
+        tick - t0 for job in range(jobs) for tick in range(t0, t1) if not per[(job, tick)]
+    )
     lags_ms = [(float(e[3]) - int(e[1])) * 1000 for e in run_log if t0 <= int(e[1]) < t1]
     return duplicates, missed, lags_ms, per
 
@@ -369,13 +397,16 @@ def measure(
     usec = snapshots["start"].usec_per_call(snapshots["end"])
     run_log = [entry for result in results for entry in result["run_log"]]
     duplicates, missed, lags_ms, per = _run_checks(run_log, j, window)
+    repeated = _repeated_runs(run_log, per, t0)
     fleet_cpu_s = _delta(results, "cpu")
     row: dict[str, Any] = {
         "status": "ok",
         "ticks": ticks,
         "window_s": round(wall_s, 3),
         "duplicates": duplicates,
-        "missed": missed,
+        "missed": sum(missed.values()),
+        "missed_by_tick": dict(sorted(missed.items())),
+        **repeated,
         "runs_in_window": sum(1 for (_job, tick) in per if t0 <= tick < t1),
         "fire_lag_p50_ms": _round(percentile(lags_ms, 50)),
         "fire_lag_p99_ms": _round(percentile(lags_ms, 99)),

@@ -197,7 +197,8 @@ def losers_table(rows: list[dict[str, Any]]) -> str:
                 _fmt(row["store_claim_cpu_us_per_set"], 1),
                 f"{_fmt(row['agent_cpu_vs_raw'], 2)}×",
                 _fmt(row.get("paced_raw_cpu_us_per_set"), 1),
-                f"{_fmt(row.get('agent_cpu_vs_paced_raw'), 2)}×",
+                f"{_fmt(row.get('agent_cpu_vs_paced_raw'), 2)}× "
+                f"({', '.join(_fmt(v, 2) for v in row.get('agent_cpu_vs_paced_raw_repeats', []))})",
                 _fmt(row["redis_cpu_ms_per_1k_claims"], 1),
                 _fmt(row["runs_in_window"]),
             ]
@@ -244,24 +245,37 @@ def peer_table(rows: list[dict[str, Any]]) -> str:
 
 
 def chaos_table(rows: list[dict[str, Any]]) -> str:
-    header = ["system", "N × J", "ticks", "paused", "duplicates", "missed", "outcomes"]
+    header = [
+        "system",
+        "N × J",
+        "ticks",
+        "paused",
+        "duplicates",
+        "where (tick offset: count)",
+        "extra runs started (s after tick)",
+        "missed",
+        "run records",
+    ]
     out = []
     for row in rows:
+        cell = f"{row['nodes']} × {row['jobs']}"
         if row.get("status") != "ok":
-            out.append(
-                [row["system"], f"{row['nodes']} × {row['jobs']}", row.get("reason", "")] + [""] * 4
-            )
+            out.append([row["system"], cell, row.get("reason", "")] + [""] * (len(header) - 3))
             continue
         outcomes = row.get("record_outcomes")
+        where = ", ".join(f"{k}: {v}" for k, v in row.get("duplicates_by_tick", {}).items())
+        extra = " – ".join(str(v) for v in row.get("duplicate_extra_run_lag_s", []))
         out.append(
             [
                 row["system"],
-                f"{row['nodes']} × {row['jobs']}",
+                cell,
                 _fmt(row["ticks"]),
                 f"{_fmt(row.get('paused_for_s'), 1)} s at tick +{_fmt(row.get('paused_at_s'), 1)}",
                 _fmt(row["duplicates"]),
+                where or "–",
+                extra or "–",
                 _fmt(row["missed"]),
-                json.dumps(outcomes) if outcomes else "–",
+                json.dumps(outcomes) if outcomes else "– (arq keeps none)",
             ]
         )
     return _table(header, out)
@@ -318,7 +332,11 @@ def can_plot() -> bool:
 
 
 def plots(
-    out_dir: Path, fleet: list[dict[str, Any]], peers: list[dict[str, Any]], limit: dict[str, Any]
+    out_dir: Path,
+    fleet: list[dict[str, Any]],
+    peers: list[dict[str, Any]],
+    limit: dict[str, Any],
+    chaos: list[dict[str, Any]],
 ) -> list[Path]:
     """Draw the curves; returns the PNG files written."""
     import matplotlib
@@ -326,140 +344,196 @@ def plots(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    written = []
     ok = sorted((r for r in fleet if r.get("status") == "ok"), key=lambda r: r["nodes_x_jobs"])
     over = [r for r in fleet if r.get("status") != "ok"]
-
-    fig, left = plt.subplots(figsize=(8, 5))
-    for jobs in sorted({r["jobs"] for r in ok}):
-        sel = [r for r in ok if r["jobs"] == jobs]
-        left.plot(
-            [r["nodes_x_jobs"] for r in sel],
-            [r["claims_per_s"] for r in sel],
-            "o-",
-            label=f"claims/s, J = {jobs}",
-        )
-    if over:
-        left.plot(
-            [r["nodes_x_jobs"] for r in over],
-            [r["nodes_x_jobs"] for r in over],
-            "rx",
-            markersize=10,
-            label="required claims/s, exceeds this machine",
-        )
-    for key, style in (("pipelined_rps", "--"), ("unpipelined_rps", ":")):
-        if limit.get(key):
-            left.axhline(
-                limit[key],
-                color="grey",
-                linestyle=style,
-                label=f"redis-benchmark SET NX PX, {key.split('_')[0]}",
-            )
-    left.set_xscale("log")
-    left.set_yscale("log")
-    left.set_xlabel("N × J (claims per tick)")
-    left.set_ylabel("claims per second")
-    right = left.twinx()
-    right.plot(
-        [r["nodes_x_jobs"] for r in ok],
-        [r["redis_cpu_s_per_s"] * 100 for r in ok],
-        "k^",
-        label="Redis CPU %",
+    job_counts = sorted({r["jobs"] for r in ok})
+    colours = dict(
+        zip(job_counts, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=False)
     )
-    right.set_ylabel("Redis CPU (% of one core)")
-    right.set_yscale("log")
-    handles = left.get_legend_handles_labels()
-    extra = right.get_legend_handles_labels()
-    left.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=7, loc="upper left")
-    left.set_title("Claim load against N × J (1-second jobs)")
-    fig.tight_layout()
-    written.append(_save(fig, out_dir / "claims_and_redis_cpu.png"))
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for key, style in (
-        ("fire_lag_p50_ms", "o-"),
-        ("fire_lag_p99_ms", "s-"),
-        ("fire_lag_max_ms", "^:"),
-    ):
-        ax.plot(
-            [r["nodes_x_jobs"] for r in ok],
-            [r[key] for r in ok],
-            style,
-            label=key.replace("fire_lag_", "").replace("_ms", ""),
-        )
-    for r in ok:
-        ax.annotate(
-            f"{r['nodes']}×{r['jobs']}",
-            (r["nodes_x_jobs"], r["fire_lag_p99_ms"]),
-            fontsize=6,
-            textcoords="offset points",
-            xytext=(3, 3),
-        )
-    ax.axhline(5, color="grey", linestyle="--", label="target p99 at 10 × 100: 5 ms")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("N × J")
-    ax.set_ylabel("fire lag: handler start − tick (ms)")
-    ax.set_title("cronrace fire lag against N × J")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(_save(fig, out_dir / "fire_lag.png"))
-
+    written = [
+        _claims_plot(plt, out_dir, ok, over, job_counts, colours, limit),
+        _lag_plot(plt, out_dir, ok, job_counts, colours),
+    ]
     pairs = _pairs(fleet, peers)
     if pairs:
-        fig, (cmds, lag) = plt.subplots(1, 2, figsize=(10, 4.5))
-        labels = [f"{n}×{j}" for (n, j), _ in pairs]
-        xs = range(len(pairs))
-        width = 0.38
-        ours = [p[1][0] for p in pairs]
-        theirs = [p[1][1] for p in pairs]
-        cmds.bar(
-            [x - width / 2 for x in xs],
-            [r["redis_cmds_sent_per_tick"] for r in ours],
-            width,
-            label="cronrace (incl. background)",
-        )
-        cmds.bar(
-            [x - width / 2 for x in xs],
-            [r["tick_cmds_sent_per_tick"] for r in ours],
-            width,
-            label="cronrace tick path",
-            color="tab:cyan",
-        )
-        cmds.bar(
-            [x + width / 2 for x in xs],
-            [r["redis_cmds_sent_per_tick"] for r in theirs],
-            width,
-            label="arq",
-            color="tab:orange",
-        )
-        cmds.set_xticks(list(xs), labels)
-        cmds.set_yscale("log")
-        cmds.set_ylabel("Redis commands sent per tick")
-        cmds.set_xlabel("N workers × J jobs")
-        cmds.legend(fontsize=8)
-        lag.bar(
-            [x - width / 2 for x in xs],
-            [r["fire_lag_p99_ms"] for r in ours],
-            width,
-            label="cronrace p99",
-        )
-        lag.bar(
-            [x + width / 2 for x in xs],
-            [r["fire_lag_p99_ms"] for r in theirs],
-            width,
-            label="arq p99",
-            color="tab:orange",
-        )
-        lag.set_xticks(list(xs), labels)
-        lag.set_yscale("log")
-        lag.set_ylabel("fire lag p99 (ms)")
-        lag.set_xlabel("N workers × J jobs")
-        lag.legend(fontsize=8)
-        fig.suptitle("cronrace vs arq cron on the same Redis")
-        fig.tight_layout()
-        written.append(_save(fig, out_dir / "cronrace_vs_arq.png"))
+        written.append(_peer_plot(plt, out_dir, pairs, chaos))
     return written
+
+
+def _claims_plot(
+    plt: Any,
+    out_dir: Path,
+    ok: list[dict[str, Any]],
+    over: list[dict[str, Any]],
+    job_counts: list[int],
+    colours: dict[int, str],
+    limit: dict[str, Any],
+) -> Path:
+    fig, (claims, cpu) = plt.subplots(1, 2, figsize=(12, 5))
+    for jobs in job_counts:
+        sel = [r for r in ok if r["jobs"] == jobs]
+        xs = [r["nodes_x_jobs"] for r in sel]
+        claims.plot(
+            xs, [r["claims_per_s"] for r in sel], "o-", color=colours[jobs], label=f"J = {jobs}"
+        )
+        cpu.plot(
+            xs,
+            [r["redis_cpu_ms_per_1k_claims"] for r in sel],
+            "o-",
+            color=colours[jobs],
+            label=f"J = {jobs}",
+        )
+    if over:
+        claims.plot(
+            [r["nodes_x_jobs"] for r in over],
+            [r["nodes_x_jobs"] for r in over],
+            "kx",
+            markersize=10,
+            label="needed, exceeds this 2-core machine",
+        )
+    for name, style in (("pipelined", "--"), ("unpipelined", ":")):
+        if limit.get(f"{name}_rps"):
+            claims.axhline(
+                limit[f"{name}_rps"],
+                color="grey",
+                linestyle=style,
+                label=f"redis-benchmark SET NX PX, {name}",
+            )
+            cpu.axhline(
+                limit[f"{name}_redis_cpu_ms_per_1k"],
+                color="grey",
+                linestyle=style,
+                label=f"redis-benchmark SET NX PX, {name}",
+            )
+    for ax, title, ylabel in (
+        (claims, "Claims per second", "claims per second"),
+        (cpu, "Redis CPU per 1,000 claims (incl. winners' scripts)", "Redis CPU ms per 1k claims"),
+    ):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("N × J (claims per tick)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7)
+    fig.suptitle("cronrace claim load on one redis-server, 1-second jobs")
+    fig.tight_layout()
+    return _save(plt, fig, out_dir / "claims_and_redis_cpu.png")
+
+
+def _lag_plot(
+    plt: Any,
+    out_dir: Path,
+    ok: list[dict[str, Any]],
+    job_counts: list[int],
+    colours: dict[int, str],
+) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for jobs in job_counts:
+        sel = [r for r in ok if r["jobs"] == jobs]
+        xs = [r["nodes_x_jobs"] for r in sel]
+        ax.plot(
+            xs,
+            [r["fire_lag_p99_ms"] for r in sel],
+            "s-",
+            color=colours[jobs],
+            label=f"p99, J = {jobs}",
+        )
+        ax.plot(
+            xs,
+            [r["fire_lag_p50_ms"] for r in sel],
+            "o--",
+            color=colours[jobs],
+            alpha=0.6,
+            label=f"p50, J = {jobs}",
+        )
+        for r in sel:
+            ax.annotate(
+                f"{r['nodes']}×{r['jobs']}",
+                (r["nodes_x_jobs"], r["fire_lag_p99_ms"]),
+                fontsize=6,
+                textcoords="offset points",
+                xytext=(3, 3),
+            )
+    ax.axhline(5, color="grey", linestyle=":", label="target: p99 5 ms at 10 × 100")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("N × J (claims per tick)")
+    ax.set_ylabel("fire lag: handler start − tick (ms)")
+    ax.set_title("cronrace fire lag (simulated agents share fleet processes)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return _save(plt, fig, out_dir / "fire_lag.png")
+
+
+def _peer_plot(plt: Any, out_dir: Path, pairs: list[Any], chaos: list[dict[str, Any]]) -> Path:
+    fig, (cmds, lag, dups) = plt.subplots(
+        1, 3, figsize=(14, 4.5), gridspec_kw={"width_ratios": [3, 3, 1.4]}
+    )
+    labels = [f"{n}×{j}" for (n, j), _ in pairs]
+    xs = list(range(len(pairs)))
+    width = 0.38
+    ours = [p[1][0] for p in pairs]
+    theirs = [p[1][1] for p in pairs]
+    left = [x - width / 2 for x in xs]
+    right = [x + width / 2 for x in xs]
+    cmds.bar(
+        left,
+        [r["redis_cmds_sent_per_tick"] for r in ours],
+        width,
+        label="cronrace, with per-node background",
+        color="tab:blue",
+    )
+    cmds.bar(
+        left,
+        [r["tick_cmds_sent_per_tick"] for r in ours],
+        width,
+        label="cronrace, tick path only",
+        color="tab:cyan",
+    )
+    cmds.bar(
+        right,
+        [r["redis_cmds_sent_per_tick"] for r in theirs],
+        width,
+        label="arq",
+        color="tab:orange",
+    )
+    cmds.set_ylabel("Redis commands sent per tick")
+    lag.bar(
+        left, [r["fire_lag_p99_ms"] for r in ours], width, label="cronrace p99", color="tab:blue"
+    )
+    lag.bar(
+        right, [r["fire_lag_p99_ms"] for r in theirs], width, label="arq p99", color="tab:orange"
+    )
+    lag.set_ylabel("fire lag p99 (ms)")
+    for ax in (cmds, lag):
+        ax.set_xticks(xs, labels)
+        ax.set_yscale("log")
+        ax.set_xlabel("N workers × J jobs")
+        ax.legend(fontsize=7)
+    done = [r for r in chaos if "duplicates" in r]
+    if done:
+        dups.bar(
+            [r["system"] for r in done],
+            [r["duplicates"] for r in done],
+            color=["tab:blue" if r["system"] == "cronrace" else "tab:orange" for r in done],
+        )
+        for index, r in enumerate(done):
+            dups.annotate(
+                str(r["duplicates"]),
+                (index, r["duplicates"]),
+                ha="center",
+                textcoords="offset points",
+                xytext=(0, 3),
+            )
+        first = done[0]
+        dups.set_title(
+            f"duplicates, {first['nodes']}×{first['jobs']}, staggered starts,\n"
+            f"one node paused 3 s, {first['ticks']} ticks",
+            fontsize=8,
+        )
+    fig.suptitle("cronrace vs arq cron jobs on the same Redis")
+    fig.tight_layout()
+    return _save(plt, fig, out_dir / "cronrace_vs_arq.png")
 
 
 def _pairs(fleet: list[dict[str, Any]], peers: list[dict[str, Any]]) -> list[Any]:
@@ -472,10 +546,8 @@ def _pairs(fleet: list[dict[str, Any]], peers: list[dict[str, Any]]) -> list[Any
     return sorted(out)
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(plt: Any, fig: Any, path: Path) -> Path:
     fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-
     plt.close(fig)
     return path
 
