@@ -85,6 +85,11 @@ class Runner:
         self.active += 1
         try:
             await self._sequence(job, deque(ticks), fence, granted_mono, trigger_id)
+        except Exception:  # the outermost frame of a run: log it, keep the agent alive
+            log.exception(
+                "unexpected error around a run",
+                extra={"job": job.name, "ticks": ticks, "fence": fence},
+            )
         finally:
             self.active -= 1
             if not self.active and self._idle is not None:

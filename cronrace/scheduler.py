@@ -107,7 +107,15 @@ class Scheduler:
                 plan, following[name] = self._plan(job, first_due, now)
                 if plan is not None:
                     plans.append(_Decided(job, plan))
-            if not plans or await self.race(plans, runs):
+            try:
+                decided = not plans or await self.race(plans, runs)
+            except Exception:  # the outermost loop: one job's surprise must not stop the rest
+                log.exception(
+                    "unexpected error deciding ticks; moving on",
+                    extra={"jobs": [d.job.name for d in plans]},
+                )
+                decided = True
+            if decided:
                 failures = 0
                 for name, next_s in following.items():
                     self._push(name, next_s)
