@@ -24,7 +24,7 @@ from cronrace.lease import Lease
 from cronrace.observer import Observer
 from cronrace.policies import Outcome, Overlap
 from cronrace.records import RunRecord
-from cronrace.store import AcquireReply, AcquireRequest, Store
+from cronrace.store import AcquireReply, AcquireRequest, ReleaseReply, Store
 
 log = logging.getLogger("cronrace.run")
 
@@ -131,27 +131,7 @@ class Runner:
                 return
             next_tick = ticks[0] if ticks else 0
             sent = self.clock.monotonic()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
-                try:
-                    reply = await self.store.finish(
-                        record,
-                        history=job.history,
-                        release_fence=lease.fence,
-                        owner=self.owner,
-                        lease_ttl_ms=job.lease_ttl_ms,
-                        continue_tick_s=next_tick,
-                    )
-                except (RedisError, OSError, CronraceError) as exc:
-                    log.error(
-                        "could not record or release a run; the lease will expire by itself",
-                        extra={
-                            "job": job.name,
-                            "tick": tick_s,
-                            "fence": lease.fence,
-                            "error": str(exc),
-                        },
-                    )
-                    return
+            reply = await self._finish(job, record, lease.fence, next_tick)
             if reply is None or reply.decision != "run":
                 if reply is not None and reply.decision == "not_owner":
                     log.warning(
@@ -162,6 +142,47 @@ class Runner:
             lease.rebase(reply.fence, sent)
             if not ticks or ticks[0] != reply.tick_s:
                 ticks.appendleft(reply.tick_s)
+
+    async def _finish(
+        self, job: Job, record: RunRecord, fence: int, next_tick_s: int
+    ) -> ReleaseReply | None:
+        """Record the run and release its lease, retrying through a passing Redis error.
+
+        Without the retry one stale pooled connection (Redis just restarted) would leave
+        the lease to expire by itself and block the job for a whole ``lease_ttl``. A retry
+        is safe: the release compares the fence, and writes the record only with it.
+        """
+        attempt = 0
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
+            while True:
+                try:
+                    return await self.store.finish(
+                        record,
+                        history=job.history,
+                        release_fence=fence,
+                        owner=self.owner,
+                        lease_ttl_ms=job.lease_ttl_ms,
+                        continue_tick_s=next_tick_s,
+                        retried=attempt > 0,
+                    )
+                except (RedisError, OSError, CronraceError) as exc:
+                    attempt += 1
+                    log.warning(
+                        "could not record or release a run; retrying",
+                        extra={
+                            "job": job.name,
+                            "tick": record.tick_s,
+                            "fence": fence,
+                            "attempt": attempt,
+                            "error": str(exc),
+                        },
+                    )
+                    await anyio.sleep(min(1.0, 0.05 * 2**attempt))
+        log.error(
+            "gave up recording and releasing a run; the lease will expire by itself",
+            extra={"job": job.name, "tick": record.tick_s, "fence": fence},
+        )
+        return None
 
     async def _fence_for_allowed_run(self, job: Job, tick_s: int) -> int | None:
         request = AcquireRequest(
@@ -247,19 +268,10 @@ class Runner:
             record = self._make_record(
                 job, ctx, Outcome.CANCELLED, started_ms, "agent shut down", None
             )
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
-                try:
-                    await self.store.finish(
-                        record,
-                        history=job.history,
-                        release_fence=lease.fence if renew and not lease.lost else None,
-                        owner=self.owner,
-                        lease_ttl_ms=job.lease_ttl_ms,
-                    )
-                except (RedisError, OSError, CronraceError) as exc:
-                    log.error(
-                        "could not release at shutdown", extra={"job": job.name, "error": str(exc)}
-                    )
+            if renew and not lease.lost:
+                await self._finish(job, record, lease.fence, 0)
+            else:
+                await self._record(job, record)
             raise
         if lease.renewals:
             log.debug(

@@ -7,14 +7,22 @@
 -- ARGV[1] fence    the fence being released
 -- ARGV[2] owner    "<node_id>:<nonce>", the owner of a handed-on run
 -- ARGV[3] lease_ttl_ms
+-- KEYS[5] runs     the job's history stream
 -- ARGV[4] continue_tick  0, or a catch-up tick the caller runs next under the same lease
+-- ARGV[5] record   the finished run's record (orjson), or "" for none
+-- ARGV[6] history  approximate MAXLEN of the history stream
 --
 -- Reply: {decision, fence, tick, warnings}
 --   decision: released | run (the caller runs `tick` with the new `fence`) | not_owner
+--   The record is appended only when the fence matched: a retried release whose first
+--   attempt ran answers not_owner and appends nothing, so the record is written once.
 
 local held = redis.call('HGET', KEYS[1], 'fence')
 if held ~= ARGV[1] then
   return {'not_owner', 0, 0, ''}
+end
+if ARGV[5] ~= '' then
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'r', ARGV[5])
 end
 
 local next_tick = tonumber(ARGV[4])

@@ -232,12 +232,26 @@ class Store:
         return int(await self._eval("renew", [self.keys.lease(job)], [fence, ttl_ms]))
 
     async def release(
-        self, job: str, fence: int, *, owner: str, lease_ttl_ms: int, continue_tick_s: int = 0
+        self,
+        job: str,
+        fence: int,
+        *,
+        owner: str,
+        lease_ttl_ms: int,
+        continue_tick_s: int = 0,
+        record: RunRecord | None = None,
+        history: int = 1000,
     ) -> ReleaseReply:
-        """Release a lease (``release.lua``), or hand it on to a queued or continued tick."""
+        """Release a lease (``release.lua``), or hand it on to a queued or continued tick.
+
+        ``record``, when given, is appended to the history in the same script, only if the
+        fence still matched: a retry after a lost reply cannot write it twice.
+        """
         keys = [self.keys.lease(job), self.keys.fence(job), self.keys.pending(job)]
-        keys.append(self.keys.state(job))
-        reply = await self._eval("release", keys, [fence, owner, lease_ttl_ms, continue_tick_s])
+        keys += [self.keys.state(job), self.keys.runs(job)]
+        payload = record.to_json() if record is not None else b""
+        args = [fence, owner, lease_ttl_ms, continue_tick_s, payload, history]
+        reply = await self._eval("release", keys, args)
         return ReleaseReply(
             decision=decode_text(reply[0]),
             fence=int(reply[1]),
@@ -254,22 +268,36 @@ class Store:
         owner: str,
         lease_ttl_ms: int,
         continue_tick_s: int = 0,
+        retried: bool = False,
     ) -> ReleaseReply | None:
-        """Write a run record, then release the lease when ``release_fence`` is set.
+        """Write a run's record and, when ``release_fence`` is set, release its lease.
 
-        The record goes first, so the next run of the job never starts before the history
-        shows this one. Returns the release decision (None without release).
+        With a lease both happen in one script call (one round trip), so the next run of
+        the job never starts before the history shows this one. When the lease had moved
+        on (``not_owner``) the record is appended on its own; after a retry (``retried``)
+        only if the history does not show this fence yet, as the first attempt may have
+        written it.
+
+        Returns:
+            The release decision (None without release).
         """
-        await self.record([record], history=history)
         if release_fence is None:
+            await self.record([record], history=history)
             return None
-        return await self.release(
+        reply = await self.release(
             record.job,
             release_fence,
             owner=owner,
             lease_ttl_ms=lease_ttl_ms,
             continue_tick_s=continue_tick_s,
+            record=record,
+            history=history,
         )
+        if reply.decision == "not_owner":
+            recent = await self.history(record.job, 20) if retried else []
+            if not any(r.fence == record.fence and r.node == record.node for r in recent):
+                await self.record([record], history=history)
+        return reply
 
     async def record(self, records: Sequence[RunRecord], *, history: int) -> None:
         """Append run records to their jobs' history streams (one pipeline)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from cronrace.policies import Outcome
+from cronrace.records import RunRecord
 from cronrace.store import AcquireRequest, Claim, Store
 
 
@@ -218,3 +220,32 @@ async def test_job_states_report_lease_pause_and_counters(store: Store, paused: 
     assert state.lease is not None
     assert state.lease.fence == reply.fence
     assert state.paused is paused
+
+
+async def test_release_appends_the_record_once_even_when_retried(store: Store) -> None:
+    first = await acquire_one(store, request(tick=100))
+    record = RunRecord("j", 100, "n1", Outcome.OK, fence=first.fence)
+    done = await store.finish(
+        record, history=10, release_fence=first.fence, owner="n1:x", lease_ttl_ms=5000
+    )
+    assert done is not None
+    assert done.decision == "released"
+    # A retry after a lost reply: the fence no longer matches, nothing is appended twice.
+    again = await store.finish(
+        record, history=10, release_fence=first.fence, owner="n1:x", lease_ttl_ms=5000, retried=True
+    )
+    assert again is not None
+    assert again.decision == "not_owner"
+    assert [r.fence for r in await store.history("j", 10)] == [first.fence]
+
+
+async def test_record_of_a_run_whose_lease_moved_on_is_still_written(store: Store) -> None:
+    first = await acquire_one(store, request(tick=100, overlap="replace"))
+    await acquire_one(store, request(tick=101, overlap="replace", owner="n2:y"))
+    record = RunRecord("j", 100, "n1", Outcome.LEASE_LOST, fence=first.fence)
+    reply = await store.finish(
+        record, history=10, release_fence=first.fence, owner="n1:x", lease_ttl_ms=5000
+    )
+    assert reply is not None
+    assert reply.decision == "not_owner"
+    assert [r.outcome for r in await store.history("j", 10)] == [Outcome.LEASE_LOST]
