@@ -114,8 +114,16 @@ class Runner:
             granted_mono,
             observer=self.observer,
         )
+        backlog, done = len(ticks), 0
         while ticks:
             tick_s = ticks.popleft()
+            if backlog > 1:
+                # A catch-up of many ticks can take long: say how far it is.
+                done += 1
+                log.info(
+                    "catch-up progress",
+                    extra={"job": job.name, "tick": tick_s, "run": done, "of": backlog},
+                )
             record = await self._run_once(job, tick_s, lease, trigger_id, renew=leased)
             trigger_id = None
             if not leased:
