@@ -406,7 +406,8 @@ def write_outputs(out: dict[str, Any], out_dir: Path, *, publish: bool, plots: b
 
 def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
     machine = out["machine"]
-    rel = out_dir.relative_to(BENCH_DIR) if out_dir.is_relative_to(BENCH_DIR) else out_dir
+    where = out_dir.resolve()
+    rel = where.relative_to(BENCH_DIR) if where.is_relative_to(BENCH_DIR) else where
     comparison = [
         r
         for r in out["fleet"]

@@ -50,7 +50,10 @@ def _arq_version(python: Path) -> str | None:
         text=True,
         check=False,
     )
-    return probe.stdout.strip() if probe.returncode == 0 else None
+    if probe.returncode != 0:
+        return None
+    arq_version, redis_version = probe.stdout.split()
+    return f"{arq_version} (its redis-py {redis_version})"
 
 
 def ensure_peer(*, with_uvloop: bool) -> Peer:

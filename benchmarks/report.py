@@ -12,6 +12,7 @@ import os
 import platform
 import subprocess
 from collections.abc import Iterable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,11 @@ def machine() -> dict[str, Any]:
         info["loadavg_start"] = Path("/proc/loadavg").read_text().split()[:3]
     except OSError:
         pass
-    for module in ("redis", "uvloop", "anyio", "hiredis"):
+    for package in ("redis", "uvloop", "anyio", "hiredis"):
         try:
-            info[module] = __import__(module).__version__
-        except (ImportError, AttributeError):
-            info[module] = None
+            info[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            info[package] = None
     return info
 
 
