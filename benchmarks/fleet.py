@@ -126,7 +126,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
             quick=True,
         )
         plan.loser_cells = list(LOSER_CELLS_QUICK)
-        plan.loser_repeats = 2
+        plan.loser_repeats = 1
     else:
         cells = [(n, j) for n in FULL_NODES for j in FULL_JOBS]
         plan = Plan(
@@ -327,6 +327,7 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
                 out["chaos"].append(row)
                 display.done(_summary(row))
     out["wall_s"] = round(time.time() - started, 1)
+    out["commit_end"] = report.git_commit()
     out["machine"]["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     return out
 
@@ -404,6 +405,13 @@ def write_outputs(out: dict[str, Any], out_dir: Path, *, publish: bool, plots: b
     return written
 
 
+def _moved(out: dict[str, Any]) -> str:
+    end = out.get("commit_end")
+    if not end or end == out["commit"]:
+        return ""
+    return f" (HEAD moved to `{end}` during the run: later cells ran newer code)"
+
+
 def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
     machine = out["machine"]
     where = out_dir.resolve()
@@ -414,7 +422,8 @@ def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
         if (r["nodes"], r["jobs"]) in {(p["nodes"], p["jobs"]) for p in out["peer"]}
     ]
     lines = [
-        f"Run of commit `{out['commit']}`: {out['wall_s']} s wall, event loop {out['loop']}, "
+        f"Run of commit `{out['commit']}`{_moved(out)}: {out['wall_s']} s wall, event loop "
+        f"{out['loop']}, "
         f"{'quick' if out['plan']['quick'] else 'full'} mode, {out['plan']['ticks']} measured "
         "1-second ticks per cell.",
         "",

@@ -92,7 +92,7 @@ def raw_client(
         "loop": loop,
         "batches": batches,
         "repeats": 3,
-        "seconds": 0.3 if quick else 0.8,
+        "seconds": 0.25 if quick else 0.8,
         "paced": [list(cell) for cell in paced],
         "paced_ticks": 4 if quick else 6,
     }
