@@ -36,7 +36,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: A node's heartbeat lives this many heartbeat periods.
 HEARTBEAT_TTL_PERIODS = 3
-CONTROL_BLOCK_MS = 2000
+#: Prune dead members from the live set every this many heartbeats.
+PRUNE_EVERY_BEATS = 10
 
 
 class Agent:
@@ -75,6 +76,7 @@ class Agent:
         self._stop_event: anyio.Event | None = None
         self._ready = False
         self._epoch: str | None = None
+        self._beats = 0
         self._hold_until_mono = 0.0
         self.scheduler: Scheduler | None = None
         self.runner: Runner | None = None
@@ -304,7 +306,9 @@ class Agent:
             now_ms=int(self.clock.time() * 1000),
             ttl_ms=ttl_ms,
             epoch_candidate=candidate,
+            prune=self._beats % PRUNE_EVERY_BEATS == 0,
         )
+        self._beats += 1
         rtt = base.monotonic() - sent_mono
         if isinstance(self.clock, ServerOffsetClock):
             self.clock.add_sample(
@@ -349,7 +353,10 @@ class Agent:
             try:
                 if position is None:
                     position = await self.store.control_position()
-                entries = await self.store.read_control(position, block_ms=CONTROL_BLOCK_MS)
+                # Block as long as the socket timeout allows: each wait costs Redis one
+                # command per node, and a trigger wakes it at once anyway.
+                block_ms = max(500, int((self.settings.redis_timeout_s - 1) * 1000))
+                entries = await self.store.read_control(position, block_ms=block_ms)
                 attempt = 0
             except (RedisError, OSError) as exc:
                 attempt += 1

@@ -318,19 +318,27 @@ class Store:
     # -- node bookkeeping ------------------------------------------------------------
 
     async def heartbeat(
-        self, node_id: str, *, now_ms: int, ttl_ms: int, epoch_candidate: str
+        self,
+        node_id: str,
+        *,
+        now_ms: int,
+        ttl_ms: int,
+        epoch_candidate: str,
+        prune: bool = True,
     ) -> HeartbeatReply:
         """Read the server clock and the epoch, and refresh this node's heartbeat.
 
-        One round trip. ``now_ms`` is the caller's estimate of server time; members whose
-        heartbeat expired before it are dropped from the live set.
+        One round trip. ``now_ms`` is the caller's estimate of server time; with ``prune``,
+        members whose heartbeat expired before it are dropped from the live set (readers
+        filter by score anyway, so pruning now and then is enough).
         """
         pipe = self.client.pipeline(transaction=False)
         pipe.time()
         pipe.set(self.keys.epoch, epoch_candidate, nx=True)
         pipe.get(self.keys.epoch)
         pipe.zadd(self.keys.nodes, {node_id: now_ms + ttl_ms})
-        pipe.zremrangebyscore(self.keys.nodes, "-inf", now_ms)
+        if prune:
+            pipe.zremrangebyscore(self.keys.nodes, "-inf", now_ms)
         replies = await pipe.execute()
         seconds, micros = replies[0]
         return HeartbeatReply(
