@@ -15,8 +15,16 @@ fi
 if ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "redis-server not found: installing Debian's redis-server package"
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null
-    # The package may start a service on 6379; our tests use their own servers and ports.
+    # Keep the package from starting a service (port 6379 may be taken, and our tests start
+    # their own servers on free ports anyway): policy-rc.d answering 101 forbids it.
+    cleanup_policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+      cleanup_policy=1
+    fi
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server) >/dev/null
+    if [ -n "$cleanup_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
+    command -v redis-server >/dev/null 2>&1 || { echo "installing redis-server failed" >&2; exit 1; }
   elif [ -n "${CI:-}" ]; then
     echo "CI=true but redis-server is missing and cannot be installed" >&2
     exit 1
