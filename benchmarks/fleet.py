@@ -405,10 +405,19 @@ def write_outputs(out: dict[str, Any], out_dir: Path, *, publish: bool, plots: b
     return written
 
 
+def _background(out: dict[str, Any]) -> str:
+    rates = sorted(r["background_cmds_per_node_s"] for r in out["fleet"] if r.get("status") == "ok")
+    if not rates:
+        return "–"
+    return f"{rates[len(rates) // 2]:g}"
+
+
 def _moved(out: dict[str, Any]) -> str:
     end = out.get("commit_end")
     if not end or end == out["commit"]:
         return ""
+    if not report.changed_between(out["commit"], end, "cronrace"):
+        return f" (HEAD moved to `{end}` during the run; `cronrace/` unchanged)"
     return f" (HEAD moved to `{end}` during the run: later cells ran newer code)"
 
 
@@ -438,10 +447,12 @@ def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
         "",
         report.fleet_table(out["fleet"]),
         "",
-        "Tick-path commands are the claims plus the winners' acquire, record and release; "
-        "background commands (per node: a heartbeat pipeline of 5 every 2 s and a blocking "
-        "`XREAD` of the control stream every 2 s) are counted apart. 'Executed' is Redis's "
-        "own `INFO commandstats` count, which also counts the commands Lua scripts run.",
+        "Tick-path commands are the claims plus what the winners send (acquire, run "
+        "record, release); each node's background (its heartbeat pipeline and its blocking "
+        "`XREAD` of the control stream: "
+        f"{_background(out)} commands per node per second in this run) is counted apart. "
+        "'Executed' is Redis's own `INFO commandstats` count, which also counts the commands "
+        "Lua scripts run.",
         "",
         f"```\n{headline(out)}\n```",
         "",

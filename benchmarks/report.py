@@ -53,6 +53,14 @@ def git_commit() -> str:
     return done.stdout.strip()
 
 
+def changed_between(first: str, last: str, path: str) -> bool:
+    """Whether ``path`` differs between two commits (True when git cannot tell)."""
+    done = subprocess.run(
+        ["git", "diff", "--quiet", first, last, "--", path], capture_output=True, check=False
+    )
+    return done.returncode != 0
+
+
 def write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     rows = list(rows)
     columns: list[str] = []
