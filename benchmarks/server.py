@@ -8,9 +8,6 @@ measurement is a difference of two ``INFO`` snapshots taken around a window.
 from __future__ import annotations
 
 import shutil
-import signal
-import socket
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,69 +15,24 @@ from typing import Any
 
 import redis
 
-REDIS_SERVER = shutil.which("redis-server")
+from cronrace.testing import REDIS_SERVER, RedisServer
+
 REDIS_BENCHMARK = shutil.which("redis-benchmark")
 
 
-def free_port() -> int:
-    """Return a free loopback TCP port other than 6379."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port != 6379:
-            return port
-
-
-class BenchServer:
-    """One private redis-server process."""
+class BenchServer(RedisServer):
+    """One private redis-server without persistence, able to report on itself."""
 
     def __init__(self, directory: Path) -> None:
         if REDIS_SERVER is None:
             raise RuntimeError("redis-server is not installed (Debian: apt-get install redis)")
-        self.directory = directory
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__(directory, appendonly=False, extra_args=("--maxclients", "10000"))
         self.version = ""
 
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> BenchServer:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        argv = [
-            str(REDIS_SERVER),
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.directory),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--maxclients",
-            "10000",
-            "--protected-mode",
-            "yes",
-            "--loglevel",
-            "warning",
-            "--logfile",
-            str(self.directory / "redis.log"),
-        ]
-        self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
-            try:
-                self.version = str(self.client().info("server")["redis_version"])
-                return self
-            except redis.RedisError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not answer in 10 s")
+    def start(self, timeout_s: float = 10.0) -> BenchServer:
+        super().start(timeout_s)
+        self.version = str(self.client().info("server")["redis_version"])
+        return self
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
@@ -88,23 +40,8 @@ class BenchServer:
     def flush(self) -> None:
         self.client().flushall()
 
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
     def __enter__(self) -> BenchServer:
         return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,6 @@ async def run_for_three_ticks(
     )
     agent.add_job(lambda ctx: ran.append(ctx.tick_s), "* * * * * *", name="job")
     async with running(agent):
-        await wait_for(
-            lambda: agent.store.history("job", 10),  # type: ignore[arg-type,return-value]
-            timeout_s=1,
-            what="history call",
-        )
-
         async def three_decisions() -> bool:
             return len(await agent.history("job", 10)) >= 3
 
