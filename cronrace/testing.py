@@ -182,6 +182,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
+        """Start the server and wait until it answers (synchronous: call it from fixtures)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         argv = [
             str(REDIS_SERVER),

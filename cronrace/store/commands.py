@@ -18,7 +18,7 @@ from typing import Any, cast
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from cronrace.errors import RedisUnavailableError, StoreError
-from cronrace.records import JobState, LeaseInfo, NodeInfo, RunRecord
+from cronrace.records import JobState, NodeInfo, RunRecord
 from cronrace.store.client import AMBIGUOUS_ERRORS, make_client
 from cronrace.store.keys import Keys
 from cronrace.store.replies import (
@@ -28,6 +28,7 @@ from cronrace.store.replies import (
     HeartbeatReply,
     NotReplicatedError,
     ReleaseReply,
+    decode_job_state,
     decode_text,
     decode_warnings,
     int_or_none,
@@ -403,39 +404,10 @@ class Store:
             pipe.hgetall(self.keys.state(job))
             pipe.get(self.keys.fence(job))
         replies = await pipe.execute()
-        out = []
-        for index, job in enumerate(jobs):
-            last, lease, ttl_ms, state, fence = replies[index * 5 : index * 5 + 5]
-            state = {decode_text(k): decode_text(v) for k, v in (state or {}).items()}
-            lease_info = None
-            lease = {decode_text(k): decode_text(v) for k, v in (lease or {}).items()}
-            lease_fence = int_or_none(lease.get("fence"))
-            if lease_fence is not None:
-                lease_info = LeaseInfo(
-                    owner=lease.get("owner", ""),
-                    fence=lease_fence,
-                    tick_s=int_or_none(lease.get("tick")) or 0,
-                    started_ms=int_or_none(lease.get("started_ms")) or 0,
-                    ttl_ms=int(ttl_ms),
-                )
-            counters = {
-                key: value
-                for key in ("skipped_overlap", "skipped_paused", "missed", "queued", "abandoned")
-                if (value := int_or_none(state.get(key))) is not None
-            }
-            spec = {k.removeprefix("spec_"): v for k, v in state.items() if k.startswith("spec_")}
-            out.append(
-                JobState(
-                    job=job,
-                    watermark_s=int_or_none(last),
-                    lease=lease_info,
-                    paused=state.get("paused") == "1",
-                    counters=counters,
-                    spec=spec,
-                    last_fence=int_or_none(fence),
-                )
-            )
-        return out
+        return [
+            decode_job_state(job, *replies[index * 5 : index * 5 + 5])
+            for index, job in enumerate(jobs)
+        ]
 
     # -- operator controls -----------------------------------------------------------
 

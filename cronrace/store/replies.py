@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cronrace.errors import StoreError
+from cronrace.records import JobState, LeaseInfo
 
 
 class NotReplicatedError(StoreError):
@@ -97,3 +98,35 @@ def int_or_none(raw: Any) -> int | None:
         return int(raw)
     except (TypeError, ValueError):
         return None
+
+
+def decode_job_state(
+    job: str, last: Any, lease: Any, lease_ttl_ms: Any, state: Any, fence: Any
+) -> JobState:
+    """Build a job's state from the raw replies of ``Store.job_states``; garbage reads as unset."""
+    fields = {decode_text(k): decode_text(v) for k, v in (state or {}).items()}
+    held = {decode_text(k): decode_text(v) for k, v in (lease or {}).items()}
+    lease_fence = int_or_none(held.get("fence"))
+    lease_info = None
+    if lease_fence is not None:
+        lease_info = LeaseInfo(
+            owner=held.get("owner", ""),
+            fence=lease_fence,
+            tick_s=int_or_none(held.get("tick")) or 0,
+            started_ms=int_or_none(held.get("started_ms")) or 0,
+            ttl_ms=int(lease_ttl_ms),
+        )
+    counters = {
+        key: value
+        for key in ("skipped_overlap", "skipped_paused", "missed", "queued", "abandoned")
+        if (value := int_or_none(fields.get(key))) is not None
+    }
+    return JobState(
+        job=job,
+        watermark_s=int_or_none(last),
+        lease=lease_info,
+        paused=fields.get("paused") == "1",
+        counters=counters,
+        spec={k.removeprefix("spec_"): v for k, v in fields.items() if k.startswith("spec_")},
+        last_fence=int_or_none(fence),
+    )
