@@ -23,6 +23,7 @@ async def run_for_three_ticks(
     )
     agent.add_job(lambda ctx: ran.append(ctx.tick_s), "* * * * * *", name="job")
     async with running(agent):
+
         async def three_decisions() -> bool:
             return len(await agent.history("job", 10)) >= 3
 
