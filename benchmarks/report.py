@@ -131,13 +131,20 @@ def fleet_table(rows: list[dict[str, Any]]) -> str:
                 _fmt(row["rtt_per_node_wake"], 2),
                 _fmt(row["redis_cpu_ms_per_1k_claims"], 1),
                 f"{_fmt(row['agent_cpu_us_per_claim'], 0)} ({_fmt(row['agent_cpu_vs_raw'], 1)}×)",
-                f"{_fmt(row['fire_lag_p50_ms'], 1)} / {_fmt(row['fire_lag_p99_ms'], 1)} / "
-                f"{_fmt(row['fire_lag_max_ms'], 1)}",
+                _fire_lag(row),
                 _fmt(row["duplicates"]),
                 _fmt(row["missed"]),
             ]
         )
     return _table(header, out)
+
+
+def _fire_lag(row: dict[str, Any]) -> str:
+    """Fire lag as ``p50 / p99 / max`` in milliseconds."""
+    return (
+        f"{_fmt(row['fire_lag_p50_ms'], 1)} / {_fmt(row['fire_lag_p99_ms'], 1)} / "
+        f"{_fmt(row['fire_lag_max_ms'], 1)}"
+    )
 
 
 def lag_table(rows: list[dict[str, Any]]) -> str:
@@ -244,8 +251,7 @@ def peer_table(rows: list[dict[str, Any]]) -> str:
                 _fmt(row["redis_cmds_executed_per_tick"], 1),
                 _fmt(row["redis_cpu_s_per_s"], 4),
                 _fmt(row["client_cpu_us_per_job_tick"], 0),
-                f"{_fmt(row['fire_lag_p50_ms'], 1)} / {_fmt(row['fire_lag_p99_ms'], 1)} / "
-                f"{_fmt(row['fire_lag_max_ms'], 1)}",
+                _fire_lag(row),
                 _fmt(row["duplicates"]),
                 _fmt(row["missed"]),
             ]
