@@ -1,7 +1,12 @@
 """The agent run as a real process by the fault tests (``cronrace run tests.faults.app:agent``).
 
-Every handler appends one JSON line per event to ``$FAULT_LOG`` (O_APPEND: lines from
-several processes never interleave): start, end, or cancelled, with the wall time.
+Every handler writes one JSON object per event (start, end, or cancelled, with the wall
+time) to the witness: ``RPUSH $FAULT_WITNESS_KEY`` on the redis-server at
+``$FAULT_WITNESS_URL`` (tests/faults/witness.py), which no fault touches. Without a witness
+the lines go to ``$FAULT_LOG`` (O_APPEND: lines from several processes never interleave).
+
+The write is synchronous on purpose: a handler being cancelled must still get its
+"cancelled" line out, and an ``await`` inside a cancelled scope would be cancelled too.
 """
 
 from __future__ import annotations
@@ -11,10 +16,14 @@ import time
 
 import anyio
 import orjson
+import redis
 
 from cronrace import Agent, RunContext
 
 LOG = os.environ.get("FAULT_LOG", "/dev/null")
+WITNESS_URL = os.environ.get("FAULT_WITNESS_URL")
+WITNESS_KEY = os.environ.get("FAULT_WITNESS_KEY", "witness")
+_witness = redis.Redis.from_url(WITNESS_URL, socket_timeout=2) if WITNESS_URL else None
 SLOW_S = float(os.environ.get("FAULT_SLOW_S", "3"))
 SLOW_LEASE_S = float(os.environ.get("FAULT_SLOW_LEASE_S", "0.9"))
 
@@ -32,6 +41,9 @@ def note(event: str, ctx: RunContext) -> None:
             "wall": time.time(),
         }
     )
+    if _witness is not None:
+        _witness.rpush(WITNESS_KEY, line)
+        return
     fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line + b"\n")

@@ -1,0 +1,209 @@
+"""Evidence that no fault can reach: a second redis-server the handlers log to.
+
+Fault tests start real ``cronrace run tests.faults.app:agent`` processes against one
+redis-server (the one the faults hit: stopped, wiped, flushed, garbage written into it) and
+point the handlers at a *witness*: another redis-server, started by the test and never
+touched by a fault. Every handler event (start, end, cancelled) is one ``RPUSH`` there, so
+the verdict (duplicates, misses, overlapping runs, fence order) is read from what the
+handlers really did, not from what the faulty Redis remembers.
+
+Usage::
+
+    def test_something(redis_server, witness, namespace):
+        procs = [start_node(redis_server.url, namespace, f"n{i}", witness) for i in range(3)]
+        try:
+            ...  # inject the fault
+        finally:
+            stop_all(procs)
+        verdict = judge(witness.events(), "fast", first_tick_s=..., last_tick_s=...)
+        assert verdict.duplicates == [] and verdict.missed == [] and verdict.overlaps == []
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: How close (seconds) an end may come after a newer start before it counts as an overlap:
+#: the two events are written by different processes whose clocks are one machine's.
+OVERLAP_SLACK_S = 0.05
+
+
+@dataclass
+class Witness:
+    """A list on the witness server that one test's handlers append their events to."""
+
+    url: str
+    key: str
+
+    def env(self) -> dict[str, str]:
+        """The environment that points ``tests.faults.app`` at this witness."""
+        return {"FAULT_WITNESS_URL": self.url, "FAULT_WITNESS_KEY": self.key}
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every event written so far, in the order the witness received them."""
+        client = redis.Redis.from_url(self.url)
+        try:
+            return [orjson.loads(raw) for raw in client.lrange(self.key, 0, -1)]
+        finally:
+            client.close()
+
+    def wait_for(self, predicate: Any, *, timeout_s: float, what: str) -> list[dict[str, Any]]:
+        """Poll the events until ``predicate(events)`` is true; fail after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            evs = self.events()
+            if predicate(evs):
+                return evs
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+            time.sleep(0.05)
+
+
+def start_node(
+    url: str,
+    namespace: str,
+    node: str,
+    witness: Witness,
+    *,
+    env: Mapping[str, str] | None = None,
+    stderr_dir: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start one real agent process running ``tests.faults.app:agent``.
+
+    Args:
+        url: the Redis the fleet meets on (the one faults are injected into).
+        namespace: the fleet's namespace.
+        node: the node id.
+        witness: where the handlers log their events.
+        env: extra environment (``FAULT_SLOW_S``, ``CRONRACE_*`` settings, ...).
+        stderr_dir: keep the agent's log as ``<node>.err`` there (for post-mortems).
+    """
+    full_env = {
+        **os.environ,
+        "CRONRACE_REDIS_URL": url,
+        "CRONRACE_NAMESPACE": namespace,
+        "CRONRACE_NODE_ID": node,
+        "CRONRACE_HEARTBEAT_S": "0.5",
+        "CRONRACE_SHUTDOWN_GRACE_S": "1",
+        "PYTHONPATH": str(ROOT),
+        **witness.env(),
+        **(env or {}),
+    }
+    stderr: Any = subprocess.DEVNULL
+    if stderr_dir is not None:
+        stderr = (stderr_dir / f"{node}.err").open("ab")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cronrace", "run", "tests.faults.app:agent"],
+            cwd=ROOT,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    finally:
+        if stderr is not subprocess.DEVNULL:
+            stderr.close()
+
+
+def stop_all(procs: Iterable[subprocess.Popen[bytes]], timeout_s: float = 10) -> None:
+    """SIGCONT + SIGTERM every process still alive, wait for it, SIGKILL stragglers."""
+    alive = [proc for proc in procs if proc.poll() is None]
+    for proc in alive:
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+    for proc in alive:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def sleep_until_fraction(fraction: float) -> None:
+    """Sleep until the wall clock's fractional second reaches ``fraction`` (0 <= f < 1).
+
+    ``sleep_until_fraction(0.5)`` lands mid-second, when no claim of a 1-second job is in
+    flight; ``sleep_until_fraction(0.005)`` lands a few ms after a tick, inside the
+    claim/acquire window.
+    """
+    time.sleep((fraction - time.time() % 1.0) % 1.0)
+
+
+@dataclass
+class Verdict:
+    """What the witness saw of one job between two ticks."""
+
+    job: str
+    ticks: list[int]
+    duplicates: list[int]
+    missed: list[int]
+    overlaps: list[tuple[int, int]] = field(default_factory=list)
+    fence_disorder: list[tuple[int, int]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"{self.job}: {len(self.ticks)} ticks started, duplicates={self.duplicates}, "
+            f"missed={self.missed}, overlaps={self.overlaps}, "
+            f"fence_disorder={self.fence_disorder}"
+        )
+
+
+def judge(
+    events: list[dict[str, Any]],
+    job: str,
+    *,
+    first_tick_s: int,
+    last_tick_s: int,
+    every_s: int = 1,
+    excused: Iterable[int] = (),
+    leased: bool = True,
+) -> Verdict:
+    """Count duplicates, misses, overlapping runs and fence disorder for ``job``.
+
+    Args:
+        events: the witness's events.
+        job: the job to judge.
+        first_tick_s, last_tick_s: the window of ticks that must each have started once
+            (inclusive; ticks outside it are still checked for duplicates).
+        every_s: the job's period.
+        excused: ticks allowed to be missing (ones no live node could have run; say why
+            at the call site).
+        leased: check overlaps (False for ``overlap="allow"`` jobs).
+    """
+    starts = [e for e in events if e["job"] == job and e["event"] == "start"]
+    counts = Counter(e["tick"] for e in starts)
+    duplicates = sorted(t for t, n in counts.items() if n > 1)
+    expected = set(range(first_tick_s, last_tick_s + 1, every_s)) - set(excused)
+    missed = sorted(expected - set(counts))
+    verdict = Verdict(job, sorted(counts), duplicates, missed)
+    # Fences rise with ticks: a later tick never runs with a lower fence.
+    by_tick = sorted((e["tick"], e["fence"]) for e in starts)
+    verdict.fence_disorder = [(a[1], b[1]) for a, b in itertools.pairwise(by_tick) if b[1] <= a[1]]
+    if leased:
+        began = {e["fence"]: e["wall"] for e in starts}
+        ended = {
+            e["fence"]: e["wall"]
+            for e in events
+            if e["job"] == job and e["event"] in ("end", "cancelled")
+        }
+        for fence, end in ended.items():
+            for newer, start in began.items():
+                if newer > fence and start + OVERLAP_SLACK_S < end and began.get(fence, 0) < start:
+                    verdict.overlaps.append((fence, newer))
+    return verdict
