@@ -20,7 +20,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from redis.exceptions import RedisError, ResponseError
 
 from cronrace.clock import Clock, ServerOffsetClock, SystemClock
-from cronrace.config import AgentSettings, load_settings
+from cronrace.config import AgentSettings, load_settings, redact_url
 from cronrace.errors import JobDefinitionError, RedisUnavailableError, UnknownJobError
 from cronrace.job import Handler, Job
 from cronrace.observer import Observer
@@ -290,11 +290,7 @@ class Agent:
             )
 
     def _redacted_url(self) -> str:
-        url = self.settings.redis_url
-        if "@" in url:
-            scheme, _, rest = url.partition("://")
-            return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
-        return url
+        return redact_url(self.settings.redis_url)
 
     async def _beat(self, store: Store) -> None:
         base = self.clock.base if isinstance(self.clock, ServerOffsetClock) else self.clock

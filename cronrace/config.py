@@ -22,6 +22,8 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cronrace.errors import ConfigError
+from cronrace.store.urls import parse_redis_url
+from cronrace.store.urls import redact_url as redact_url  # re-exported: cli, targets
 
 ENV_PREFIX = "CRONRACE_"
 HOST_PATTERN = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_-]{1,63})*$")
@@ -44,7 +46,10 @@ class AgentSettings(BaseSettings):
 
     redis_url: str = Field(
         default="memory://",
-        description="redis://, rediss:// (TLS), unix://, or memory:// (embedded, one process)",
+        description=(
+            "redis://, rediss:// (TLS), unix://, redis+sentinel://, redis+cluster:// (and their "
+            "rediss+ forms), or memory:// (embedded, one process)"
+        ),
     )
     node_id: str = Field(default_factory=default_node_id)
     namespace: str = "cronrace"
@@ -79,8 +84,7 @@ class AgentSettings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        if not value.startswith(("redis://", "rediss://", "unix://", "memory://")):
-            raise ValueError("must start with redis://, rediss://, unix:// or memory://")
+        parse_redis_url(value)
         return value
 
 
@@ -230,11 +234,3 @@ def _is_ip(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def redact_url(url: str) -> str:
-    """Hide the user name and password of a Redis URL (for logs and error lines)."""
-    if "@" in url:
-        scheme, _, rest = url.partition("://")
-        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
-    return url

@@ -36,6 +36,7 @@ from cronrace.config import redact_url
 from cronrace.errors import TargetError
 from cronrace.job import RunContext
 from cronrace.store import Store
+from cronrace.store.urls import parse_redis_url
 
 #: Host names that always mean this machine; every other name must be allowed explicitly.
 LOOPBACK_NAMES = frozenset({"localhost"})
@@ -435,10 +436,8 @@ class StreamSpec(BaseModel):
     @field_validator("redis_url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(
-            ("redis://", "rediss://", "unix://", "memory://")
-        ):
-            raise ValueError("must start with redis://, rediss://, unix:// or memory://")
+        if value is not None:
+            parse_redis_url(value)
         return value
 
     @field_validator("fields")

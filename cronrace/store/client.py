@@ -1,15 +1,29 @@
-"""Redis clients: a bounded pool for ``redis://``/``rediss://``/``unix://``, fakeredis for
-``memory://``."""
+"""Redis clients for each deployment (DESIGN.md sections 7 and 11).
+
+One primary (``redis://``, ``rediss://``, ``unix://``) gets a bounded blocking pool;
+Sentinel (``redis+sentinel://``) a pool that asks the sentinels for the primary and follows
+it through failovers; Cluster (``redis+cluster://``) redis-py's ``RedisCluster``;
+``memory://`` fakeredis. This module is the only place that knows which one is in use.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from cronrace.store.urls import Deployment, RedisTarget, parse_redis_url
+
+log = logging.getLogger("cronrace.store")
 
 #: Errors after which a command may or may not have run on the server.
 AMBIGUOUS_ERRORS: tuple[type[BaseException], ...] = (
@@ -27,20 +41,112 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
     Client-side retries are off: a retried ``SET NX`` whose first reply was lost answers
     "taken" and would make the node lose a tick it won. cronrace retries by itself and
     reads the key back instead (DESIGN.md section 8).
+
+    Raises:
+        ValueError: the URL cannot be used (the message never contains a password).
     """
-    if url.startswith("memory://"):
+    target = parse_redis_url(url)
+    if target.deployment is Deployment.MEMORY:
         import fakeredis
 
-        name = url.removeprefix("memory://") or "default"
-        server = _MEMORY_SERVERS.setdefault(name, fakeredis.FakeServer())
+        server = _MEMORY_SERVERS.setdefault(target.memory_name, fakeredis.FakeServer())
         return fakeredis.FakeAsyncRedis(server=server, decode_responses=False)
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=timeout_s,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        decode_responses=False,
-        retry=Retry(NoBackoff(), 0),
+    options: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "decode_responses": False,
+        "retry": Retry(NoBackoff(), 0),
+        **target.credentials(),
+    }
+    if target.deployment is Deployment.SENTINEL:
+        return _sentinel_client(target, options, max_connections, timeout_s)
+    if target.deployment is Deployment.CLUSTER:
+        options.pop("db")
+        return RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in target.hosts],
+            max_connections=max_connections,
+            **options,
+        )
+    tls = options.pop("ssl", False)
+    if target.unix_path is not None:
+        options.update(connection_class=UnixDomainSocketConnection, path=target.unix_path)
+    else:
+        host, port = target.hosts[0]
+        options.update(host=host, port=port)
+        if tls:
+            options["connection_class"] = SSLConnection
+    pool = aioredis.BlockingConnectionPool(
+        max_connections=max_connections, timeout=timeout_s, **options
     )
     return aioredis.Redis.from_pool(pool)
+
+
+# -- Sentinel ---------------------------------------------------------------------------
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+    """A bounded, blocking pool to whichever node the sentinels call the primary.
+
+    redis-py asks the sentinels only when a connection is opened, so a pooled connection
+    to a demoted primary would go on writing there (Sentinel leaves the old primary
+    writable for about ten seconds after ``SENTINEL FAILOVER``). A connection released
+    while the sentinels name another primary is closed instead of being reused.
+    """
+
+    async def release(self, connection: Any) -> None:
+        if self.master_address is not None and (
+            (connection.host, connection.port) != self.master_address
+        ):
+            await connection.disconnect()
+        await super().release(connection)
+
+
+class _SentinelPrimary(aioredis.Redis):
+    """The primary's client; closing it also closes the connections to the sentinels."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        manager: Sentinel = cast(Any, self.connection_pool).sentinel_manager
+        await manager.aclose()
+
+
+def _sentinel_client(
+    target: RedisTarget, options: dict[str, Any], max_connections: int, timeout_s: float
+) -> Any:
+    sentinel_options: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if target.sentinel_username is not None:
+        sentinel_options["username"] = target.sentinel_username
+    if target.sentinel_password is not None:
+        sentinel_options["password"] = target.sentinel_password
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(target.hosts), sentinel_kwargs=sentinel_options
+    )
+    return sentinel.master_for(
+        target.master or "",
+        redis_class=_SentinelPrimary,
+        connection_pool_class=_BlockingSentinelPool,
+        max_connections=max_connections,
+        timeout=timeout_s,
+        **options,
+    )
+
+
+async def follow_primary(client: Any) -> None:
+    """Ask the sentinels where the primary is now, and drop idle connections elsewhere.
+
+    A no-op for every deployment but Sentinel. Called with each heartbeat, it bounds the
+    time a node keeps writing to a demoted primary to about one heartbeat. Sentinels that
+    do not answer are only logged: the primary may be fine, and a new connection asks
+    them again anyway.
+    """
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, SentinelConnectionPool):
+        return
+    try:
+        await pool.get_master_address()  # type: ignore[no-untyped-call]
+    except (RedisError, OSError) as exc:
+        log.warning("sentinels did not say where the primary is", extra={"error": str(exc)})

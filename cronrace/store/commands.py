@@ -19,7 +19,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from cronrace.errors import RedisUnavailableError, StoreError
 from cronrace.records import JobState, NodeInfo, RunRecord
-from cronrace.store.client import AMBIGUOUS_ERRORS, make_client
+from cronrace.store.client import AMBIGUOUS_ERRORS, follow_primary, make_client
 from cronrace.store.keys import Keys
 from cronrace.store.replies import (
     AcquireReply,
@@ -329,10 +329,13 @@ class Store:
     ) -> HeartbeatReply:
         """Read the server clock and the epoch, and refresh this node's heartbeat.
 
-        One round trip. ``now_ms`` is the caller's estimate of server time; with ``prune``,
-        members whose heartbeat expired before it are dropped from the live set (readers
-        filter by score anyway, so pruning now and then is enough).
+        One round trip (two on Sentinel: the sentinels are asked where the primary is, so
+        that a node leaves a demoted primary within a heartbeat). ``now_ms`` is the
+        caller's estimate of server time; with ``prune``, members whose heartbeat expired
+        before it are dropped from the live set (readers filter by score anyway, so
+        pruning now and then is enough).
         """
+        await follow_primary(self.client)
         pipe = self.client.pipeline(transaction=False)
         pipe.time()
         pipe.set(self.keys.epoch, epoch_candidate, nx=True)

@@ -47,7 +47,7 @@ key = "sync"
 """
 
 EXPECTED = [
-    "agent: redis_url 'http://127.0.0.1:6379': must start with redis://",
+    "agent: redis_url 'http://127.0.0.1:6379': unknown scheme 'http://': use one of redis://",
     "agent: metrics_address 'everywhere': use host:port",
     "agent: shutdown_grace 5: unknown field",
     "job 'backup': schedule '61 * * * *': minute 61 out of range",
