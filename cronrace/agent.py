@@ -445,10 +445,9 @@ class Agent:
             next_tick = None
             if self.scheduler is not None and state.job in self.scheduler.next_tick:
                 next_tick = self.scheduler.next_tick[state.job]
-            elif job is not None:
-                next_tick = job.schedule.next_tick(int(self.clock.time()))
-            else:
-                next_tick = _next_from_spec(state.spec, int(self.clock.time()))
+            else:  # None when its tick math fails (the scheduler logs why)
+                spec = job.spec() if job is not None else state.spec
+                next_tick = _next_from_spec(spec, int(self.clock.time()))
             counters = state.counters
             out.append(
                 JobStatus(

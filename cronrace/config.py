@@ -114,7 +114,7 @@ def settings_problems(exc: ValidationError, *, prefix: str) -> list[str]:
         raw = error.get("input")
         if str(error["loc"][-1]) in ("redis_url", "url") and isinstance(raw, str):
             raw = redact_url(raw)  # a bad URL may still carry a good password
-        value = _short(raw)
+        value = short_repr(raw)
         source = ""
         if prefix == "agent" and len(error["loc"]) == 1:
             variable = f"{ENV_PREFIX}{str(error['loc'][0]).upper()}"
@@ -129,7 +129,8 @@ def settings_problems(exc: ValidationError, *, prefix: str) -> list[str]:
     return lines
 
 
-def _short(value: object, limit: int = 80) -> str:
+def short_repr(value: object, limit: int = 80) -> str:
+    """Return ``repr(value)``, cut to ``limit`` characters for an error line."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

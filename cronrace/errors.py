@@ -13,7 +13,15 @@ class CronraceError(Exception):
 
 
 class ScheduleError(CronraceError, ValueError):
-    """A schedule expression or time zone cannot be used."""
+    """A schedule expression or time zone cannot be used.
+
+    Attributes:
+        reason: why, without the job, field and value (for callers that name them).
+    """
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason if reason is not None else message
 
 
 class JobDefinitionError(CronraceError, ValueError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import re
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -110,7 +111,10 @@ class Job:
         if not callable(handler):
             raise JobDefinitionError(f"job {job_name!r}: handler {handler!r} is not callable")
         try:
-            parsed = Schedule.parse(schedule, timezone, job=job_name)
+            # Checked from the wall clock: "never fires" spans decades, not seconds of skew.
+            parsed = Schedule.parse(
+                schedule, timezone, job=job_name, fires_after_s=int(time.time())
+            )
         except CronraceError:
             raise
         except Exception as exc:  # zoneinfo oddities must still name the job

@@ -41,9 +41,8 @@ _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 # The closest two offset changes in tzdata since 1900 are four days apart (Africa/Freetown,
 # 1939), so six hours cannot step over a pair.
 _SAMPLE_S = 6 * 3600
-# Cron calendars repeat every 400 Gregorian years; a search running longer has no answer,
-# and keeping starts within 1000-9000 keeps such a search inside what datetime represents.
-_SEARCH_LIMIT_S = 401 * 366 * _DAY_S
+# Keeping starts within 1000-9000 keeps every search (at most 57 years, see
+# _repeat_horizon_s) inside what datetime represents.
 _MIN_S = (date(1000, 1, 1).toordinal() - _EPOCH_ORDINAL) * _DAY_S
 _MAX_S = (date(9000, 1, 1).toordinal() - _EPOCH_ORDINAL) * _DAY_S
 
@@ -59,14 +58,53 @@ _ALIASES = {
 _MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _MONTH_DAYS = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+_DURATION = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
+# Longer than any schedule worth writing (a 6-field expression listing every value of every
+# field is about 400 characters); longer input is refused before any work is done on it.
+_MAX_EXPR_CHARS = 1024
+# "@every" ticks must stay far inside what datetime, Redis and Lua's doubles represent.
+_MAX_PERIOD_S = 3650 * _DAY_S
+# Beyond 18 digits a number is out of every range; int() of thousands of digits is refused
+# by Python itself (a bare ValueError), so long digit strings never reach it.
+_MAX_DIGITS = 18
+_HUGE = 10**_MAX_DIGITS
 _ZONE_KEY = re.compile(r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*")
+# The longest IANA key is 38 characters (right/America/Argentina/ComodRivadavia); zoneinfo
+# imports one package per path component, and a few hundred overflow the stack.
+_MAX_ZONE_CHARS = 64
 # Real files under the zoneinfo directory that are not zones every node agrees on.
 _NOT_ZONES = ("localtime", "posixrules", "Factory")
 
 
 class _InvalidError(Exception):
     """One-line reason an expression is invalid, completed with job and value by parse."""
+
+
+def _quote(value: object, limit: int = 60) -> str:
+    """Quote a value for an error line; a long one is cut, and its length said."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return f"{text[:limit]}...{size}"
+
+
+def _digits_value(digits: str) -> int:
+    """Return the value of an ASCII digit string, or ``_HUGE`` for one beyond every range."""
+    significant = digits.lstrip("0")
+    return int(significant or "0") if len(significant) <= _MAX_DIGITS else _HUGE
+
+
+def _check_characters(text: str) -> None:
+    """Refuse what no cron reads: non-ASCII digits and spaces, control characters."""
+    if len(text) > _MAX_EXPR_CHARS:
+        raise _InvalidError(f"longer than {_MAX_EXPR_CHARS} characters")
+    for position, char in enumerate(text):
+        if not (" " <= char <= "~" or char == "\t"):
+            raise _InvalidError(
+                f"character {char!r} (U+{ord(char):04X}) at position {position} is not allowed: "
+                "use ASCII letters, digits, punctuation and spaces"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +267,12 @@ def _expand(text: str, spec: _Field) -> tuple[set[int], set[tuple[int, int]], bo
             return spec.names.index(token.lower()) + spec.low
         if not (token.isascii() and token.isdigit()):
             kind = "a number or name" if spec.names else "a number"
-            raise _InvalidError(f"{spec.name} {token!r} is not {kind}")
-        if not spec.low <= int(token) <= spec.high:
-            raise _InvalidError(f"{spec.name} {int(token)} out of range {spec.low}-{spec.high}")
-        return int(token)
+            raise _InvalidError(f"{spec.name} {_quote(token)} is not {kind}")
+        value = _digits_value(token)
+        if not spec.low <= value <= spec.high:
+            shown = value if value < _HUGE else _quote(token)
+            raise _InvalidError(f"{spec.name} {shown} out of range {spec.low}-{spec.high}")
+        return value
 
     values: set[int] = set()
     nth: set[tuple[int, int]] = set()
@@ -243,7 +283,7 @@ def _expand(text: str, spec: _Field) -> tuple[set[int], set[tuple[int, int]], bo
         elif spec is _DOW and "#" in item:
             weekday, _, which = item.partition("#")
             if which not in ("1", "2", "3", "4", "5"):
-                raise _InvalidError(f"{spec.name} {item!r}: the week after '#' must be 1-5")
+                raise _InvalidError(f"{spec.name} {_quote(item)}: the week after '#' must be 1-5")
             nth.add((number(weekday) % 7, int(which)))
         elif spec is _DOW and len(item) > 1 and item[-1] in "lL":
             nth.add((number(item[:-1]) % 7, -1))
@@ -255,15 +295,20 @@ def _expand(text: str, spec: _Field) -> tuple[set[int], set[tuple[int, int]], bo
                 low_text, _, high_text = base.partition("-")
                 low, high = number(low_text), number(high_text)
                 if low > high:
-                    raise _InvalidError(f"{spec.name} range {base!r} runs backwards")
+                    raise _InvalidError(f"{spec.name} range {_quote(base)} runs backwards")
             else:
                 low = number(base)
                 high = spec.high if slash else low
             step = 1
             if slash:
-                if not (step_text.isascii() and step_text.isdigit() and int(step_text) > 0):
-                    raise _InvalidError(f"{spec.name} step {step_text!r} is not a positive number")
-                step = int(step_text)
+                if not (step_text.isascii() and step_text.isdigit()) or not any(
+                    digit != "0" for digit in step_text
+                ):
+                    raise _InvalidError(
+                        f"{spec.name} step {_quote(step_text)} is not a positive number"
+                    )
+                # A step beyond the field's width picks its first value only, as in cronie.
+                step = min(_digits_value(step_text), spec.high - spec.low + 1)
             values.update(range(low, high + 1, step))
     if spec is _DOW:
         values = {value % 7 for value in values}
@@ -300,11 +345,15 @@ def _parse_cron(text: str) -> _Cron:
 def _parse_every(duration: str) -> int:
     match = _DURATION.fullmatch(duration.lower())
     if not duration or match is None:
-        raise _InvalidError(f"duration {duration!r} is not like 90s, 5m, 1h30m or 1d")
-    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+        raise _InvalidError(f"duration {_quote(duration)} is not like 90s, 5m, 1h30m or 1d")
+    days, hours, minutes, seconds = (_digits_value(part or "0") for part in match.groups())
     period_s = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     if period_s < 1:
-        raise _InvalidError(f"duration {duration!r} is shorter than 1s")
+        raise _InvalidError(f"duration {_quote(duration)} is shorter than 1s")
+    if period_s > _MAX_PERIOD_S:
+        raise _InvalidError(
+            f"duration {_quote(duration)} is longer than {_MAX_PERIOD_S // _DAY_S}d (10 years)"
+        )
     return period_s
 
 
@@ -312,6 +361,7 @@ def _parse_expression(expr: str) -> _Cron | int:
     """Return the cron fields of an expression, or the period of an ``@every``."""
     if not isinstance(expr, str):
         raise _InvalidError("it is not a string")
+    _check_characters(expr)
     words = expr.split()
     if words and words[0].lower() == "@every":
         if len(words) != 2:
@@ -319,7 +369,7 @@ def _parse_expression(expr: str) -> _Cron | int:
         return _parse_every(words[1])
     if len(words) == 1 and words[0].startswith("@"):
         if words[0].lower() not in _ALIASES:
-            raise _InvalidError(f"unknown alias {words[0]!r}")
+            raise _InvalidError(f"unknown alias {_quote(words[0])}")
         return _parse_cron(_ALIASES[words[0].lower()])
     return _parse_cron(expr)
 
@@ -327,6 +377,8 @@ def _parse_expression(expr: str) -> _Cron | int:
 def _load_zone(name: str) -> ZoneInfo:
     if not isinstance(name, str) or not _ZONE_KEY.fullmatch(name) or name in _NOT_ZONES:
         raise _InvalidError("not an IANA time zone name")
+    if len(name) > _MAX_ZONE_CHARS:
+        raise _InvalidError(f"longer than {_MAX_ZONE_CHARS} characters, the most an IANA name has")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -349,7 +401,14 @@ class Schedule:
     _period_s: int = field(default=0, repr=False, compare=False)
 
     @classmethod
-    def parse(cls, expr: str, timezone: str = "UTC", *, job: str | None = None) -> Schedule:
+    def parse(
+        cls,
+        expr: str,
+        timezone: str = "UTC",
+        *,
+        job: str | None = None,
+        fires_after_s: int | None = None,
+    ) -> Schedule:
         """Return the schedule of a cron expression, alias or ``@every`` in a time zone.
 
         Args:
@@ -357,6 +416,9 @@ class Schedule:
                 ``@daily``, or ``@every 1h30m``.
             timezone: IANA time zone name the cron fields are read in.
             job: name of the job, quoted in the error message.
+            fires_after_s: when given (UTC epoch seconds, usually now), also refuse a
+                schedule that never fires after that instant in its zone: one whose every
+                matching local time falls in a daylight-saving gap.
 
         Raises:
             ScheduleError: the expression or the time zone cannot be used; the one-line
@@ -366,20 +428,40 @@ class Schedule:
         try:
             zone = _load_zone(timezone)
         except _InvalidError as error:
-            raise ScheduleError(f"{where}timezone {timezone!r} is invalid: {error}") from None
+            raise ScheduleError(
+                f"{where}timezone {_quote(timezone)} is invalid: {error}", reason=str(error)
+            ) from None
         try:
             spec = _parse_expression(expr)
         except _InvalidError as error:
-            raise ScheduleError(f"{where}schedule {expr!r} is invalid: {error}") from None
+            raise ScheduleError(
+                f"{where}schedule {_quote(expr)} is invalid: {error}", reason=str(error)
+            ) from None
         if isinstance(spec, int):
             return cls(expr, timezone, zone, _period_s=spec)
-        return cls(expr, timezone, zone, spec)
+        schedule = cls(expr, timezone, zone, spec)
+        if fires_after_s is not None:
+            until_s = _repeat_horizon_s(fires_after_s)
+            if schedule._search(fires_after_s, until_s) is None:
+                reason = (
+                    f"it never fires in {timezone}: every local time it matches falls in a "
+                    f"gap where clocks jump forward (searched through {_year(until_s) - 1} "
+                    "with this machine's tzdata)"
+                )
+                raise ScheduleError(
+                    f"{where}schedule {_quote(expr)} is invalid: {reason}", reason=reason
+                )
+        return schedule
 
     def next_tick(self, after_s: int) -> int:
         """Return the first tick strictly after ``after_s``, in UTC epoch seconds.
 
         Args:
             after_s: UTC epoch seconds; the result is greater than it.
+
+        Raises:
+            ScheduleError: the schedule never fires after ``after_s`` (its zone's rules
+                changed since it was checked with ``fires_after_s``).
         """
         if self._period_s:
             return (after_s // self._period_s + 1) * self._period_s
@@ -387,13 +469,14 @@ class Schedule:
         # equal schedules hash alike, so they share the answer (4.5 µs saved per job).
         return _next_cron_tick(self, after_s)
 
-    def _next_cron_tick(self, after_s: int) -> int:
+    def _search(self, after_s: int, until_s: int) -> int | None:
+        """Return the first tick after ``after_s``, or None when none starts before ``until_s``."""
         if not _MIN_S <= after_s <= _MAX_S:
             raise ValueError(f"after_s {after_s} is outside the years 1000-9000")
         assert self._cron is not None
         cron, zone = self._cron, self._zone
         t = after_s + 1
-        while t - after_s < _SEARCH_LIMIT_S:
+        while t < until_s:
             offset, previous, end = _segment(zone, t)
             low = t + offset
             if cron.fixed_time and previous is not None:
@@ -409,7 +492,7 @@ class Schedule:
             if wall is not None:
                 return wall - offset
             t = end
-        raise ScheduleError(f"schedule {self.expr!r} has no tick within 400 years of {after_s}")
+        return None
 
     def ticks_between(self, after_s: int, until_s: int, limit: int) -> list[int]:
         """Return the earliest ticks t with ``after_s < t <= until_s``, ascending.
@@ -454,6 +537,37 @@ class Schedule:
         return self.next_tick(first) - first
 
 
+def _repeat_horizon_s(after_s: int) -> int:
+    """Return an instant by which a schedule that ever fires after ``after_s`` has fired.
+
+    What a cron expression matches in a year, and where tzdata's recurring rules put that
+    year's clock changes ("second Sunday of March"), depend only on the year's kind: the
+    weekday of 1 January and whether it is a leap year. Any 28 consecutive years without a
+    skipped leap year (1900, 2100, 2200...) hold all 14 kinds, so a tick after ``after_s``,
+    if any, comes before the end of the first such run of whole years. This holds for the
+    rules of the tzdata installed now; zones whose future changes tzdata lists one by one
+    (Morocco's around Ramadan) are only searched as far, and rules changed by a later
+    tzdata are the scheduler's to survive, not this check's.
+    """
+    first = _year(after_s) + 1
+    for year in range(first, first + 28):
+        if year % 100 == 0 and year % 400 != 0:
+            first = year + 1
+    # A day more: the horizon is UTC and local years start up to 14 hours off it.
+    return _year_start_s(first + 28) + _DAY_S
+
+
+def _year(t: int) -> int:
+    return date.fromordinal(_EPOCH_ORDINAL + t // _DAY_S).year
+
+
 @functools.lru_cache(maxsize=4096)
 def _next_cron_tick(schedule: Schedule, after_s: int) -> int:
-    return schedule._next_cron_tick(after_s)
+    until_s = _repeat_horizon_s(after_s)
+    tick = schedule._search(after_s, until_s)
+    if tick is None:
+        raise ScheduleError(
+            f"schedule {_quote(schedule.expr)} in {schedule.timezone} never fires after "
+            f"{after_s} (searched through {_year(until_s) - 1})"
+        )
+    return tick

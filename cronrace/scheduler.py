@@ -104,7 +104,11 @@ class Scheduler:
             following: dict[str, int] = {}
             for first_due, name in due:
                 job = self.jobs[name]
-                plan, following[name] = self._plan(job, first_due, now)
+                try:
+                    plan, following[name] = self._plan(job, first_due, now)
+                except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
+                    self._unschedule(job, exc)
+                    continue
                 if plan is not None:
                     plans.append(_Decided(job, plan))
             try:
@@ -123,7 +127,8 @@ class Scheduler:
             # Redis did not answer: nothing was decided. Put the ticks back; the next
             # attempt plans them again, as a backlog for the catch-up policy if late.
             for first_due, name in due:
-                self._push(name, first_due)
+                if name in following:  # not the jobs dropped by _unschedule
+                    self._push(name, first_due)
             await self.clock.sleep(backoff_s(failures))
             failures += 1
 
@@ -144,7 +149,27 @@ class Scheduler:
         for name, job in self.jobs.items():
             mark = marks.get(name)
             start = mark if mark is not None and mark < now_s else now_s
-            self._push(name, job.schedule.next_tick(start))
+            try:
+                first_s = job.schedule.next_tick(start)
+            except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
+                self._unschedule(job, exc)
+                continue
+            self._push(name, first_s)
+
+    def _unschedule(self, job: Job, exc: Exception) -> None:
+        """Drop a job whose next tick cannot be computed; the other jobs go on."""
+        self.next_tick.pop(job.name, None)
+        log.error(
+            "cannot compute the job's next tick; it will not fire until the agent restarts",
+            exc_info=not isinstance(exc, CronraceError),
+            extra={
+                "job": job.name,
+                "schedule": job.schedule.expr,
+                "timezone": job.schedule.timezone,
+                "error": str(exc),
+                "node": self.settings.node_id,
+            },
+        )
 
     def _push(self, name: str, tick_s: int) -> None:
         self.next_tick[name] = tick_s

@@ -20,6 +20,7 @@ job, the field and the value. :class:`Sidecar` turns a checked config into a run
 
 from __future__ import annotations
 
+import time
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cronrace.agent import Agent
-from cronrace.config import SidecarSettings, settings_problems
+from cronrace.config import SidecarSettings, settings_problems, short_repr
 from cronrace.errors import ConfigError, CronraceError, ScheduleError
 from cronrace.job import JOB_NAME_PATTERN, Handler
 from cronrace.metrics import MetricsServer, PrometheusObserver
@@ -47,13 +48,6 @@ from cronrace.targets import (
 
 #: The target tables a job may have; exactly one of them.
 TARGET_KINDS = ("http", "command", "stream")
-
-
-def _reason(exc: ScheduleError, field: str, value: str) -> str:
-    """The part of a schedule error after ``<field> <value> is invalid: ``."""
-    prefix = f"{field} {value!r} is invalid: "
-    text = str(exc)
-    return text.split(prefix, 1)[1] if prefix in text else text
 
 
 class JobSpec(BaseModel):
@@ -94,7 +88,7 @@ class JobSpec(BaseModel):
         try:
             Schedule.parse(value)
         except ScheduleError as exc:
-            raise ValueError(_reason(exc, "schedule", value)) from None
+            raise ValueError(exc.reason) from None
         return value
 
     @field_validator("timezone")
@@ -103,7 +97,7 @@ class JobSpec(BaseModel):
         try:
             Schedule.parse("@every 1s", value)
         except ScheduleError as exc:
-            raise ValueError(_reason(exc, "timezone", value)) from None
+            raise ValueError(exc.reason) from None
         return value
 
     @property
@@ -156,9 +150,16 @@ def _check_jobs(jobs_raw: list[Any], allow_hosts: list[str], problems: list[str]
             seen[name] = index
         problems.extend(_target_problems(label, raw, allow_hosts))
         try:
-            jobs.append(JobSpec.model_validate(raw))
+            spec = JobSpec.model_validate(raw)
         except ValidationError as exc:
             problems.extend(settings_problems(exc, prefix=label))
+            continue
+        try:
+            # The schedule and the zone are each valid; together they may never fire.
+            Schedule.parse(spec.schedule, spec.timezone, fires_after_s=int(time.time()))
+        except ScheduleError as exc:
+            problems.append(f"{label}: schedule {short_repr(spec.schedule)}: {exc.reason}")
+        jobs.append(spec)
     return jobs
 
 

@@ -229,3 +229,20 @@ def test_a_bad_redis_url_is_shown_without_its_password(
         load_config(path)
     [line] = caught.value.problems
     assert line.startswith(f"{path}: agent: redis_url 'http://***@redis:6379/0' (from CRONRACE_")
+
+
+def test_validate_refuses_a_schedule_that_never_fires_in_its_zone(tmp_path: Path) -> None:
+    path = tmp_path / "spring.toml"
+    path.write_text(
+        "[agent]\nredis_url = 'memory://'\n"
+        "[[jobs]]\nname = 'spring'\nschedule = '*/30 2 * 3 0#2'\ntimezone = 'America/New_York'\n"
+        "[jobs.command]\nargv = ['true']\n"
+        "[[jobs]]\nname = 'berlin'\nschedule = '*/30 2 * 3 0#2'\ntimezone = 'Europe/Berlin'\n"
+        "[jobs.command]\nargv = ['true']\n"
+    )
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        f"{path}: job 'spring': schedule '*/30 2 * 3 0#2': it never fires in America/New_York: "
+    )
