@@ -39,4 +39,7 @@ echo "== ruff"
 echo "== mypy (strict)"
 .venv/bin/mypy
 echo "== pytest"
-.venv/bin/python -m pytest -p no:cacheprovider --cov --cov-report=term --cov-fail-under="${COV_FLOOR:-89}" "$@"
+# Workers: most tests wait on the wall clock rather than the CPU, so more workers than cores
+# pay off (PYTEST_WORKERS=0 runs everything in this process, e.g. for a debugger).
+.venv/bin/python -m pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-4}" \
+  --cov --cov-report=term --cov-fail-under="${COV_FLOOR:-89}" "$@"
