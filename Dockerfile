@@ -5,6 +5,11 @@
 #   docker run --rm -e CRONRACE_REDIS_URL=redis://redis:6379/0 \
 #     -v "$PWD/cronrace.toml:/etc/cronrace/cronrace.toml:ro" cronrace:dev
 #
+# A Redis URL is required: from CRONRACE_REDIS_URL or the mounted file's redis_url. The
+# default config (examples/sidecar.toml) names none, so without one the container exits 1
+# with one line; replicas on the embedded store (redis_url = "memory://", only when
+# written out) would each run every job.
+#
 # The entrypoint is the `cronrace` command, so the same image runs operator commands:
 #   docker run --rm cronrace:dev validate /etc/cronrace/cronrace.toml
 #   docker exec <container> cronrace status

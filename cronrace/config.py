@@ -97,6 +97,16 @@ def load_settings(**overrides: object) -> AgentSettings:
         raise ConfigError(settings_problems(exc, prefix="agent")) from None
 
 
+#: What to say about a required field that was not given, after "is required".
+MISSING_HINTS = {
+    "redis_url": (
+        ": set it in [agent] or as CRONRACE_REDIS_URL. The embedded store is not a default "
+        "here (each replica would run every job): for one process alone, write "
+        'redis_url = "memory://"'
+    ),
+}
+
+
 def settings_problems(exc: ValidationError, *, prefix: str) -> list[str]:
     """Turn a pydantic ValidationError into one line per problem: where, field, value, why.
 
@@ -109,7 +119,7 @@ def settings_problems(exc: ValidationError, *, prefix: str) -> list[str]:
         where = ".".join(str(part) for part in error["loc"]) or "settings"
         kind = error["type"]
         if kind == "missing":
-            lines.append(f"{prefix}: {where}: is required")
+            lines.append(f"{prefix}: {where}: is required{MISSING_HINTS.get(where, '')}")
             continue
         raw = error.get("input")
         if str(error["loc"][-1]) in ("redis_url", "url") and isinstance(raw, str):
@@ -169,7 +179,14 @@ class SidecarSettings(AgentSettings):
 
     Sources, highest priority first: keyword arguments (command-line flags),
     ``CRONRACE_*`` environment variables, the config file's ``[agent]`` table, defaults.
+    Unlike the library's, ``redis_url`` has no default: replicas of a sidecar that fell back
+    to the embedded store would each run every job, so ``memory://`` must be asked for.
     """
+
+    redis_url: str = Field(
+        description="redis://, rediss:// (TLS), unix://; memory:// (embedded, one process) "
+        "only when written out",
+    )
 
     metrics_address: str = Field(
         default="127.0.0.1:9464",

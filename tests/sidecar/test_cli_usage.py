@@ -39,12 +39,18 @@ def test_bad_usage_exits_2(args: list[str], code: int, message: str) -> None:
     assert "Traceback" not in stderr
 
 
-def test_validate_in_process_prints_every_line(tmp_path: Path) -> None:
+def test_validate_in_process_prints_every_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CRONRACE_REDIS_URL", raising=False)
     path = tmp_path / "bad.toml"
     path.write_text("[agent]\nnamespace = 'a b'\n[[jobs]]\nname = 'x'\nschedule = 'never'\n")
     exit_code, stderr = invoke("validate", str(path))
     assert exit_code == EXIT_INVALID
     assert stderr.splitlines() == [
+        f"{path}: agent: redis_url: is required: set it in [agent] or as CRONRACE_REDIS_URL. "
+        "The embedded store is not a default here (each replica would run every job): for one "
+        'process alone, write redis_url = "memory://"',
         f"{path}: agent: namespace 'a b': use 1-64 letters, digits, '_', '.', '-'",
         f"{path}: job 'x': target: is required; add one of [jobs.http], [jobs.command], "
         "[jobs.stream]",

@@ -112,7 +112,10 @@ def test_run_with_a_bad_file_prints_the_same_lines_and_exits_1(bad_file: Path) -
         ("[[jobs]]\nschedule='@hourly'\n[jobs.stream]\nkey='q'\n", "job #1: name: is required"),
     ],
 )
-def test_each_problem_is_one_line(tmp_path: Path, text: str, line: str) -> None:
+def test_each_problem_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, line: str
+) -> None:
+    monkeypatch.setenv("CRONRACE_REDIS_URL", "memory://")
     path = tmp_path / "c.toml"
     path.write_text(text)
     with pytest.raises(ConfigError) as caught:
@@ -175,13 +178,19 @@ def test_bad_environment_value_is_named_with_its_variable(
     ],
     ids=lambda p: p.parent.name + "/" + p.name,
 )
-def test_example_configs_are_valid(path: Path) -> None:
+def test_example_configs_are_valid(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # examples/sidecar.toml is the image's default config: Redis comes from the environment.
+    monkeypatch.setenv("CRONRACE_REDIS_URL", "redis://127.0.0.1:6379/0")
     config = check_file(path)
     assert config.jobs
 
 
 def test_validate_shows_the_jobs_of_a_good_file() -> None:
-    result = CliRunner().invoke(app, ["validate", str(EXAMPLES / "sidecar.toml")])
+    result = CliRunner().invoke(
+        app,
+        ["validate", str(EXAMPLES / "sidecar.toml")],
+        env={"CRONRACE_REDIS_URL": "redis://127.0.0.1:6379/0"},
+    )
     assert result.exit_code == 0, result.output
     assert "ok, 3 job(s)" in result.output
     assert "nightly-report" in result.output

@@ -153,7 +153,7 @@ def test_metrics_address_in_use_is_one_line(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         path = tmp_path / "c.toml"
         path.write_text(
-            f'[agent]\nmetrics_address = "127.0.0.1:{port}"\n'
+            f'[agent]\nredis_url = "memory://"\nmetrics_address = "127.0.0.1:{port}"\n'
             "[[jobs]]\nname='x'\nschedule='@hourly'\n[jobs.stream]\nkey='q'\n"
         )
         sidecar = Sidecar.from_file(path)

@@ -1,0 +1,78 @@
+"""A sidecar needs its Redis named: the embedded store is never its silent default."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cronrace.sidecar import Sidecar, load_config
+from tests.sidecar.conftest import EXAMPLES, ROOT
+
+JOB = "[[jobs]]\nname = 'x'\nschedule = '@hourly'\n[jobs.command]\nargv = ['true']\n"
+
+
+def without_redis_env() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key != "CRONRACE_REDIS_URL"}
+
+
+@pytest.mark.timeout(30)
+def test_image_config_without_a_redis_url_exits_1_with_one_line() -> None:
+    # examples/sidecar.toml is the container image's default config (CMD run --config).
+    done = subprocess.run(
+        [sys.executable, "-m", "cronrace", "run", "--config", str(EXAMPLES / "sidecar.toml")],
+        cwd=ROOT,
+        env=without_redis_env(),
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"{EXAMPLES / 'sidecar.toml'}: agent: redis_url: is required: ")
+    assert 'redis_url = "memory://"' in line
+
+
+def test_memory_written_out_in_the_file_or_the_environment_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CRONRACE_REDIS_URL", raising=False)
+    in_file = tmp_path / "in-file.toml"
+    in_file.write_text(f"[agent]\nredis_url = 'memory://'\nmetrics_address = 'off'\n{JOB}")
+    assert Sidecar.from_file(in_file).agent.settings.redis_url == "memory://"
+    in_env = tmp_path / "in-env.toml"
+    in_env.write_text(JOB)
+    monkeypatch.setenv("CRONRACE_REDIS_URL", "memory://")
+    assert load_config(in_env).agent.redis_url == "memory://"
+
+
+@pytest.mark.timeout(30)
+def test_quick_start_agent_still_runs_on_the_embedded_store_by_default() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "cronrace", "run", "examples.hello:agent"],
+        cwd=ROOT,
+        env={**without_redis_env(), "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stderr is not None
+            seen = []
+            for line in proc.stderr:
+                seen.append(line)
+                if "agent started" in line:
+                    break
+            assert any("embedded in-process store" in line for line in seen), seen
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=15)
+            assert proc.returncode == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
