@@ -23,6 +23,7 @@ from cronrace.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.config import AgentSettings, load_settings, redact_url
 from cronrace.errors import JobDefinitionError, RedisUnavailableError, UnknownJobError
 from cronrace.job import Handler, Job
+from cronrace.logs import configure_logging
 from cronrace.observer import Observer
 from cronrace.policies import Catchup, Overlap
 from cronrace.records import JobStatus, NodeInfo, RunRecord
@@ -369,9 +370,14 @@ class Agent:
     def run_sync(self) -> None:
         """Run until SIGTERM or SIGINT (a second signal cancels runs without waiting).
 
+        Logs go to stderr (``log_format``, ``log_level``) unless the program configured
+        logging itself: a script that only calls ``run_sync()`` still shows its ticks.
+
         Raises:
             RedisUnavailableError: Redis could not be reached within the start-up timeout.
         """
+        if not logging.getLogger().handlers and not logging.getLogger("cronrace").handlers:
+            configure_logging(self.settings.log_format, self.settings.log_level)
         try:
             anyio.run(self._run_with_signals)
         except BaseExceptionGroup as group:
@@ -426,8 +432,14 @@ class Agent:
         return await self.store.request_trigger(await self._known(job))
 
     async def history(self, job: str, limit: int = 20) -> list[RunRecord]:
-        """Return the newest ``limit`` run records of ``job``, newest first."""
-        return await self.store.history(await self._known(job), limit)
+        """Return the newest ``limit`` run records of ``job``, newest tick first.
+
+        Records are written when a decision is final, so a long run's record comes after
+        the skips of the ticks it overlapped: read more than asked and sort by tick.
+        """
+        records = await self.store.history(await self._known(job), 2 * limit + 10)
+        records.sort(key=lambda record: record.tick_s, reverse=True)  # stable: ties by write
+        return records[:limit]
 
     async def nodes(self) -> list[NodeInfo]:
         """Return the live nodes of this namespace."""

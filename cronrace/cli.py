@@ -13,10 +13,9 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import anyio
-import orjson
 import typer
 from redis.exceptions import RedisError
 
@@ -24,9 +23,11 @@ from cronrace import cli_output as out
 from cronrace.agent import Agent
 from cronrace.config import AgentSettings, load_settings, parse_address, redact_url
 from cronrace.errors import ConfigError, CronraceError, RedisUnavailableError, UnknownJobError
+from cronrace.fleetview import look
 from cronrace.logs import configure_logging
 from cronrace.metrics import MetricsServer, PrometheusObserver
 from cronrace.observer import Observer
+from cronrace.records import RunRecord
 from cronrace.sidecar import Sidecar, check_file, load_config
 
 T = TypeVar("T")
@@ -47,6 +48,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain click help: rich mode prints flags as `--wait <bool>`, and boxes waste columns.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -55,7 +58,7 @@ ConfigOption = Annotated[
     typer.Option(
         "--config",
         "-c",
-        help="Sidecar config file; its \\[agent] table says where Redis is.",
+        help="Sidecar config file; its [agent] table says where Redis is.",
         envvar="CRONRACE_CONFIG",
         dir_okay=False,
     ),
@@ -69,6 +72,12 @@ NamespaceOption = Annotated[
     typer.Option("--namespace", "-n", help="Namespace (default from config or environment)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+WideOption = Annotated[
+    bool,
+    typer.Option(
+        "--wide", "-w", help="Every column and the whole texts, however wide the table gets."
+    ),
+]
 JobArgument = Annotated[str, typer.Argument(help="The job's name.")]
 
 
@@ -102,6 +111,10 @@ def load_agent(target: str) -> Agent:
         raise fail(str(exc), EXIT_INVALID) from None
     except ImportError as exc:
         raise fail(f"cannot import module {module_name!r}: {exc}", EXIT_USAGE) from None
+    except SyntaxError as exc:
+        where = f"{exc.filename}:{exc.lineno}" if exc.filename else "?"
+        message = f"cannot import module {module_name!r}: {where}: {exc.msg}"
+        raise fail(message, EXIT_USAGE) from None
     obj: object = module
     for part in attr.split("."):
         try:
@@ -201,6 +214,8 @@ def run(
 @app.command(epilog=EXIT_CODES_HELP)
 def validate(
     file: Annotated[Path, typer.Argument(help="The sidecar config file.", dir_okay=False)],
+    as_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Check a config file: print every problem, one line each, and exit 1 if any.
 
@@ -209,8 +224,15 @@ def validate(
     try:
         config = check_file(file)
     except CronraceError as exc:
+        if as_json:
+            problems = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
+            out.print_json({"file": str(file), "ok": False, "problems": problems})
+            raise typer.Exit(EXIT_INVALID) from None
         raise fail_lines(exc) from None
-    out.print_config(config)
+    if as_json:
+        out.print_json(out.config_dict(config, time.time()))
+    else:
+        out.print_config(config, out.terminal_width(wide))
 
 
 # -- operator commands ------------------------------------------------------------------
@@ -264,14 +286,32 @@ def status(
     redis_url: RedisOption = None,
     namespace: NamespaceOption = None,
     as_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
-    """Show every job: schedule, next and last tick, lease holder and fence, counters."""
+    """Show every job: schedule, next and last tick, lease holder and fence, counters.
+
+    Exits 1 when no agent has registered in the namespace yet (no jobs, no live nodes).
+    """
     settings = operator_settings(config, redis_url, namespace)
-    rows = with_agent(settings, lambda agent: agent.jobs_status())
+    view = with_agent(settings, look)
     if as_json:
-        out.print_json([out.status_dict(row) for row in rows])
-    else:
-        out.print_status(rows, settings.namespace, time.time())
+        out.print_json([out.status_dict(row) for row in view.jobs])
+    if not view.registered:
+        raise fail(
+            f"no agent has registered in namespace {settings.namespace!r} yet: agents "
+            "register their jobs when they first reach Redis (a few seconds after start); "
+            "if this lasts, check the namespace and the Redis URL",
+            EXIT_INVALID,
+        )
+    if as_json:
+        return
+    if not view.jobs:
+        names = ", ".join(node.node_id for node in view.nodes)
+        out.say(f"no jobs in namespace {settings.namespace!r}; live node(s) without jobs: {names}")
+        return
+    out.print_status(
+        list(view.jobs), list(view.nodes), settings.namespace, view.now_s, out.terminal_width(wide)
+    )
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -282,14 +322,15 @@ def history(
     redis_url: RedisOption = None,
     namespace: NamespaceOption = None,
     as_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
-    """Show a job's newest run records, newest first."""
+    """Show a job's newest run records, newest tick first."""
     settings = operator_settings(config, redis_url, namespace)
     records = with_agent(settings, lambda agent: agent.history(job, limit))
     if as_json:
         out.print_json([out.record_dict(record) for record in records])
     else:
-        out.print_history(job, records)
+        out.print_history(job, records, out.terminal_width(wide))
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -298,6 +339,7 @@ def nodes(
     redis_url: RedisOption = None,
     namespace: NamespaceOption = None,
     as_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Show the live nodes of the namespace and their last heartbeat."""
     settings = operator_settings(config, redis_url, namespace)
@@ -305,7 +347,7 @@ def nodes(
     if as_json:
         out.print_json([out.node_dict(row) for row in rows])
     else:
-        out.print_nodes(rows, settings.namespace)
+        out.print_nodes(rows, settings.namespace, out.terminal_width(wide))
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -314,11 +356,15 @@ def pause(
     config: ConfigOption = None,
     redis_url: RedisOption = None,
     namespace: NamespaceOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Pause a job on every node: its ticks are recorded as skipped:paused."""
     settings = operator_settings(config, redis_url, namespace)
     with_agent(settings, lambda agent: agent.pause(job))
-    typer.echo(f"paused {job}: every node records its ticks as skipped:paused")
+    if as_json:
+        out.print_json({"job": job, "paused": True})
+    else:
+        out.say(f"paused {job}: every node records its ticks as skipped:paused")
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -327,11 +373,15 @@ def resume(
     config: ConfigOption = None,
     redis_url: RedisOption = None,
     namespace: NamespaceOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Resume a paused job on every node."""
     settings = operator_settings(config, redis_url, namespace)
     with_agent(settings, lambda agent: agent.resume(job))
-    typer.echo(f"resumed {job}")
+    if as_json:
+        out.print_json({"job": job, "paused": False})
+    else:
+        out.say(f"resumed {job}")
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -346,28 +396,44 @@ def trigger(
     config: ConfigOption = None,
     redis_url: RedisOption = None,
     namespace: NamespaceOption = None,
+    as_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Ask the fleet for one immediate run of a job (same lease and overlap policy)."""
     settings = operator_settings(config, redis_url, namespace)
 
-    async def operation(agent: Agent) -> dict[str, Any] | None:
+    async def operation(agent: Agent) -> tuple[str, RunRecord | None]:
         trigger_id = await agent.trigger(job)
-        typer.echo(f"triggered {job}: trigger id {trigger_id}")
+        if not as_json:
+            out.say(f"triggered {job}: trigger id {trigger_id}")
         if not wait:
-            return None
+            return trigger_id, None
         with anyio.move_on_after(timeout_s):
             while True:
                 for record in await agent.history(job, 50):
                     if record.trigger_id == trigger_id and record.outcome != "queued":
-                        return out.record_dict(record)
+                        return trigger_id, record
                 await anyio.sleep(0.2)
-        return {"outcome": "timeout", "error": f"no record within {timeout_s:g}s"}
+        return trigger_id, None
 
-    result = with_agent(settings, operation)
-    if result is not None:
-        typer.echo(orjson.dumps(result).decode())
-        if result["outcome"] != "ok":
-            raise typer.Exit(EXIT_INVALID)
+    trigger_id, record = with_agent(settings, operation)
+    if not wait:
+        if as_json:
+            out.print_json({"job": job, "trigger_id": trigger_id})
+        return
+    if record is None:
+        message = f"no record of trigger {trigger_id} within {timeout_s:g}s"
+        if as_json:
+            out.print_json(
+                {"job": job, "trigger_id": trigger_id, "outcome": "timeout", "error": message}
+            )
+        raise fail(message, EXIT_INVALID)
+    if as_json:
+        out.print_json(out.record_dict(record))
+    else:
+        out.print_run(record, out.terminal_width(wide))
+    if record.outcome != "ok":
+        raise typer.Exit(EXIT_INVALID)
 
 
 def main() -> None:

@@ -1,31 +1,61 @@
-"""What the ``cronrace`` command prints: rich tables for people, JSON for scripts.
+"""What the ``cronrace`` command prints: tables for people, JSON for scripts.
 
-Times are shown in UTC (``Z``) with a relative hint; JSON keeps epoch seconds and
-milliseconds exactly as they are stored.
+Tables fit the terminal (80 columns is the test) without cutting a job name, an outcome
+or a node id: columns are left out by priority instead, and ``--wide`` shows them all
+(see :mod:`cronrace.cli_table`). Times are shown in UTC (``Z``) with a relative hint;
+JSON keeps epoch seconds and milliseconds exactly as they are stored.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
+import textwrap
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from rich.console import Console
-from rich.table import Table
 
+from cronrace.cli_table import Col, Fitted, fit
 from cronrace.records import JobStatus, NodeInfo, RunRecord, utc_from_s
 from cronrace.schedule import Schedule
 from cronrace.sidecar import SidecarConfig
 
-#: Piped output is not squeezed into 80 columns: lines are for grep, not for a terminal.
+#: Piped output is not squeezed into a terminal: lines are for grep.
 PIPE_WIDTH = 200
+#: Free text (errors, outputs) longer than this is shortened in tables; --wide shows it all.
+NOTE_CHARS = 200
 
 
-def console() -> Console:
-    """A console on stdout; wide when stdout is not a terminal."""
-    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH, highlight=False)
+def terminal_width(wide: bool) -> int | None:
+    """The width tables must fit: the terminal's, 200 when piped, None for ``--wide``."""
+    if wide:
+        return None
+    if not sys.stdout.isatty():
+        return PIPE_WIDTH
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def _print(fitted: Fitted) -> None:
+    console = Console(width=max(fitted.width, 20), highlight=False, soft_wrap=False)
+    with console.capture() as captured:
+        console.print(fitted.table)
+    # rich pads every line to the table's width: trailing blanks are noise in a pipe.
+    lines = [line.rstrip() for line in captured.get().splitlines()]
+    sys.stdout.write("\n".join(lines) + "\n")
+    if (note := fitted.note()) is not None:
+        say(note, fitted.width)
+
+
+def say(text: str, width: int | None = None) -> None:
+    """Print a sentence, wrapped at spaces to ``width`` (names are never broken)."""
+    if width is not None:
+        text = textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
+    sys.stdout.write(text + "\n")
 
 
 def print_json(data: Any) -> None:
@@ -48,32 +78,64 @@ def relative(delta_s: float) -> str:
 
 
 def when(tick_s: int | None, now_s: float) -> str:
-    """A tick as ``2024-05-01 12:00:05Z (in 3s)``, or ``-``."""
+    """A tick as ``2024-05-01 12:00:05Z (in 3s)``; today's without the date; or ``-``."""
     if tick_s is None:
         return "-"
-    return f"{utc_from_s(tick_s):%Y-%m-%d %H:%M:%S}Z ({relative(tick_s - now_s)})"
+    at = utc_from_s(tick_s)
+    today = datetime.fromtimestamp(now_s, tz=UTC).date() == at.date()
+    shown = f"{at:%H:%M:%S}Z" if today else f"{at:%Y-%m-%d %H:%M:%S}Z"
+    return f"{shown} ({relative(tick_s - now_s)})"
 
 
 # -- validate ---------------------------------------------------------------------------
 
 
-def print_config(config: SidecarConfig) -> None:
+def config_dict(config: SidecarConfig, now_s: float) -> dict[str, Any]:
+    jobs = []
+    for spec in config.jobs:
+        target = spec.target_kind
+        jobs.append(
+            {
+                "job": spec.name,
+                "schedule": spec.schedule,
+                "timezone": spec.timezone,
+                "overlap": spec.overlap.value,
+                "catchup": spec.catchup.value,
+                "next_tick_s": Schedule.parse(spec.schedule, spec.timezone).next_tick(int(now_s)),
+                "target": target,
+                target: getattr(spec, target).model_dump(mode="json"),
+            }
+        )
+    if any(spec.http is not None for spec in config.jobs):
+        for job, spec in zip(jobs, config.jobs, strict=True):
+            if spec.http is not None:
+                job["http"]["url"] = spec.http.safe_url
+    return {"file": str(config.path), "ok": True, "jobs": jobs}
+
+
+def print_config(config: SidecarConfig, width: int | None) -> None:
     """The jobs of a valid config file, with their next tick."""
     now_s = time.time()
-    table = Table(title=f"{config.path}: ok, {len(config.jobs)} job(s)", title_justify="left")
-    for column in ("job", "schedule", "zone", "overlap", "next tick", "target"):
-        table.add_column(column)
-    for spec in config.jobs:
-        next_s = Schedule.parse(spec.schedule, spec.timezone).next_tick(int(now_s))
-        table.add_row(
+    cols = (
+        Col("job"),
+        Col("schedule", 2, whole=True),
+        Col("zone", 4),
+        Col("overlap", 5),
+        Col("next tick", 1),
+        Col("target", 3, text=True),
+    )
+    rows = [
+        (
             spec.name,
             spec.schedule,
             spec.timezone,
             spec.overlap.value,
-            when(next_s, now_s),
+            when(Schedule.parse(spec.schedule, spec.timezone).next_tick(int(now_s)), now_s),
             spec.describe_target(),
         )
-    console().print(table)
+        for spec in config.jobs
+    ]
+    _print(fit(f"{config.path}: ok, {len(config.jobs)} job(s)", cols, rows, width))
 
 
 # -- status -----------------------------------------------------------------------------
@@ -83,34 +145,58 @@ def status_dict(row: JobStatus) -> dict[str, Any]:
     return asdict(row)
 
 
-def print_status(rows: list[JobStatus], namespace: str, now_s: float) -> None:
-    """The ``status`` table."""
-    table = Table(title=f"jobs in namespace {namespace!r}", title_justify="left")
-    columns = ("job", "schedule", "zone", "next tick", "last tick", "outcome", "lease")
-    for column in columns:
-        table.add_column(column)
-    for column in ("paused", "skipped", "missed"):
-        table.add_column(column, justify="right")
+STATUS_COLUMNS = (
+    Col("job"),
+    Col("schedule", 3, whole=True),
+    Col("zone", 8),
+    Col("next tick", 1),
+    Col("last tick", 4),
+    Col("outcome"),
+    Col("lease", 2),
+    Col("paused", 5),
+    Col("skipped", 6, right=True),
+    Col("missed", 7, right=True),
+)
+
+
+def status_rows(rows: Sequence[JobStatus], now_s: float) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
     for row in rows:
         lease = "-"
         if row.lease_owner is not None:
             lease = f"{row.lease_owner} (fence {row.lease_fence})"
-        table.add_row(
-            row.job,
-            row.schedule,
-            row.timezone,
-            when(row.next_tick_s, now_s),
-            when(row.last_tick_s, now_s),
-            row.last_outcome or "-",
-            lease,
-            "yes" if row.paused else "no",
-            str(row.skipped),
-            str(row.missed),
+        out.append(
+            (
+                row.job,
+                row.schedule,
+                row.timezone,
+                when(row.next_tick_s, now_s),
+                when(row.last_tick_s, now_s),
+                row.last_outcome or "-",
+                lease,
+                "yes" if row.paused else "no",
+                str(row.skipped),
+                str(row.missed),
+            )
         )
-    if not rows:
-        console().print(f"no jobs registered in namespace {namespace!r}")
-        return
-    console().print(table)
+    return out
+
+
+def print_status(
+    rows: list[JobStatus],
+    nodes: list[NodeInfo],
+    namespace: str,
+    now_s: float,
+    width: int | None,
+) -> None:
+    """The ``status`` table, and a line on the live nodes under it."""
+    title = f"jobs in namespace {namespace!r}"
+    _print(fit(title, STATUS_COLUMNS, status_rows(rows, now_s), width))
+    if nodes:
+        names = ", ".join(node.node_id for node in nodes)
+        say(f"{len(nodes)} live node(s): {names}", width)
+    else:
+        say("no live node: nothing fires these jobs until an agent starts", width)
 
 
 # -- history ----------------------------------------------------------------------------
@@ -123,32 +209,56 @@ def record_dict(record: RunRecord) -> dict[str, Any]:
     return data
 
 
-def print_history(job: str, records: list[RunRecord]) -> None:
-    """The ``history`` table."""
-    if not records:
-        console().print(f"no run records for {job!r} yet")
-        return
-    now_s = time.time()
-    table = Table(title=f"history of {job!r}, newest first", title_justify="left")
-    for column in ("tick", "outcome", "node", "fence", "duration", "trigger", "error / detail"):
-        table.add_column(column, justify="right" if column in ("fence", "duration") else "left")
-    for record in records:
-        duration = record.duration_s
-        note = record.error or ""
-        if not note and record.detail is not None:
-            note = orjson.dumps(record.detail, default=str).decode()
-        if record.count > 1:
-            note = f"{record.count} ticks {note}".strip()
-        table.add_row(
+HISTORY_COLUMNS = (
+    Col("tick"),
+    Col("outcome"),
+    Col("node"),
+    Col("fence", 2, right=True),
+    Col("duration", 3, right=True),
+    Col("trigger", 4),
+    Col("error / detail", 1, text=True),
+)
+
+
+def _note(record: RunRecord, wide: bool) -> str:
+    note = record.error or ""
+    if not note and record.detail is not None:
+        note = orjson.dumps(record.detail, default=str).decode()
+    if record.count > 1:
+        note = f"{record.count} ticks {note}".strip()
+    if not wide and len(note) > NOTE_CHARS:
+        note = f"{note[:NOTE_CHARS]}... (+{len(note) - NOTE_CHARS} chars: --wide or --json)"
+    return note
+
+
+def history_rows(records: Sequence[RunRecord], now_s: float, wide: bool) -> list[tuple[str, ...]]:
+    return [
+        (
             when(record.tick_s, now_s),
             record.outcome.value,
             record.node,
             str(record.fence) if record.fence else "-",
-            f"{duration:.3f}s" if duration is not None else "-",
+            f"{record.duration_s:.3f}s" if record.duration_s is not None else "-",
             record.trigger_id or "-",
-            note[:120],
+            _note(record, wide),
         )
-    console().print(table)
+        for record in records
+    ]
+
+
+def print_history(job: str, records: list[RunRecord], width: int | None) -> None:
+    """The ``history`` table, newest tick first."""
+    if not records:
+        say(f"no run records for {job!r} yet")
+        return
+    rows = history_rows(records, time.time(), wide=width is None)
+    _print(fit(f"history of {job!r}, newest tick first", HISTORY_COLUMNS, rows, width))
+
+
+def print_run(record: RunRecord, width: int | None) -> None:
+    """One run (``trigger --wait``) as a one-row history table."""
+    rows = history_rows([record], time.time(), wide=width is None)
+    _print(fit(f"run of {record.job!r}", HISTORY_COLUMNS, rows, width))
 
 
 # -- nodes ------------------------------------------------------------------------------
@@ -158,19 +268,21 @@ def node_dict(node: NodeInfo) -> dict[str, Any]:
     return asdict(node)
 
 
-def print_nodes(rows: list[NodeInfo], namespace: str) -> None:
+NODE_COLUMNS = (Col("node"), Col("last heartbeat", 1), Col("expires", 2))
+
+
+def print_nodes(rows: list[NodeInfo], namespace: str, width: int | None) -> None:
     """The ``nodes`` table."""
     if not rows:
-        console().print(f"no live nodes in namespace {namespace!r}")
+        say(f"no live nodes in namespace {namespace!r}")
         return
     now_s = time.time()
-    table = Table(title=f"live nodes in namespace {namespace!r}", title_justify="left")
-    for column in ("node", "last heartbeat", "expires"):
-        table.add_column(column)
-    for node in rows:
-        table.add_row(
+    cells = [
+        (
             node.node_id,
             relative(node.last_seen_ms / 1000 - now_s),
             relative(node.expires_ms / 1000 - now_s),
         )
-    console().print(table)
+        for node in rows
+    ]
+    _print(fit(f"live nodes in namespace {namespace!r}", NODE_COLUMNS, cells, width))

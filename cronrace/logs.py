@@ -12,8 +12,25 @@ import orjson
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 
 
+#: Extra fields holding a tick (UTC epoch seconds): logged with their ISO time beside them.
+TICK_FIELDS = frozenset({"tick", "watermark", "next_tick", "abandoned_tick"})
+
+
+def iso_utc(epoch_s: int) -> str:
+    """``2024-05-01T12:00:05Z``."""
+    return datetime.fromtimestamp(epoch_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
+    """The record's extra fields without empty ones; ticks get a ``<name>_utc`` companion."""
+    out: dict[str, Any] = {}
+    for key, value in record.__dict__.items():
+        if key in _STANDARD or value is None or value == "":
+            continue
+        out[key] = value
+        if key in TICK_FIELDS and isinstance(value, int) and not isinstance(value, bool):
+            out[f"{key}_utc"] = iso_utc(value)
+    return out
 
 
 class JsonFormatter(logging.Formatter):

@@ -20,6 +20,7 @@ job, the field and the value. :class:`Sidecar` turns a checked config into a run
 
 from __future__ import annotations
 
+import json
 import time
 import tomllib
 from collections.abc import Mapping
@@ -113,7 +114,7 @@ class JobSpec(BaseModel):
         if self.http is not None:
             return f"http {self.http.method} {self.http.safe_url}"
         if self.command is not None:
-            return "command " + " ".join(self.command.argv)
+            return "command " + json.dumps(self.command.argv)  # a list, never a shell line
         if self.stream is not None:
             return f"stream {self.stream.key}"
         return "none"
@@ -172,11 +173,19 @@ def _target_problems(label: str, raw: Mapping[str, Any], allow_hosts: list[str])
         ]
     if len(kinds) > 1:
         return [f"{label}: targets {', '.join(kinds)}: a job has exactly one"]
+    if "http" not in raw:
+        return []
     try:
-        http = HttpSpec.model_validate(raw["http"]) if "http" in raw else None
+        http = HttpSpec.model_validate(raw["http"])
     except ValidationError:
-        return []  # reported with the job's other fields
-    if http is not None and (problem := http.host_problem(allow_hosts)):
+        # The table's bad fields are reported with the job's other fields; its URL may
+        # still be valid and not allowed, which must be said in the same run.
+        table = raw["http"]
+        try:
+            http = HttpSpec.model_validate({"url": table.get("url")})
+        except (ValidationError, AttributeError):
+            return []
+    if problem := http.host_problem(allow_hosts):
         return [f"{label}: http.url {http.safe_url!r}: {problem}"]
     return []
 

@@ -166,6 +166,7 @@ def test_cli_operates_three_sidecars(
         0,
         "paused ping: every node records its ticks as skipped:paused",
     )
+    assert cli_json(config, "pause", "ping") == {"job": "ping", "paused": True}
     wait_until(
         lambda: [r["outcome"] for r in outcomes(config, "ping", 2)] == ["skipped:paused"] * 2,
         timeout_s=10,
@@ -186,17 +187,23 @@ def test_cli_operates_three_sidecars(
     # trigger --wait: one immediate run, found again by its trigger id.
     done = cli("trigger", "report", "--wait", "--timeout", "10", "--config", str(config))
     assert done.returncode == 0, done.stderr
-    announced, result = done.stdout.strip().splitlines()
-    record = json.loads(result)
-    assert announced == f"triggered report: trigger id {record['trigger_id']}"
+    announced, *table = done.stdout.strip().splitlines()
+    trigger_id = announced.removeprefix("triggered report: trigger id ")
+    assert trigger_id != announced
+    assert table[0] == "run of 'report'"
+    assert " ok " in table[3]
+    done = cli("trigger", "report", "--wait", "--timeout", "10", "--json", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
     assert record["outcome"] == "ok"
+    assert record["trigger_id"] != trigger_id
     assert record["detail"]["output"] == f"report fence {record['fence']}"
 
     # history: newest first, as a table or JSON.
     assert len(outcomes(config, "ping", 5)) == 5
     table = cli("history", "ping", "--limit", "3", "--config", str(config))
     assert table.returncode == 0
-    assert "newest first" in table.stdout
+    assert "newest tick first" in table.stdout
     assert "ok" in table.stdout
 
     unknown = cli("history", "nope", "--config", str(config))

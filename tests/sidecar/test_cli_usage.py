@@ -121,11 +121,9 @@ def test_relative_times_read_naturally(delta_s: float, text: str) -> None:
 
 
 def test_empty_answers_are_sentences(capsys: pytest.CaptureFixture[str]) -> None:
-    cli_output.print_status([], "ns", 0)
-    cli_output.print_history("backup", [])
-    cli_output.print_nodes([], "ns")
+    cli_output.print_history("backup", [], 80)
+    cli_output.print_nodes([], "ns", 80)
     assert capsys.readouterr().out.splitlines() == [
-        "no jobs registered in namespace 'ns'",
         "no run records for 'backup' yet",
         "no live nodes in namespace 'ns'",
     ]
@@ -139,7 +137,7 @@ def test_history_table_shows_errors_counts_and_triggers(capsys: pytest.CaptureFi
         ),
         RunRecord("backup", 1_700_000_120, "n3", Outcome.OK, 10, 1, 2, trigger_id="t-1"),
     ]
-    cli_output.print_history("backup", records)
+    cli_output.print_history("backup", records, None)
     out = capsys.readouterr().out
     for text in ("5 ticks", "TargetError: boom", "2.500s", "t-1", "missed"):
         assert text in out
