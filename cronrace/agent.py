@@ -12,7 +12,7 @@ import contextlib
 import logging
 import secrets
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import anyio
@@ -81,6 +81,7 @@ class Agent:
         self._hold_until_mono = 0.0
         self.scheduler: Scheduler | None = None
         self.runner: Runner | None = None
+        self._services: list[Callable[[], Coroutine[Any, Any, None]]] = []
 
     # -- defining jobs -------------------------------------------------------------------
 
@@ -147,6 +148,14 @@ class Agent:
             raise JobDefinitionError(f"job {job.name!r}: name {job.name!r} is already defined")
         self._jobs[job.name] = job
         return job
+
+    def add_service(self, service: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``service()`` in the agent's event loop while it runs (from connection on).
+
+        Services run beside the heartbeat and are cancelled when the agent stops (after
+        its runs); the metrics and the status page use this to read Redis in the loop.
+        """
+        self._services.append(service)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -233,6 +242,8 @@ class Agent:
             )
             async with anyio.create_task_group() as services:
                 services.start_soon(self._heartbeat_loop)
+                for service in self._services:
+                    services.start_soon(self._run_service, service)
                 async with anyio.create_task_group() as runs:
                     async with anyio.create_task_group() as loops:
                         loops.start_soon(self.scheduler.run, runs)
@@ -327,6 +338,12 @@ class Agent:
             await store.register_jobs({name: job.spec() for name, job in self._jobs.items()})
         self._epoch = reply.epoch
         self._set_ready(True)
+
+    async def _run_service(self, service: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        try:
+            await service()
+        except Exception:  # the outermost frame of a service: the agent and its jobs go on
+            log.exception("service failed", extra={"service": getattr(service, "__name__", "?")})
 
     async def _heartbeat_loop(self) -> None:
         attempt = 0

@@ -139,8 +139,8 @@ def run_agent(agent: Agent) -> None:
         pass
 
 
-def _serve_metrics(agent: Agent, address: str) -> MetricsServer:
-    """Serve metrics for an agent loaded from MODULE:ATTR."""
+def _serve_metrics(agent: Agent, address: str, actions: bool) -> MetricsServer:
+    """Serve metrics, probes and the status page for an agent loaded from MODULE:ATTR."""
     try:
         host, port = parse_address(address)
     except ValueError as exc:
@@ -150,7 +150,7 @@ def _serve_metrics(agent: Agent, address: str) -> MetricsServer:
         observer = agent.observer = PrometheusObserver()
     if not isinstance(observer, PrometheusObserver):
         raise fail("--metrics-address needs the agent's observer to be a PrometheusObserver", 2)
-    server = MetricsServer(host, port, observer.registry, lambda: agent.ready)
+    server = MetricsServer.for_agent(agent, observer, host, port, actions=actions)
     try:
         server.start()
     except OSError as exc:
@@ -172,10 +172,19 @@ def run(
     metrics_address: Annotated[
         str | None,
         typer.Option(
-            help="host:port for /metrics, /healthz, /readyz ('off' disables). With --config "
-            "the default comes from the file (127.0.0.1:9464); with MODULE:ATTR, off."
+            help="host:port for /metrics, /healthz, /readyz and the status page at / ('off' "
+            "disables). With --config the default comes from the file (127.0.0.1:9464); "
+            "with MODULE:ATTR, off."
         ),
     ] = None,
+    status_actions: Annotated[
+        bool,
+        typer.Option(
+            "--status-actions",
+            help="With MODULE:ATTR: pause, resume and trigger buttons on the status page "
+            "(with --config: status_page_actions in the file).",
+        ),
+    ] = False,
 ) -> None:
     """Run an agent (MODULE:ATTR) or a sidecar (--config FILE) until SIGTERM or SIGINT.
 
@@ -186,7 +195,7 @@ def run(
         configure_logging(agent.settings.log_format, agent.settings.log_level)
         server = None
         if metrics_address and metrics_address != "off":
-            server = _serve_metrics(agent, metrics_address)
+            server = _serve_metrics(agent, metrics_address, status_actions)
         try:
             run_agent(agent)
         finally:

@@ -14,14 +14,14 @@ import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from rich.console import Console
 
 from cronrace.cli_table import Col, Fitted, fit
-from cronrace.records import JobStatus, NodeInfo, RunRecord, utc_from_s
+from cronrace.fleetview import relative, when
+from cronrace.records import JobStatus, NodeInfo, RunRecord
 from cronrace.schedule import Schedule
 from cronrace.sidecar import SidecarConfig
 
@@ -61,30 +61,6 @@ def say(text: str, width: int | None = None) -> None:
 def print_json(data: Any) -> None:
     """Print ``data`` as indented JSON."""
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
-
-
-def relative(delta_s: float) -> str:
-    """``in 3s`` or ``12s ago``; minutes, hours and days when longer."""
-    amount = abs(delta_s)
-    if amount < 60:
-        text = f"{amount:.0f}s" if amount >= 10 else f"{amount:.1f}s"
-    elif amount < 3600:
-        text = f"{amount / 60:.0f}m"
-    elif amount < 86400:
-        text = f"{amount / 3600:.1f}h"
-    else:
-        text = f"{amount / 86400:.1f}d"
-    return f"in {text}" if delta_s > 0 else f"{text} ago"
-
-
-def when(tick_s: int | None, now_s: float) -> str:
-    """A tick as ``2024-05-01 12:00:05Z (in 3s)``; today's without the date; or ``-``."""
-    if tick_s is None:
-        return "-"
-    at = utc_from_s(tick_s)
-    today = datetime.fromtimestamp(now_s, tz=UTC).date() == at.date()
-    shown = f"{at:%H:%M:%S}Z" if today else f"{at:%Y-%m-%d %H:%M:%S}Z"
-    return f"{shown} ({relative(tick_s - now_s)})"
 
 
 # -- validate ---------------------------------------------------------------------------

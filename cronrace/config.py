@@ -196,6 +196,12 @@ class SidecarSettings(AgentSettings):
         default_factory=list,
         description="hosts HTTP targets may call besides loopback (exact names or IPs)",
     )
+    status_page: bool = Field(
+        default=True, description="serve the status page at / of metrics_address"
+    )
+    status_page_actions: bool = Field(
+        default=False, description="show pause, resume and trigger buttons on the status page"
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -8,9 +8,10 @@ process on the same Redis and namespace.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cronrace.records import JobStatus, NodeInfo, RunRecord
+from cronrace.records import JobStatus, NodeInfo, RunRecord, utc_from_s
 
 if TYPE_CHECKING:
     from cronrace.agent import Agent
@@ -78,3 +79,30 @@ async def look(agent: Agent, *, runs: int = 0, runs_per_job: int = 5) -> FleetVi
         nodes=tuple(nodes),
         runs=tuple(latest[:runs]),
     )
+
+
+# -- how people read times ------------------------------------------------------------
+
+
+def relative(delta_s: float) -> str:
+    """``in 3s`` or ``12s ago``; minutes, hours and days when longer."""
+    amount = abs(delta_s)
+    if amount < 60:
+        text = f"{amount:.0f}s" if amount >= 10 else f"{amount:.1f}s"
+    elif amount < 3600:
+        text = f"{amount / 60:.0f}m"
+    elif amount < 86400:
+        text = f"{amount / 3600:.1f}h"
+    else:
+        text = f"{amount / 86400:.1f}d"
+    return f"in {text}" if delta_s > 0 else f"{text} ago"
+
+
+def when(tick_s: int | None, now_s: float) -> str:
+    """A tick as ``2024-05-01 12:00:05Z (in 3s)``; today's without the date; or ``-``."""
+    if tick_s is None:
+        return "-"
+    at = utc_from_s(tick_s)
+    today = datetime.fromtimestamp(now_s, tz=UTC).date() == at.date()
+    shown = f"{at:%H:%M:%S}Z" if today else f"{at:%Y-%m-%d %H:%M:%S}Z"
+    return f"{shown} ({relative(tick_s - now_s)})"

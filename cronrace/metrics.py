@@ -29,19 +29,30 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
     make_wsgi_app,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from cronrace.observer import Observer
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
+    from cronrace.agent import Agent
+
+# A `*_created` series per counter and histogram doubles what Prometheus stores and no
+# alert or dashboard of ours reads it. The switch is process-wide in prometheus-client.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
 log = logging.getLogger("cronrace.metrics")
 
 LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 DURATION_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 RATIO_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.5, 2.0, 5.0)
+#: How many run records of each job the start-up seeding of the last success reads.
+SEED_RECORDS = 50
 
 #: Decision outcomes that mean a tick did not run, and the reason label they count under.
 _SKIP_REASONS = {
@@ -150,10 +161,42 @@ class PrometheusObserver(Observer):
             ["node", "namespace"],
             registry=registry,
         )
+        self.last_success = Gauge(
+            "cronrace_last_success_timestamp_seconds",
+            "When a run of the job last ended ok (UTC epoch seconds). At start-up: the "
+            "fleet's last ok run in the job's history, else the oldest record read, else "
+            "this node's start (no success since then, at least).",
+            ["job"],
+            registry=registry,
+        )
 
     def describe(self, node_id: str, namespace: str) -> None:
         """Publish the node id and namespace as ``cronrace_agent_info`` labels."""
         self.info.labels(node=node_id, namespace=namespace).set(1)
+
+    def watch_schedule(self, agent: Agent) -> None:
+        """Export each job's next tick and interval, read from ``agent`` at scrape time."""
+        self.registry.register(ScheduleCollector(agent))
+
+    async def seed_last_success(self, agent: Agent) -> None:
+        """Start each job's last success from Redis (an agent service, run once at start).
+
+        A node that just started has seen no success: without a value, "no success in two
+        intervals" could not fire for a job that broke with the deploy. The newest ``ok``
+        record among the last :data:`SEED_RECORDS` is the value; when there is none, the
+        oldest record read (no success since then, at least); when the job has no record
+        at all, this moment.
+        """
+        started_s = agent.clock.time()
+        for name in agent.jobs:
+            records = await agent.store.history(name, SEED_RECORDS)
+            ok = [r.finished_ms / 1000 for r in records if r.outcome == "ok" and r.finished_ms]
+            since_s = max(ok) if ok else min((r.tick_s for r in records), default=started_s)
+            current = self.registry.get_sample_value(
+                "cronrace_last_success_timestamp_seconds", {"job": name}
+            )
+            if current is None:  # a run may have ended ok meanwhile: it knows better
+                self.last_success.labels(job=name).set(since_s)
 
     # -- Observer hooks ------------------------------------------------------------------
 
@@ -181,6 +224,8 @@ class PrometheusObserver(Observer):
         self.run_duration.labels(job=job).observe(duration_s)
         self.interval_ratio.labels(job=job).observe(ratio)
         self.last_interval_ratio.labels(job=job).set(ratio)
+        if outcome == "ok":
+            self.last_success.labels(job=job).set_to_current_time()
         if outcome == "lease_lost":
             self.lease_losses_total.labels(job=job).inc()
 
@@ -194,11 +239,55 @@ class PrometheusObserver(Observer):
         self.ready_gauge.set(1 if ready else 0)
 
 
+class ScheduleCollector(Collector):
+    """``cronrace_next_tick_timestamp_seconds`` and ``cronrace_schedule_interval_seconds``.
+
+    Read from the agent's scheduler when Prometheus scrapes (from the server's thread:
+    ``dict.copy`` is atomic under the GIL, and the scheduler only ever replaces values),
+    so the tick loop pays nothing for them.
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        next_tick = GaugeMetricFamily(
+            "cronrace_next_tick_timestamp_seconds",
+            "The job's next scheduled tick on this node (UTC epoch seconds).",
+            labels=["job"],
+        )
+        interval = GaugeMetricFamily(
+            "cronrace_schedule_interval_seconds",
+            "The gap between the job's next two ticks (alerts: no success in 2 intervals).",
+            labels=["job"],
+        )
+        scheduler = self.agent.scheduler
+        ticks = scheduler.next_tick.copy() if scheduler is not None else {}
+        for name, job in self.agent.jobs.items():
+            tick_s = ticks.get(name)
+            if tick_s is None:
+                continue
+            next_tick.add_metric([name], tick_s)
+            interval.add_metric([name], job.schedule.interval_s(tick_s - 1))
+        yield next_tick
+        yield interval
+
+
 # -- the HTTP endpoint ---------------------------------------------------------------------
 
 
-def probes_app(registry: CollectorRegistry, is_ready: Callable[[], bool]) -> WSGIApplication:
-    """Return the WSGI app serving ``/metrics``, ``/healthz`` and ``/readyz``."""
+def probes_app(
+    registry: CollectorRegistry,
+    is_ready: Callable[[], bool],
+    page: WSGIApplication | None = None,
+) -> WSGIApplication:
+    """Return the WSGI app serving ``/metrics``, ``/healthz``, ``/readyz`` (and ``page``).
+
+    Args:
+        registry: the metrics to expose.
+        is_ready: answers ``/readyz``.
+        page: answers every other path (the status page), else 404.
+    """
     metrics = make_wsgi_app(registry)
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
@@ -213,6 +302,8 @@ def probes_app(registry: CollectorRegistry, is_ready: Callable[[], bool]) -> WSG
             )
         if path == "/metrics":
             return cast("Iterable[bytes]", metrics(environ, start_response))
+        if page is not None and path in ("/", "/status.json", "/actions"):
+            return page(environ, start_response)
         return _text(start_response, "404 Not Found", "try /metrics, /healthz or /readyz\n")
 
     return app
@@ -249,16 +340,47 @@ class MetricsServer:
         port: the port; 0 picks a free one (see :attr:`port` after :meth:`start`).
         registry: the metrics to expose.
         is_ready: answers ``/readyz`` (e.g. ``lambda: agent.ready``).
+        page: the status page's WSGI app, served at ``/`` (see :meth:`for_agent`).
     """
 
     def __init__(
-        self, host: str, port: int, registry: CollectorRegistry, is_ready: Callable[[], bool]
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry,
+        is_ready: Callable[[], bool],
+        page: WSGIApplication | None = None,
     ) -> None:
         self.host = host
         self.port = port
-        self._app = probes_app(registry, is_ready)
+        self._app = probes_app(registry, is_ready, page)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def for_agent(
+        cls,
+        agent: Agent,
+        observer: PrometheusObserver,
+        host: str,
+        port: int,
+        *,
+        status_page: bool = True,
+        actions: bool = False,
+    ) -> MetricsServer:
+        """Serve an agent's metrics, probes and (unless disabled) its status page.
+
+        Registers the agent services this needs: the start-up seeding of each job's last
+        success, and the status page's bridge into the agent's event loop.
+        """
+        observer.watch_schedule(agent)
+        agent.add_service(lambda: observer.seed_last_success(agent))
+        page = None
+        if status_page:
+            from cronrace.statuspage import StatusPage  # imported only when served
+
+            page = StatusPage(agent, actions=actions).handle
+        return cls(host, port, observer.registry, lambda: agent.ready, page)
 
     def start(self) -> None:
         """Bind and serve in the background.
@@ -278,7 +400,7 @@ class MetricsServer:
             daemon=True,
         )
         self._thread.start()
-        log.info("serving /metrics, /healthz, /readyz", extra={"address": self.url})
+        log.info("serving /metrics, /healthz, /readyz and /", extra={"address": self.url})
 
     @property
     def url(self) -> str:

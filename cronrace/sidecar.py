@@ -293,8 +293,13 @@ class Sidecar:
         bind = config.agent.metrics_bind
         self.metrics: MetricsServer | None = None
         if bind is not None:
-            self.metrics = MetricsServer(
-                bind[0], bind[1], self.observer.registry, lambda: self.agent.ready
+            self.metrics = MetricsServer.for_agent(
+                self.agent,
+                self.observer,
+                bind[0],
+                bind[1],
+                status_page=config.agent.status_page,
+                actions=config.agent.status_page_actions,
             )
 
     @classmethod

@@ -124,7 +124,22 @@ async def run_handler(
 ) -> Any:
     """Call a handler once with a real :class:`RunContext` and return what it returns.
 
-    ``ctx.fenced_set`` writes to ``store``, by default a fresh embedded one.
+    No claim and no lease are involved: this is the handler alone, as one run would call
+    it. Async handlers are awaited; sync ones run in a worker thread.
+
+    Args:
+        handler: the job's function.
+        job: ``ctx.job``.
+        tick_s: ``ctx.tick_s`` (UTC epoch seconds).
+        fence: ``ctx.fence``.
+        node_id: ``ctx.node_id``.
+        store: where ``ctx.fenced_set`` writes; default: a fresh embedded store.
+
+    Returns:
+        What the handler returned (an agent keeps it as the run record's ``detail``).
+
+    Raises:
+        Exception: whatever the handler raised, unchanged (an agent records ``error``).
     """
     the_store = store or Store.from_url(f"memory://test-{secrets.token_hex(4)}")
     ctx = RunContext(job=job, tick_s=tick_s, fence=fence, node_id=node_id, _store=the_store)

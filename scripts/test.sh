@@ -33,6 +33,27 @@ if ! command -v redis-server >/dev/null 2>&1; then
   fi
 fi
 
+# Optional tools: headless Chromium (the status page's browser test) and promtool (the
+# alert rules). About 20 s to install once as root; without them those tests skip and say why.
+# CRONRACE_TEST_SKIP_APT=1 leaves them out.
+missing=""
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
+if [ -n "$missing" ] && [ -z "${CRONRACE_TEST_SKIP_APT:-}" ] && [ "$(id -u)" = "0" ] \
+   && command -v apt-get >/dev/null 2>&1; then
+  echo "installing Debian's$missing for the browser and alert-rule tests"
+  cleanup_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then  # prometheus must not start a service on :9090
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    cleanup_policy=1
+  fi
+  # shellcheck disable=SC2086
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+     --no-install-recommends $missing) >/dev/null 2>&1 \
+    || echo "warning: installing$missing failed; their tests will be skipped" >&2
+  if [ -n "$cleanup_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
+fi
+
 echo "== ruff"
 .venv/bin/ruff check cronrace tests benchmarks examples
 .venv/bin/ruff format --check cronrace tests benchmarks examples
