@@ -121,6 +121,9 @@ def test_validate_table_fits_80_columns_and_shows_argv_as_a_list(
     path.write_text(
         textwrap.dedent(
             f"""
+            [agent]
+            redis_url = "redis://127.0.0.1:6399/0"
+
             [[jobs]]
             name = "{LONG_JOB}"
             schedule = "*/5 * * * * *"
@@ -192,7 +195,7 @@ def test_log_lines_show_ticks_as_iso_times_and_leave_out_empty_fields() -> None:
 def test_validate_reports_a_bad_method_and_a_foreign_url_together(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
-        "[[jobs]]\nname = 'report'\nschedule = '@hourly'\n"
+        "[agent]\nredis_url = 'memory://'\n[[jobs]]\nname = 'report'\nschedule = '@hourly'\n"
         "[jobs.http]\nurl = 'http://169.254.169.254/latest'\nmethod = 'FETCH'\n"
     )
     result = CliRunner().invoke(app, ["validate", str(path)])
@@ -209,6 +212,7 @@ def test_validate_reports_a_bad_method_and_a_foreign_url_together(tmp_path: Path
 def test_validate_json_lists_jobs_with_their_target(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
+        "[agent]\nredis_url = 'memory://'\n"
         "[[jobs]]\nname = 'backup'\nschedule = '@hourly'\n[jobs.command]\nargv = ['true']\n"
     )
     result = CliRunner().invoke(app, ["validate", str(path), "--json"])
