@@ -44,6 +44,8 @@ EXPOSE 9464
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9464/healthz', timeout=2)"]
 # SIGTERM: stop claiming, let runs finish within shutdown_grace_s, release leases, exit 0.
+# As PID 1, `cronrace run` is its own init (cronrace/pid1.py): it forwards signals to the
+# agent and reaps orphaned processes, so no tini is needed.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["cronrace"]
 CMD ["run", "--config", "/etc/cronrace/cronrace.toml"]

@@ -27,6 +27,7 @@ from cronrace.fleetview import look
 from cronrace.logs import configure_logging
 from cronrace.metrics import MetricsServer, PrometheusObserver
 from cronrace.observer import Observer
+from cronrace.pid1 import supervise_if_pid1
 from cronrace.records import RunRecord
 from cronrace.sidecar import Sidecar, check_file, load_config
 
@@ -190,6 +191,7 @@ def run(
 
     A first signal stops claiming and lets runs finish within the grace; a second cancels them.
     """
+    supervise_if_pid1()  # as a container's PID 1, reap orphans (before any thread starts)
     if target is not None:
         agent = load_agent(target)
         configure_logging(agent.settings.log_format, agent.settings.log_level)
