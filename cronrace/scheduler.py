@@ -357,12 +357,8 @@ class Scheduler:
 
     def _records_for(self, d: _Decided, reply: AcquireReply) -> list[RunRecord]:
         """Log a decision and return the run records it calls for (none for a run)."""
+        # Garbage moved aside by the script (reply.quarantined) was logged by the store.
         job, plan, node = d.job.name, d.plan, self.settings.node_id
-        for key in reply.warnings:
-            log.error(
-                "garbage found in Redis and repaired",
-                extra={"job": job, "key": key, "tick": plan.claim_tick_s},
-            )
         out: list[RunRecord] = []
         now_ms = int(self.clock.time() * 1000)
         if reply.abandoned_fence:

@@ -1,4 +1,15 @@
--- _lib.lua: helpers prepended by store.py to acquire.lua and release.lua (not a script).
+-- _lib.lua: helpers prepended by store/commands.py to every script (not a script itself).
+--
+-- Garbage. A key of ours holding the wrong type would fail every call with WRONGTYPE, and
+-- Redis does not roll back a script's earlier writes when it errors. So every script checks
+-- all its keys BEFORE its first write (`check`, `check_int`, `check_lease`) and moves a bad
+-- key aside with `quarantine`: renamed to `<quarantine_prefix>:<kind>:<TIME us>` (the
+-- prefix carries the job's `{<job>}` hash tag, so the key stays in the script's Cluster
+-- slot), kept QUARANTINE_TTL_MS for inspection. Each move is reported in the reply's
+-- `warnings` string: items `kind|key|moved_to`, comma-separated; the store logs them at
+-- ERROR. A script sets `quarantine_prefix` before checking; '' means "next to the key"
+-- (`<key>:quarantine:<TIME us>`, for keys that are not ours to name, e.g. fenced_set's).
+--
 -- Fences must never be reused, even when Redis lost the counter: a missing counter is
 -- seeded from the server clock in MICROseconds, which has moved on by more than the
 -- number of grants made since (fewer than one grant per microsecond per job). Milliseconds
@@ -7,8 +18,16 @@
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
+local QUARANTINE_TTL_MS = 7 * 24 * 3600 * 1000
+local quarantine_prefix = ''
+
 local function is_int(raw)
   return type(raw) == 'string' and string.match(raw, '^%-?%d+$') ~= nil
+end
+
+-- Integers are formatted with %d: tostring() and table.concat() keep 14 digits only.
+local function int_text(n)
+  return string.format('%d', n)
 end
 
 local function now_us()
@@ -21,21 +40,88 @@ local function now_ms()
 end
 
 local warnings = {}
-local function warn(what)
-  warnings[#warnings + 1] = what
+
+local function key_type(key)
+  return redis.call('TYPE', key).ok
 end
 
--- fence_key, lease_key -> a new fence, strictly above every fence this job has had.
-local function next_fence(fence_key, lease_key)
+local function quarantine(key, kind)
+  local base
+  if quarantine_prefix ~= '' then
+    base = quarantine_prefix .. ':' .. kind .. ':' .. int_text(now_us())
+  else
+    base = key .. ':quarantine:' .. int_text(now_us())
+  end
+  local name, n = base, 0
+  while redis.call('EXISTS', name) == 1 do
+    n = n + 1
+    name = base .. '.' .. n
+  end
+  redis.call('RENAME', key, name)
+  redis.call('PEXPIRE', name, QUARANTINE_TTL_MS)
+  warnings[#warnings + 1] = kind .. '|' .. key .. '|' .. name
+end
+
+-- The key is absent or of type `want` afterwards.
+local function check(key, want, kind)
+  local found = key_type(key)
+  if found ~= 'none' and found ~= want then
+    quarantine(key, kind)
+  end
+end
+
+-- The key is absent or a string holding an integer afterwards.
+local function check_int(key, kind)
+  local found = key_type(key)
+  if found == 'none' then return end
+  if found ~= 'string' or not is_int(redis.call('GET', key)) then
+    quarantine(key, kind)
+  end
+end
+
+-- The lease is absent or a hash whose fence is an integer afterwards.
+local function check_lease(key)
+  local found = key_type(key)
+  if found == 'none' then return end
+  if found ~= 'hash' or not is_int(redis.call('HGET', key, 'fence')) then
+    quarantine(key, 'lease')
+  end
+end
+
+-- A new fence, strictly above every fence this job has had and above `known`, the
+-- highest fence the caller has seen for it (0 when none). Also returns whether Redis was
+-- found to have lost this job's counter: missing although the caller knows a fence
+-- (`known` > 0), or below a fence the caller has seen (a lossy failover). A brand-new job
+-- has neither, so its first grant is never held.
+local function next_fence(fence_key, lease_key, known)
   local raw = redis.call('GET', fence_key)
-  if not is_int(raw) then
-    if raw then warn('fence') end
+  local lost = false
+  if not raw then
+    lost = known > 0
     local seed = now_us()
     local held = redis.call('HGET', lease_key, 'fence')
     if is_int(held) and tonumber(held) > seed then seed = tonumber(held) end
-    redis.call('SET', fence_key, string.format('%d', seed))
+    if known > seed then seed = known end
+    redis.call('SET', fence_key, int_text(seed))
+  elseif tonumber(raw) < known then
+    lost = true
+    redis.call('SET', fence_key, int_text(known))
   end
-  return redis.call('INCR', fence_key)
+  return redis.call('INCR', fence_key), lost
+end
+
+-- How long new runs of the job must still wait (ms, 0 when none): after Redis lost the
+-- job's data, runs started before may still be alive for up to one lease_ttl.
+local function hold_left_ms(hold_key)
+  local left = redis.call('PTTL', hold_key)
+  if left > 0 then return left end
+  return 0
+end
+
+local function start_hold(hold_key, ttl_ms)
+  if hold_left_ms(hold_key) < ttl_ms then
+    redis.call('SET', hold_key, int_text(now_ms()), 'PX', ttl_ms)
+  end
 end
 
 -- Write the running lease and remember the run in the state hash, so that a run whose

@@ -1,10 +1,13 @@
 -- acquire.lua: decide a won tick (or a manual trigger) against the watermark and the lease.
 --
 -- KEYS[1] lease     hash {owner, fence, tick, started_ms}, PX lease_ttl
--- KEYS[2] fence     integer counter, seeded from TIME ms when missing
+-- KEYS[2] fence     integer counter, seeded from TIME in microseconds when missing
 -- KEYS[3] last      watermark: the newest decided tick
 -- KEYS[4] pending   the one queued tick (queue_one)
 -- KEYS[5] state     hash {paused, run_fence, run_tick, run_owner, counters}
+-- KEYS[6] claim     the won claim: "<owner>", then "<owner>\n<request_id>\n<reply>" once
+--                   decided (the claim's TTL kept), so a retry gets the same answer
+-- KEYS[7] hold      present while new runs must wait (Redis lost the job's data), PX
 -- ARGV[1] decide_tick  refused as stale when <= watermark (ignored for triggers)
 -- ARGV[2] mark_tick    the watermark to set (>= decide_tick)
 -- ARGV[3] run_tick     the tick the run is for (written in the lease)
@@ -12,15 +15,30 @@
 -- ARGV[5] lease_ttl_ms
 -- ARGV[6] overlap      skip | queue_one | replace | allow
 -- ARGV[7] mode         run | mark (decide, run nothing) | trigger (leave the watermark alone)
+-- ARGV[8] request_id   names this decision for retries ("<mode>:<tick>", "trigger:<id>");
+--                      '' when the caller never retries it (nothing is remembered)
+-- ARGV[9] known_fence  the highest fence the caller has seen for this job (0: none)
+-- ARGV[10] quarantine  prefix for keys moved aside: "<ns>:quarantine:{<job>}"
 --
 -- Reply: {decision, fence, prev_watermark, holder_fence, holder_owner,
---         abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick}
+--         abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick,
+--         hold_ms, data_lost, replayed}
 --   decision: run | stale | marked | skipped:paused | skipped:overlap | queued
 --   prev_watermark: -1 when there was none; holder_*: the live lease met (0 / "")
 --   abandoned_*: a run whose lease expired without release (0 / "")
---   warnings: comma-separated names of keys that held garbage and were repaired
+--   warnings: keys moved aside, "kind|key|moved_to" items (see _lib.lua)
 --   superseded_tick: a queued tick dropped by this decision (0 when none)
+--   hold_ms: a granted run must wait this long before its handler starts (0: at once)
+--   data_lost: 1 when this call found Redis had lost the job's fence counter (and
+--     started the hold: one lease_ttl, honoured by every grant, allow and replace too)
+--   replayed: 1 when this is the remembered answer of an earlier call with the same
+--     owner and request_id (a retry after a lost reply): nothing was decided again
+--
+-- Every key is checked before the first write: a decision either happens whole or not
+-- at all, and never leaves the watermark advanced without a decision.
 
+local lease_key, fence_key, last_key, pending_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local state_key, claim_key, hold_key = KEYS[5], KEYS[6], KEYS[7]
 local decide_tick = tonumber(ARGV[1])
 local mark_tick = tonumber(ARGV[2])
 local run_tick = tonumber(ARGV[3])
@@ -28,85 +46,119 @@ local owner = ARGV[4]
 local ttl_ms = tonumber(ARGV[5])
 local overlap = ARGV[6]
 local mode = ARGV[7]
+local request_id = ARGV[8]
+local known_fence = tonumber(ARGV[9]) or 0
+quarantine_prefix = ARGV[10]
+
+check_lease(lease_key)
+check_int(fence_key, 'fence')
+check_int(last_key, 'watermark')
+check_int(pending_key, 'pending')
+check(state_key, 'hash', 'state')
+check(claim_key, 'string', 'claim')
+check(hold_key, 'string', 'hold')
+
+local memo_head = owner .. '\n' .. request_id .. '\n'
+local claim = false
+if request_id ~= '' then
+  claim = redis.call('GET', claim_key)
+  if claim and string.sub(claim, 1, #memo_head) == memo_head then
+    local reply = {}
+    for part in string.gmatch(string.sub(claim, #memo_head + 1) .. '\n', '(.-)\n') do
+      reply[#reply + 1] = part
+    end
+    reply[#reply + 1] = 1
+    return reply
+  end
+end
 
 local prev = -1
 local holder_fence, holder_owner = 0, ''
 local ab_tick, ab_fence, ab_owner = 0, 0, ''
 local superseded = 0
+local hold_ms, data_lost = 0, 0
 
 local function reply(decision, fence)
-  return {decision, fence, prev, holder_fence, holder_owner, ab_tick, ab_fence, ab_owner,
-    table.concat(warnings, ','), superseded}
+  local out = {decision, fence, prev, holder_fence, holder_owner, ab_tick, ab_fence, ab_owner,
+    table.concat(warnings, ','), superseded, hold_ms, data_lost}
+  if claim == owner then
+    -- Remember the answer under the claim (its TTL outlives every retry of the tick).
+    local parts = {}
+    for i, v in ipairs(out) do
+      if type(v) == 'number' then parts[i] = int_text(v) else parts[i] = v end
+    end
+    redis.call('SET', claim_key, memo_head .. table.concat(parts, '\n'), 'KEEPTTL')
+  end
+  out[#out + 1] = 0
+  return out
+end
+
+local function take_fence()
+  local fence, lost = next_fence(fence_key, lease_key, known_fence)
+  if lost then
+    data_lost = 1
+    start_hold(hold_key, ttl_ms)
+  end
+  hold_ms = hold_left_ms(hold_key)
+  return fence
 end
 
 if mode ~= 'trigger' then
-  local raw = redis.call('GET', KEYS[3])
-  if is_int(raw) then
-    prev = tonumber(raw)
-  elseif raw then
-    warn('watermark')
-  end
+  local raw = redis.call('GET', last_key)
+  if raw then prev = tonumber(raw) end
   if prev >= decide_tick then
     return reply('stale', 0)
   end
-  redis.call('SET', KEYS[3], string.format('%d', mark_tick))
+  redis.call('SET', last_key, int_text(mark_tick))
   if mode == 'mark' then
     return reply('marked', 0)
   end
 end
 
-if redis.call('HGET', KEYS[5], 'paused') == '1' then
-  redis.call('HINCRBY', KEYS[5], 'skipped_paused', 1)
+if redis.call('HGET', state_key, 'paused') == '1' then
+  redis.call('HINCRBY', state_key, 'skipped_paused', 1)
   return reply('skipped:paused', 0)
 end
 
-local lease = redis.call('HMGET', KEYS[1], 'owner', 'fence')
-local alive = false
-if lease[2] then
-  if is_int(lease[2]) then
-    alive = true
-    holder_fence = tonumber(lease[2])
-    holder_owner = lease[1] or ''
-  else
-    warn('lease')
-    redis.call('DEL', KEYS[1])
-  end
-end
-
-if not alive then
-  local run = redis.call('HMGET', KEYS[5], 'run_fence', 'run_tick', 'run_owner')
+local lease = redis.call('HMGET', lease_key, 'owner', 'fence')
+local alive = lease[2] ~= false
+if alive then
+  holder_fence = tonumber(lease[2])
+  holder_owner = lease[1] or ''
+else
+  local run = redis.call('HMGET', state_key, 'run_fence', 'run_tick', 'run_owner')
   if run[1] then
     ab_fence = tonumber(run[1]) or 0
     ab_tick = tonumber(run[2]) or 0
     ab_owner = run[3] or ''
-    redis.call('HDEL', KEYS[5], 'run_fence', 'run_tick', 'run_owner')
-    redis.call('HINCRBY', KEYS[5], 'abandoned', 1)
+    redis.call('HDEL', state_key, 'run_fence', 'run_tick', 'run_owner')
+    redis.call('HINCRBY', state_key, 'abandoned', 1)
   end
   -- A tick queued behind a run that died is older than this one: this one supersedes it.
-  local waiting = redis.call('GET', KEYS[4])
+  local waiting = redis.call('GET', pending_key)
   if waiting then
-    superseded = tonumber(waiting) or 0
-    redis.call('DEL', KEYS[4])
+    superseded = tonumber(waiting)
+    redis.call('DEL', pending_key)
   end
 end
 
 if overlap == 'allow' then
-  return reply('run', next_fence(KEYS[2], KEYS[1]))
+  return reply('run', take_fence())
 end
 
 if alive then
   if overlap == 'queue_one' then
-    local waiting = redis.call('GET', KEYS[4])
-    if waiting then superseded = tonumber(waiting) or 0 end
-    redis.call('SET', KEYS[4], string.format('%d', run_tick))
-    redis.call('HINCRBY', KEYS[5], 'queued', 1)
+    local waiting = redis.call('GET', pending_key)
+    if waiting then superseded = tonumber(waiting) end
+    redis.call('SET', pending_key, int_text(run_tick))
+    redis.call('HINCRBY', state_key, 'queued', 1)
     return reply('queued', 0)
   elseif overlap ~= 'replace' then
-    redis.call('HINCRBY', KEYS[5], 'skipped_overlap', 1)
+    redis.call('HINCRBY', state_key, 'skipped_overlap', 1)
     return reply('skipped:overlap', 0)
   end
 end
 
-local fence = next_fence(KEYS[2], KEYS[1])
-grant(KEYS[1], KEYS[5], owner, fence, run_tick, ttl_ms)
+local fence = take_fence()
+grant(lease_key, state_key, owner, fence, run_tick, ttl_ms)
 return reply('run', fence)

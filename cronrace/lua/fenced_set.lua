@@ -6,12 +6,19 @@
 -- ARGV[2] value
 -- ARGV[3] ttl_ms        0 for no expiry
 --
--- Reply: 1 written; 0 refused (a higher fence wrote before).
+-- Reply: {written, warnings}
+--   written: 1 written; 0 refused (a higher fence wrote before).
+--   warnings: keys moved aside, "kind|key|moved_to" items (see _lib.lua): a target that
+--     is not a string, or a fence key that is not an integer, is renamed to
+--     "<key>:quarantine:<TIME us>" (same hash tag) rather than overwritten or failed on.
+
+check(KEYS[1], 'string', 'target')
+check_int(KEYS[2], 'target_fence')
 
 local fence = tonumber(ARGV[1])
 local seen = tonumber(redis.call('GET', KEYS[2]))
 if seen and seen > fence then
-  return 0
+  return {0, table.concat(warnings, ',')}
 end
 local ttl_ms = tonumber(ARGV[3])
 if ttl_ms > 0 then
@@ -21,4 +28,4 @@ else
   redis.call('SET', KEYS[1], ARGV[2])
   redis.call('SET', KEYS[2], ARGV[1])
 end
-return 1
+return {1, table.concat(warnings, ',')}

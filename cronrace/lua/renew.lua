@@ -3,16 +3,23 @@
 -- KEYS[1] lease  hash {owner, fence, tick, started_ms}
 -- ARGV[1] fence  the fence the caller was granted
 -- ARGV[2] lease_ttl_ms
+-- ARGV[3] quarantine  prefix for keys moved aside: "<ns>:quarantine:{<job>}"
 --
--- Reply: 1 renewed; 0 the lease is gone (expired, released or wiped); -1 another fence
--- holds it (replaced). Both 0 and -1 mean the caller must stop its run.
+-- Reply: {answer, warnings}
+--   answer: 1 renewed; 0 the lease is gone (expired, released, wiped, or garbage moved
+--     aside); -1 another fence holds it (replaced). Both 0 and -1 mean the caller must
+--     stop its run.
+--   warnings: keys moved aside, "kind|key|moved_to" items (see _lib.lua)
+
+quarantine_prefix = ARGV[3]
+check_lease(KEYS[1])
 
 local held = redis.call('HGET', KEYS[1], 'fence')
 if not held then
-  return 0
+  return {0, table.concat(warnings, ',')}
 end
 if held ~= ARGV[1] then
-  return -1
+  return {-1, ''}
 end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
-return 1
+return {1, ''}

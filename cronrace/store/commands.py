@@ -1,10 +1,9 @@
-"""Every Redis key and command cronrace uses, and the Lua scripts.
+"""Every Redis command cronrace uses: :class:`Store`.
 
-This is the only module that spells a key or a Redis command (DESIGN.md section 7). All
-keys of one job share the hash tag ``{<job>}``, so every script touches one Cluster slot.
-Scripts are called by SHA; ``NOSCRIPT`` (a restart, a failover, ``SCRIPT FLUSH``) is
-answered by loading them again and repeating the calls that did not run, also inside
-pipelines.
+This package is the only place that spells a key or a Redis command (DESIGN.md section
+7). All keys of one job share the hash tag ``{<job>}``, so every script touches one
+Cluster slot. Scripts live in ``scripts``; garbage under our keys is moved aside and
+reported (``garbage``), never left to fail every tick of its job.
 """
 
 from __future__ import annotations
@@ -12,14 +11,20 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any, cast
 
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from cronrace.errors import RedisUnavailableError, StoreError
 from cronrace.records import JobState, NodeInfo, RunRecord
 from cronrace.store.client import AMBIGUOUS_ERRORS, follow_primary, make_client
+from cronrace.store.garbage import (
+    TRANSIENT_REPLY_ERRORS,
+    Command,
+    is_wrong_type,
+    report_quarantined,
+    send_repairing,
+)
 from cronrace.store.keys import Keys
 from cronrace.store.replies import (
     AcquireReply,
@@ -28,27 +33,15 @@ from cronrace.store.replies import (
     HeartbeatReply,
     NotReplicatedError,
     ReleaseReply,
+    decode_acquire,
     decode_job_state,
+    decode_quarantined,
     decode_text,
-    decode_warnings,
     int_or_none,
 )
+from cronrace.store.scripts import Scripts
 
 log = logging.getLogger("cronrace.store")
-
-
-def _read_lua(name: str) -> str:
-    return resources.files("cronrace.lua").joinpath(name).read_text(encoding="utf-8")
-
-
-def _script_sources() -> dict[str, str]:
-    lib = _read_lua("_lib.lua")
-    return {
-        "acquire": lib + _read_lua("acquire.lua"),
-        "renew": _read_lua("renew.lua"),
-        "release": lib + _read_lua("release.lua"),
-        "fenced_set": _read_lua("fenced_set.lua"),
-    }
 
 
 class Store:
@@ -57,8 +50,8 @@ class Store:
     def __init__(self, client: Any, namespace: str = "cronrace") -> None:
         self.client = client
         self.keys = Keys(namespace)
-        self._sources = _script_sources()
-        self._shas: dict[str, str] = {}
+        self.scripts = Scripts(client)
+        self._fences_seen: dict[str, int] = {}
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "cronrace", **client_options: Any) -> Store:
@@ -73,47 +66,25 @@ class Store:
 
     async def load_scripts(self) -> None:
         """Load every Lua script into the server's script cache."""
-        for name, source in self._sources.items():
-            self._shas[name] = decode_text(await self.client.script_load(source))
-
-    async def _sha(self, name: str) -> str:
-        if name not in self._shas:
-            await self.load_scripts()
-        return self._shas[name]
-
-    async def _eval_many(
-        self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
-    ) -> list[Any]:
-        """Run one script many times in one pipeline; each result or its exception."""
-        results: list[Any] = [None] * len(calls)
-        todo = list(range(len(calls)))
-        for _attempt in range(3):
-            sha = await self._sha(name)
-            pipe = self.client.pipeline(transaction=False)
-            for index in todo:
-                keys, args = calls[index]
-                pipe.evalsha(sha, len(keys), *keys, *args)
-            replies = await pipe.execute(raise_on_error=False)
-            retry: list[int] = []
-            for index, reply in zip(todo, replies, strict=True):
-                if isinstance(reply, NoScriptError) or (
-                    isinstance(reply, ResponseError) and "NOSCRIPT" in str(reply)
-                ):
-                    retry.append(index)
-                else:
-                    results[index] = reply
-            if not retry:
-                return results
-            log.warning("script cache was flushed; reloading", extra={"script": name})
-            await self.load_scripts()
-            todo = retry
-        raise StoreError(f"script {name!r} kept answering NOSCRIPT after reloading")
+        await self.scripts.load()
 
     async def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        (reply,) = await self._eval_many(name, [(keys, args)])
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
+        return await self.scripts.eval(name, keys, args)
+
+    def _command(self, job: str, kind: str, method: str, *args: Any, **kwargs: Any) -> Command:
+        """A pipelined command on the ``kind`` key of ``job`` (runs, state) or of the
+        namespace (jobs)."""
+        if kind == "jobs":
+            key = self.keys.jobs
+            return Command(method, key, args, kwargs, "set", kind, self.keys.quarantine_of(key))
+        key, key_type = {
+            "runs": (self.keys.runs(job), "stream"),
+            "state": (self.keys.state(job), "hash"),
+        }[kind]
+        return Command(method, key, args, kwargs, key_type, kind, self.keys.quarantine(job))
+
+    async def _pipeline_repairing(self, commands: Sequence[Command]) -> list[Any]:
+        return await send_repairing(self.client, self.scripts, commands)
 
     # -- the race --------------------------------------------------------------------
 
@@ -143,7 +114,16 @@ class Store:
         pipe = self.client.pipeline(transaction=False)
         for claim in claims:
             pipe.set(self._claim_key(claim), value, nx=True, px=claim.ttl_ms)
-        return await self._execute_claims(pipe, wait_replicas, wait_ms, lambda r: list(r))
+        won = await self._execute_claims(pipe, wait_replicas, wait_ms, lambda r: list(r))
+        self._saw_claims(claims, won)
+        return won
+
+    def _saw_claims(self, claims: Sequence[Claim], won: Sequence[bool]) -> None:
+        # A claim lost to another node means the job has been decided, almost always with
+        # a fence: evidence (1) that a missing counter is a wipe, not a brand-new job.
+        for claim, ok in zip(claims, won, strict=True):
+            if not ok:
+                self._saw_fence(claim.job, 1)
 
     async def _execute_claims(
         self, pipe: Any, wait_replicas: int, wait_ms: int, decode: Any
@@ -174,15 +154,33 @@ class Store:
             key = self._claim_key(claim)
             pipe.set(key, value, nx=True, px=claim.ttl_ms)
             pipe.get(key)
-        return await self._execute_claims(
+        # acquire.lua appends its answer to the claim value ("<value>\n..."), so a won
+        # claim that was already decided still reads as won.
+        won = await self._execute_claims(
             pipe,
             wait_replicas,
             wait_ms,
-            lambda r: [decode_text(found) == value for found in r[1::2]],
+            lambda r: [decode_text(found).split("\n", 1)[0] == value for found in r[1::2]],
         )
+        self._saw_claims(claims, won)
+        return won
 
     async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
-        """Decide every won claim in one pipeline (``acquire.lua``)."""
+        """Decide every won claim in one pipeline (``acquire.lua``).
+
+        Each request carries the highest fence this store has seen for its job, so the
+        script can tell a wiped job (counter missing, fence known) from a brand-new one.
+
+        Returns:
+            One reply per request, or its error: :class:`RedisUnavailableError` when that
+            call did not run and may be sent again (Redis loading, read-only, ...), a
+            :class:`StoreError` for a script failure.
+
+        Raises:
+            RedisUnavailableError: Redis did not answer; the scripts may or may not have
+                run. Sending the same requests again is safe: each returns its first
+                answer (``replayed``) when it had run.
+        """
         calls = []
         for req in requests:
             keys = (
@@ -191,6 +189,8 @@ class Store:
                 self.keys.last(req.job),
                 self.keys.pending(req.job),
                 self.keys.state(req.job),
+                self._claim_key(Claim(req.job, req.decide_tick_s, 0, req.trigger_id)),
+                self.keys.hold(req.job),
             )
             args = (
                 req.decide_tick_s,
@@ -200,37 +200,37 @@ class Store:
                 req.lease_ttl_ms,
                 req.overlap,
                 req.mode,
+                req.request_id,
+                self.known_fence(req.job),
+                self.keys.quarantine(req.job),
             )
             calls.append((keys, args))
         try:
-            replies = await self._eval_many("acquire", calls)
+            replies = await self.scripts.eval_many("acquire", calls)
         except AMBIGUOUS_ERRORS as exc:
             raise RedisUnavailableError(f"acquire failed: {exc}") from exc
         out: list[AcquireReply | Exception] = []
-        for reply in replies:
-            if isinstance(reply, Exception):
-                out.append(StoreError(f"acquire.lua failed: {reply}"))
+        for req, reply in zip(requests, replies, strict=True):
+            if isinstance(reply, TRANSIENT_REPLY_ERRORS):
+                out.append(RedisUnavailableError(f"acquire did not run: {reply}"))
                 continue
-            prev = int(reply[2])
-            out.append(
-                AcquireReply(
-                    decision=decode_text(reply[0]),
-                    fence=int(reply[1]),
-                    prev_watermark_s=None if prev < 0 else prev,
-                    holder_fence=int(reply[3]),
-                    holder_owner=decode_text(reply[4]),
-                    abandoned_tick_s=int(reply[5]),
-                    abandoned_fence=int(reply[6]),
-                    abandoned_owner=decode_text(reply[7]),
-                    warnings=decode_warnings(reply[8]),
-                    superseded_tick_s=int(reply[9]),
-                )
+            if isinstance(reply, Exception):
+                out.append(StoreError(f"acquire.lua failed for job {req.job!r}: {reply}"))
+                continue
+            decoded = decode_acquire(reply)
+            self._saw_fence(req.job, decoded.fence, decoded.holder_fence, decoded.abandoned_fence)
+            report_quarantined(
+                decoded.quarantined, script="acquire", job=req.job, tick=req.decide_tick_s
             )
+            out.append(decoded)
         return out
 
     async def renew(self, job: str, fence: int, ttl_ms: int) -> int:
         """Extend a lease: 1 renewed, 0 gone, -1 held by another fence."""
-        return int(await self._eval("renew", [self.keys.lease(job)], [fence, ttl_ms]))
+        keys = [self.keys.lease(job)]
+        reply = await self._eval("renew", keys, [fence, ttl_ms, self.keys.quarantine(job)])
+        report_quarantined(decode_quarantined(reply[1]), script="renew", job=job, fence=fence)
+        return int(reply[0])
 
     async def release(
         self,
@@ -249,16 +249,37 @@ class Store:
         fence still matched: a retry after a lost reply cannot write it twice.
         """
         keys = [self.keys.lease(job), self.keys.fence(job), self.keys.pending(job)]
-        keys += [self.keys.state(job), self.keys.runs(job)]
+        keys += [self.keys.state(job), self.keys.runs(job), self.keys.hold(job)]
         payload = record.to_json() if record is not None else b""
         args = [fence, owner, lease_ttl_ms, continue_tick_s, payload, history]
+        args.append(self.keys.quarantine(job))
         reply = await self._eval("release", keys, args)
+        quarantined = decode_quarantined(reply[3])
+        report_quarantined(quarantined, script="release", job=job, fence=fence)
+        self._saw_fence(job, fence, int(reply[1]))
         return ReleaseReply(
             decision=decode_text(reply[0]),
             fence=int(reply[1]),
             tick_s=int(reply[2]),
-            warnings=decode_warnings(reply[3]),
+            warnings=tuple(q.kind for q in quarantined),
+            hold_ms=int(reply[4]),
+            quarantined=quarantined,
         )
+
+    # -- what this node has seen of each job's fences -----------------------------------
+
+    def known_fence(self, job: str) -> int:
+        """The highest fence this store has seen for ``job`` (0: none; 1: only a lost claim).
+
+        Sent with every acquire: a fence counter missing although a fence is known means
+        Redis lost the job's data, not that the job is new (README, "A wiped Redis").
+        """
+        return self._fences_seen.get(job, 0)
+
+    def _saw_fence(self, job: str, *fences: int) -> None:
+        highest = max(fences, default=0)
+        if highest > self._fences_seen.get(job, 0):
+            self._fences_seen[job] = highest
 
     async def finish(
         self,
@@ -304,17 +325,23 @@ class Store:
         """Append run records to their jobs' history streams (one pipeline)."""
         if not records:
             return
-        pipe = self.client.pipeline(transaction=False)
+        commands: list[Command] = []
         for record in records:
-            pipe.xadd(
-                self.keys.runs(record.job),
-                {"r": record.to_json()},
-                maxlen=history,
-                approximate=True,
+            commands.append(
+                self._command(
+                    record.job,
+                    "runs",
+                    "xadd",
+                    {"r": record.to_json()},
+                    maxlen=history,
+                    approximate=True,
+                )
             )
             if record.outcome == "missed":
-                pipe.hincrby(self.keys.state(record.job), "missed", record.count)
-        await pipe.execute()
+                commands.append(
+                    self._command(record.job, "state", "hincrby", "missed", record.count)
+                )
+        await self._pipeline_repairing(commands)
 
     # -- node bookkeeping ------------------------------------------------------------
 
@@ -372,24 +399,33 @@ class Store:
         """Publish job definitions so that operator commands can list them."""
         if not specs:
             return
-        pipe = self.client.pipeline(transaction=False)
-        pipe.sadd(self.keys.jobs, *specs)
+        commands = [self._command("", "jobs", "sadd", *specs)]
         for job, spec in specs.items():
-            pipe.hset(self.keys.state(job), mapping={f"spec_{k}": v for k, v in spec.items()})
-        await pipe.execute()
+            mapping = {f"spec_{k}": v for k, v in spec.items()}
+            commands.append(self._command(job, "state", "hset", mapping=mapping))
+        await self._pipeline_repairing(commands)
 
     async def known_jobs(self) -> list[str]:
         """Every job any node of this namespace has registered."""
         return sorted(decode_text(job) for job in await self.client.smembers(self.keys.jobs))
 
     async def watermarks(self, jobs: Sequence[str]) -> dict[str, int | None]:
-        """Read the watermark of each job; garbage reads as None and is logged."""
+        """Read the watermark of each job; garbage reads as None and is logged.
+
+        The fence counters are read too: they are this node's first evidence that a job
+        has had fences (see :meth:`known_fence`).
+        """
         if not jobs:
             return {}
-        values = await self.client.mget([self.keys.last(job) for job in jobs])
+        pipe = self.client.pipeline(transaction=False)
+        pipe.mget([self.keys.last(job) for job in jobs])
+        pipe.mget([self.keys.fence(job) for job in jobs])
+        # MGET answers nil for a key of another type: the job's first acquire moves it aside.
+        values, fences = await pipe.execute()
         out: dict[str, int | None] = {}
-        for job, raw in zip(jobs, values, strict=True):
+        for job, raw, fence in zip(jobs, values, fences, strict=True):
             out[job] = int_or_none(raw)
+            self._saw_fence(job, int_or_none(fence) or 0)
             if raw is not None and out[job] is None:
                 log.error(
                     "garbage under watermark key; treating it as absent",
@@ -398,28 +434,43 @@ class Store:
         return out
 
     async def job_states(self, jobs: Sequence[str]) -> list[JobState]:
-        """Read what Redis knows of each job, in one round trip."""
+        """Read what Redis knows of each job, in one round trip; garbage reads as unset."""
         pipe = self.client.pipeline(transaction=False)
+        read = []
         for job in jobs:
+            read += [self.keys.last(job), self.keys.lease(job), self.keys.lease(job)]
+            read += [self.keys.state(job), self.keys.fence(job)]
             pipe.get(self.keys.last(job))
             pipe.hgetall(self.keys.lease(job))
             pipe.pttl(self.keys.lease(job))
             pipe.hgetall(self.keys.state(job))
             pipe.get(self.keys.fence(job))
-        replies = await pipe.execute()
-        return [
+        replies = await pipe.execute(raise_on_error=False)
+        for index, (key, reply) in enumerate(zip(read, replies, strict=True)):
+            if not isinstance(reply, Exception):
+                continue
+            if not is_wrong_type(reply):
+                raise reply
+            log.error("garbage under a key; shown as unset", extra={"key": key})
+            replies[index] = None
+        states = [
             decode_job_state(job, *replies[index * 5 : index * 5 + 5])
             for index, job in enumerate(jobs)
         ]
+        for state in states:
+            lease_fence = state.lease.fence if state.lease else 0
+            self._saw_fence(state.job, state.last_fence or 0, lease_fence)
+        return states
 
     # -- operator controls -----------------------------------------------------------
 
     async def set_paused(self, job: str, paused: bool) -> None:
         """Pause or resume a job for every node (``acquire.lua`` reads the flag)."""
         if paused:
-            await self.client.hset(self.keys.state(job), "paused", "1")
+            command = self._command(job, "state", "hset", "paused", "1")
         else:
-            await self.client.hdel(self.keys.state(job), "paused")
+            command = self._command(job, "state", "hdel", "paused")
+        await self._pipeline_repairing([command])
 
     async def request_trigger(self, job: str) -> str:
         """Ask every node to race for one immediate run of ``job``; return its id."""
@@ -455,7 +506,17 @@ class Store:
 
     async def history(self, job: str, limit: int) -> list[RunRecord]:
         """Return the newest ``limit`` run records of ``job``, newest first."""
-        entries = await self.client.xrevrange(self.keys.runs(job), count=limit)
+        try:
+            entries = await self.client.xrevrange(self.keys.runs(job), count=limit)
+        except ResponseError as exc:
+            if not is_wrong_type(exc):
+                raise
+            # Reading moves nothing: the next record written moves the garbage aside.
+            log.error(
+                "garbage under the run history key; no history to show",
+                extra={"job": job, "key": self.keys.runs(job), "error": str(exc)},
+            )
+            return []
         out = []
         for entry_id, fields in entries:
             raw = fields.get(b"r", fields.get("r"))
@@ -475,7 +536,8 @@ class Store:
         reply = await self._eval(
             "fenced_set", [key, f"{key}:cronrace-fence"], [fence, value, ttl_ms]
         )
-        return bool(int(reply))
+        report_quarantined(decode_quarantined(reply[1]), script="fenced_set", fence=fence)
+        return bool(int(reply[0]))
 
     async def push_stream(self, stream: str, fields: dict[str, str], maxlen: int | None) -> str:
         """Append one entry to a Redis stream (the stream target); return its id."""

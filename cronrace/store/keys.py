@@ -36,6 +36,19 @@ class Keys:
     def runs(self, job: str) -> str:
         return f"{self.ns}:runs:{{{job}}}"
 
+    def hold(self, job: str) -> str:
+        """Present (with an expiry) while new runs of ``job`` must wait: Redis lost its data."""
+        return f"{self.ns}:hold:{{{job}}}"
+
+    def quarantine(self, job: str) -> str:
+        """The prefix under which scripts move a key of ``job`` that held garbage."""
+        return f"{self.ns}:quarantine:{{{job}}}"
+
+    def quarantine_of(self, key: str) -> str:
+        """The quarantine prefix for a namespace-wide key: its whole name as the hash tag,
+        so the moved key stays in the slot of the original (which has no tag)."""
+        return f"{self.ns}:quarantine:{{{key}}}"
+
     @property
     def nodes(self) -> str:
         return f"{self.ns}:nodes"

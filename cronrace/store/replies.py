@@ -34,7 +34,13 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class AcquireRequest:
-    """The arguments of ``acquire.lua`` for one won claim."""
+    """The arguments of ``acquire.lua`` for one won claim.
+
+    A request for a won claim (mode ``run`` or ``mark``, or ``trigger`` with its
+    ``trigger_id``) is idempotent for its owner: sent again after a lost reply it returns
+    the first answer (``AcquireReply.replayed``), never a second fence. A ``trigger``
+    without ``trigger_id`` (a further tick of a running catch-up) is not remembered.
+    """
 
     job: str
     decide_tick_s: int
@@ -44,6 +50,29 @@ class AcquireRequest:
     lease_ttl_ms: int
     overlap: str
     mode: str  # run | mark | trigger
+    trigger_id: str | None = None
+
+    @property
+    def request_id(self) -> str:
+        """What names this decision for retries ('' when it is never retried)."""
+        if self.mode != "trigger":
+            return f"{self.mode}:{self.decide_tick_s}"
+        return f"trigger:{self.trigger_id}" if self.trigger_id else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """A key that held garbage (a wrong type, an unreadable value), moved aside by a script.
+
+    Attributes:
+        kind: which key of the job it was (``lease``, ``fence``, ``watermark``, ...).
+        key: its full name.
+        moved_to: where it is now, kept for inspection (it expires after 7 days).
+    """
+
+    kind: str
+    key: str
+    moved_to: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +89,10 @@ class AcquireReply:
     abandoned_owner: str
     warnings: tuple[str, ...]
     superseded_tick_s: int
+    hold_ms: int = 0
+    data_lost: bool = False
+    replayed: bool = False
+    quarantined: tuple[Quarantined, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +103,8 @@ class ReleaseReply:
     fence: int
     tick_s: int
     warnings: tuple[str, ...]
+    hold_ms: int = 0
+    quarantined: tuple[Quarantined, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +115,15 @@ class HeartbeatReply:
     epoch: str
 
 
-def decode_warnings(raw: Any) -> tuple[str, ...]:
-    text = decode_text(raw)
-    return tuple(part for part in text.split(",") if part)
+def decode_quarantined(raw: Any) -> tuple[Quarantined, ...]:
+    """Decode a script's ``warnings`` string: ``kind|key|moved_to`` items, comma-separated."""
+    out = []
+    for item in decode_text(raw).split(","):
+        kind, _, rest = item.partition("|")
+        key, _, moved_to = rest.partition("|")
+        if kind:
+            out.append(Quarantined(kind, key, moved_to))
+    return tuple(out)
 
 
 def decode_text(raw: Any) -> str:
@@ -129,4 +170,26 @@ def decode_job_state(
         counters=counters,
         spec={k.removeprefix("spec_"): v for k, v in fields.items() if k.startswith("spec_")},
         last_fence=int_or_none(fence),
+    )
+
+
+def decode_acquire(reply: Any) -> AcquireReply:
+    """Decode one ``acquire.lua`` reply (a fresh answer or a replayed one)."""
+    prev = int(reply[2])
+    quarantined = decode_quarantined(reply[8])
+    return AcquireReply(
+        decision=decode_text(reply[0]),
+        fence=int(reply[1]),
+        prev_watermark_s=None if prev < 0 else prev,
+        holder_fence=int(reply[3]),
+        holder_owner=decode_text(reply[4]),
+        abandoned_tick_s=int(reply[5]),
+        abandoned_fence=int(reply[6]),
+        abandoned_owner=decode_text(reply[7]),
+        warnings=tuple(q.kind for q in quarantined),
+        superseded_tick_s=int(reply[9]),
+        hold_ms=int(reply[10]),
+        data_lost=int(reply[11]) == 1,
+        replayed=int(reply[12]) == 1,
+        quarantined=quarantined,
     )

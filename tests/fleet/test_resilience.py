@@ -37,7 +37,10 @@ async def test_garbage_under_one_jobs_keys_is_reported_and_other_jobs_keep_firin
         history = await agent.history("dirty", 50)
     assert history, "history still reads past the unreadable record"
     garbage = [r for r in caplog.records if "garbage" in r.getMessage()]
-    assert {getattr(r, "key", None) for r in garbage} >= {"fence", "watermark"}
+    assert {getattr(r, "kind", None) for r in garbage} >= {"fence", "watermark", "lease"}
+    # The log names the full key and where it was moved.
+    assert {getattr(r, "key", None) for r in garbage} >= {keys.fence("dirty"), keys.last("dirty")}
+    assert all(getattr(r, "moved_to", "").startswith(keys.quarantine("dirty")) for r in garbage)
 
 
 @pytest.mark.redis

@@ -1,0 +1,114 @@
+"""Garbage in Redis: keys of ours holding the wrong type, reported and moved aside.
+
+The scripts check their own keys before writing and move a bad one aside (``_lib.lua``);
+this module reports what they moved, and does the same for plain commands sent in
+pipelines (a run record's ``XADD``, a state ``HSET``): a command that fails with
+``WRONGTYPE`` has its key moved aside by ``quarantine.lua`` and is sent once more. A key
+that holds garbage is never left to fail every tick of its job, and never stops the other
+jobs of the same pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
+
+from cronrace.store.replies import Quarantined, decode_quarantined
+from cronrace.store.scripts import Scripts
+
+log = logging.getLogger("cronrace.store")
+
+#: Errors in one reply of a pipeline after which that command did not run and may be
+#: sent again once Redis is back (loading its data, a replica not yet promoted, ...).
+TRANSIENT_REPLY_ERRORS: tuple[type[BaseException], ...] = (
+    BusyLoadingError,
+    ReadOnlyError,
+    TryAgainError,
+    ClusterDownError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One pipelined command whose key must be absent or hold ``key_type``."""
+
+    method: str  # the redis-py pipeline method: xadd, hincrby, hset, ...
+    key: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    key_type: str = "string"
+    kind: str = ""
+    quarantine_prefix: str = ""
+
+    def queue(self, pipe: Any) -> None:
+        getattr(pipe, self.method)(self.key, *self.args, **self.kwargs)
+
+
+def is_wrong_type(reply: Any) -> bool:
+    """Whether a pipelined reply is a ``WRONGTYPE`` error."""
+    return isinstance(reply, ResponseError) and str(reply).startswith("WRONGTYPE")
+
+
+def report_quarantined(moved: Sequence[Quarantined], *, script: str, **context: Any) -> None:
+    """Log every key a script moved aside, at ERROR, with its full name and new name."""
+    for item in moved:
+        log.error(
+            "garbage found in Redis: the key was moved aside and the job goes on",
+            extra={
+                "script": script,
+                "kind": item.kind,
+                "key": item.key,
+                "moved_to": item.moved_to,
+                **context,
+            },
+        )
+
+
+async def send_repairing(client: Any, scripts: Scripts, commands: Sequence[Command]) -> list[Any]:
+    """Send ``commands`` in one pipeline; move a ``WRONGTYPE`` key aside and resend.
+
+    Raises:
+        The first error that remains (not ``WRONGTYPE``, or ``WRONGTYPE`` again), after
+        every other command was sent: one job's garbage never costs another its write.
+    """
+    results: list[Any] = [None] * len(commands)
+    todo = list(range(len(commands)))
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        for index in todo:
+            commands[index].queue(pipe)
+        replies = await pipe.execute(raise_on_error=False)
+        retry = []
+        for index, reply in zip(todo, replies, strict=True):
+            results[index] = reply
+            if attempt == 0 and is_wrong_type(reply):
+                retry.append(index)
+        if not retry:
+            break
+        for index in retry:
+            await quarantine(scripts, commands[index])
+        todo = retry
+    for reply in results:
+        if isinstance(reply, Exception):
+            raise reply
+    return results
+
+
+async def quarantine(scripts: Scripts, command: Command) -> tuple[Quarantined, ...]:
+    """Move the key of ``command`` aside if it does not hold the type the command needs."""
+    reply = await scripts.eval(
+        "quarantine", [command.key], [command.key_type, command.kind, command.quarantine_prefix]
+    )
+    moved = decode_quarantined(reply)
+    report_quarantined(moved, script="quarantine", command=command.method)
+    return moved

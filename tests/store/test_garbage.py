@@ -1,0 +1,218 @@
+"""Garbage under a job's keys: every script and command moves it aside and goes on.
+
+Each test runs on fakeredis and on a real redis-server. Before these checks, each wrong
+type below made every tick of its job fail with WRONGTYPE, and the watermark had already
+been advanced by the failing script, so those ticks vanished without a record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from cronrace.policies import Outcome
+from cronrace.records import RunRecord
+from cronrace.store import AcquireRequest, Claim, Store
+
+Writer = Callable[[Any, str], Awaitable[Any]]
+
+WRITERS: dict[str, Writer] = {
+    "string": lambda client, key: client.set(key, "garbage"),
+    "list": lambda client, key: client.rpush(key, "garbage"),
+    "hash": lambda client, key: client.hset(key, "garbage", "1"),
+    "set": lambda client, key: client.sadd(key, "garbage"),
+    "zset": lambda client, key: client.zadd(key, {"garbage": 1}),
+    "stream": lambda client, key: client.xadd(key, {"garbage": "1"}),
+}
+
+# The keys acquire.lua reads, what each must hold, and the name its report uses.
+ACQUIRE_KEYS = {
+    "lease": ("hash", "lease"),
+    "fence": ("string", "fence"),
+    "last": ("string", "watermark"),
+    "pending": ("string", "pending"),
+    "state": ("hash", "state"),
+}
+
+
+def wrong_types(right: str) -> list[str]:
+    # A string is wrong for an integer key too when it is not an integer.
+    return [t for t in WRITERS if t != right or right == "string"]
+
+
+def cases(keys: dict[str, tuple[str, str]]) -> list[Any]:
+    return [
+        pytest.param(name, garbage, kind, id=f"{garbage}-under-{name}")
+        for name, (right, kind) in keys.items()
+        for garbage in wrong_types(right)
+    ]
+
+
+def request(tick: int, overlap: str = "queue_one", owner: str = "n1:x") -> AcquireRequest:
+    return AcquireRequest("j", tick, tick, tick, owner, 5000, overlap, "run")
+
+
+async def assert_moved_aside(store: Store, garbage: str, moved_to: str) -> None:
+    assert moved_to.startswith(store.keys.quarantine("j") + ":")
+    assert (await store.client.type(moved_to)).decode() == garbage
+    assert 0 < await store.client.pttl(moved_to) <= 7 * 24 * 3600 * 1000
+
+
+@pytest.mark.parametrize(("name", "garbage", "kind"), cases(ACQUIRE_KEYS))
+async def test_acquire_moves_a_wrong_type_aside_and_decides_the_tick(
+    store: Store, name: str, garbage: str, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = getattr(store.keys, name)("j")
+    await WRITERS[garbage](store.client, key)
+    with caplog.at_level(logging.ERROR, logger="cronrace.store"):
+        (reply,) = await store.acquire([request(100)])
+    assert not isinstance(reply, Exception), reply
+    assert reply.decision == "run"
+    assert reply.warnings == (kind,)
+    (moved,) = reply.quarantined
+    assert moved.key == key
+    await assert_moved_aside(store, garbage, moved.moved_to)
+    assert await store.client.get(store.keys.last("j")) == b"100"
+    logged = [r for r in caplog.records if getattr(r, "key", None) == key]
+    assert logged, "the ERROR log names the full key"
+    assert logged[0].levelno == logging.ERROR
+    assert getattr(logged[0], "moved_to", None) == moved.moved_to
+    # The job goes on: the next tick meets a clean key.
+    (again,) = await store.acquire([request(101)])
+    assert not isinstance(again, Exception)
+    assert again.warnings == ()
+
+
+@pytest.mark.parametrize("garbage", ["list", "hash", "set", "zset", "stream"])
+async def test_every_key_holding_garbage_at_once_still_decides_once(
+    store: Store, garbage: str
+) -> None:
+    for name in ACQUIRE_KEYS:
+        await WRITERS[garbage](store.client, getattr(store.keys, name)("j"))
+    (reply,) = await store.acquire([request(100)])
+    assert not isinstance(reply, Exception), reply
+    assert reply.decision == "run"
+    # A hash under the lease is garbage too: it has no integer fence.
+    wrong = [kind for right, kind in ACQUIRE_KEYS.values() if right != garbage or kind == "lease"]
+    assert sorted(reply.warnings) == sorted(wrong)
+    assert await store.client.get(store.keys.last("j")) == b"100"
+
+
+RELEASE_KEYS = {
+    "lease": ("hash", "lease"),
+    "fence": ("string", "fence"),
+    "pending": ("string", "pending"),
+    "state": ("hash", "state"),
+    "runs": ("stream", "runs"),
+}
+
+
+@pytest.mark.parametrize(("name", "garbage", "kind"), cases(RELEASE_KEYS))
+async def test_release_moves_a_wrong_type_aside_and_writes_the_record(
+    store: Store, name: str, garbage: str, kind: str
+) -> None:
+    (granted,) = await store.acquire([request(100)])
+    assert not isinstance(granted, Exception)
+    key = getattr(store.keys, name)("j")
+    await store.client.delete(key)
+    await WRITERS[garbage](store.client, key)
+    record = RunRecord("j", 100, "n1", Outcome.OK, fence=granted.fence)
+    reply = await store.finish(
+        record, history=10, release_fence=granted.fence, owner="n1:x", lease_ttl_ms=5000
+    )
+    assert reply is not None
+    assert kind in reply.warnings
+    (moved,) = reply.quarantined
+    await assert_moved_aside(store, garbage, moved.moved_to)
+    # Garbage under the lease took the lease with it: the record is still written.
+    assert reply.decision == ("not_owner" if name == "lease" else "released")
+    assert [r.fence for r in await store.history("j", 10)] == [granted.fence]
+
+
+@pytest.mark.parametrize("garbage", ["string", "list", "set", "zset", "stream"])
+async def test_renew_moves_a_wrong_type_lease_aside_and_says_it_is_gone(
+    store: Store, garbage: str
+) -> None:
+    await WRITERS[garbage](store.client, store.keys.lease("j"))
+    assert await store.renew("j", 5, 5000) == 0
+    assert await store.client.exists(store.keys.lease("j")) == 0
+    moved = await store.client.keys(store.keys.quarantine("j") + ":lease:*")
+    assert len(moved) == 1
+
+
+@pytest.mark.parametrize("garbage", ["list", "hash", "string"])
+async def test_fenced_set_moves_a_wrong_type_aside_and_writes(store: Store, garbage: str) -> None:
+    target = f"{{{store.keys.ns}}}:out"
+    await WRITERS[garbage](store.client, f"{target}:cronrace-fence")
+    if garbage != "string":
+        await WRITERS[garbage](store.client, target)
+    assert await store.fenced_set(target, "v", 7)
+    assert await store.client.get(target) == b"v"
+    assert len(await store.client.keys(f"{target}*:quarantine:*")) == (
+        1 if garbage == "string" else 2
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "garbage"),
+    [("runs", g) for g in ("string", "list", "hash", "set", "zset")]
+    + [("state", g) for g in ("string", "list", "set", "zset", "stream")],
+)
+async def test_records_are_written_past_garbage_and_other_jobs_lose_nothing(
+    store: Store, name: str, garbage: str
+) -> None:
+    await WRITERS[garbage](store.client, getattr(store.keys, name)("j"))
+    records = [
+        RunRecord("j", 100, "n1", Outcome.MISSED, count=3),
+        RunRecord("k", 100, "n1", Outcome.OK, fence=1),
+    ]
+    await store.record(records, history=10)
+    assert [r.outcome for r in await store.history("j", 10)] == [Outcome.MISSED]
+    assert [r.outcome for r in await store.history("k", 10)] == [Outcome.OK]
+    assert await store.client.hget(store.keys.state("j"), "missed") == b"3"
+
+
+@pytest.mark.parametrize("garbage", ["string", "list", "hash", "set", "zset"])
+async def test_reads_survive_garbage_and_report_it(
+    store: Store, garbage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    for name in ("runs", "lease", "state", "last", "fence"):
+        key = getattr(store.keys, name)("j")
+        right = {"runs": "stream", "lease": "hash", "state": "hash"}.get(name, "string")
+        if garbage != right:
+            await WRITERS[garbage](store.client, key)
+    with caplog.at_level(logging.ERROR, logger="cronrace.store"):
+        assert (await store.history("j", 10)) == [] or garbage == "stream"
+        (state,) = await store.job_states(["j"])
+        marks = await store.watermarks(["j", "k"])
+    assert state.job == "j"
+    assert state.watermark_s is None
+    assert state.lease is None
+    assert marks == {"j": None, "k": None}
+    assert any(getattr(r, "key", "").startswith(store.keys.ns + ":") for r in caplog.records)
+
+
+@pytest.mark.parametrize("garbage", ["string", "list", "set", "zset", "stream"])
+async def test_registering_and_pausing_move_a_wrong_type_state_aside(
+    store: Store, garbage: str
+) -> None:
+    await WRITERS[garbage](store.client, store.keys.state("j"))
+    await WRITERS[garbage if garbage != "set" else "list"](store.client, store.keys.jobs)
+    await store.register_jobs({"j": {"schedule": "* * * * *"}})
+    assert await store.known_jobs() == ["j"]
+    await store.client.delete(store.keys.state("j"))
+    await WRITERS[garbage](store.client, store.keys.state("j"))
+    await store.set_paused("j", True)
+    assert await store.client.hget(store.keys.state("j"), "paused") == b"1"
+
+
+async def test_a_claim_holding_the_decision_still_reads_as_won(store: Store) -> None:
+    claim = Claim("j", 100, 5000)
+    assert await store.claim([claim], "n1:x") == [True]
+    (reply,) = await store.acquire([request(100)])
+    assert not isinstance(reply, Exception)
+    assert await store.resolve_claims([claim], "n1:x") == [True]
+    assert await store.resolve_claims([claim], "n2:y") == [False]
