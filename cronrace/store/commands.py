@@ -417,11 +417,20 @@ class Store:
         """
         if not jobs:
             return {}
+        # One GET per key (each in its job's slot, for Cluster); garbage of another type
+        # reads as unset here, and the job's first acquire moves it aside and reports it.
         pipe = self.client.pipeline(transaction=False)
-        pipe.mget([self.keys.last(job) for job in jobs])
-        pipe.mget([self.keys.fence(job) for job in jobs])
-        # MGET answers nil for a key of another type: the job's first acquire moves it aside.
-        values, fences = await pipe.execute()
+        for job in jobs:
+            pipe.get(self.keys.last(job))
+            pipe.get(self.keys.fence(job))
+        replies = [
+            None if isinstance(reply, Exception) and is_wrong_type(reply) else reply
+            for reply in await pipe.execute(raise_on_error=False)
+        ]
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        values, fences = replies[0::2], replies[1::2]
         out: dict[str, int | None] = {}
         for job, raw, fence in zip(jobs, values, fences, strict=True):
             out[job] = int_or_none(raw)
