@@ -206,6 +206,13 @@ def run(
         return
     if config is None:
         raise fail("give MODULE:ATTR or --config FILE", EXIT_USAGE)
+    if not config.exists():  # e.g. a container started without its config mounted
+        raise fail(
+            f"{config}: no such file: mount your config file there (docker run -v "
+            f'"$PWD/cronrace.toml:{config}:ro" ..., or a ConfigMap on {config.parent}), '
+            "or give --config FILE",
+            EXIT_INVALID,
+        )
     try:
         sidecar = Sidecar.from_file(config, metrics_address=metrics_address)
     except CronraceError as exc:
