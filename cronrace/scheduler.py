@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from anyio.abc import TaskGroup
 from redis.exceptions import RedisError
 
+from cronrace.acquiring import acquire_retrying
 from cronrace.clock import Clock
 from cronrace.config import AgentSettings
 from cronrace.errors import CronraceError, RedisUnavailableError
 from cronrace.job import Job
+from cronrace.lease import SAFETY_MARGIN
 from cronrace.observer import Observer
-from cronrace.policies import Outcome, TickPlan, plan_ticks
+from cronrace.policies import Outcome, Overlap, TickPlan, plan_ticks
 from cronrace.records import RunRecord
 from cronrace.runner import Runner
 from cronrace.store import AcquireReply, AcquireRequest, Claim, NotReplicatedError, Store
@@ -310,50 +312,82 @@ class Scheduler:
                     lease_ttl_ms=d.job.lease_ttl_ms,
                     overlap=d.job.overlap.value,
                     mode="trigger" if d.trigger_id else ("run" if fire else "mark"),
+                    trigger_id=d.trigger_id,
                 )
             )
-        sent = self.clock.monotonic()
-        try:
-            replies = await self.store.acquire(requests)
-        except (RedisError, OSError, CronraceError) as exc:
-            # The scripts may have run: those ticks are decided but will not run here; a
-            # lease granted meanwhile expires and is reported as abandoned. Never retry:
-            # a second acquire could run a tick twice.
-            self.observer.redis_error("acquire")
-            log.error(
-                "acquire failed after winning claims; those ticks will not run",
-                extra={"jobs": [d.job.name for d in winners], "error": str(exc)},
-            )
-            return
         records: list[RunRecord] = []
-        for d, reply in zip(winners, replies, strict=True):
+        answers = await acquire_retrying(
+            self.store,
+            self.clock,
+            requests,
+            [d.plan.claim_tick_s + d.job.catchup_window_s for d in winners],
+            observer=self.observer,
+            set_ready=self._set_ready,
+            backoff_s=backoff_s,
+        )
+        for d, (reply, granted_mono) in zip(winners, answers, strict=True):
             if isinstance(reply, Exception):
-                log.error(
-                    "acquire failed for one job", extra={"job": d.job.name, "error": str(reply)}
-                )
                 continue
             records.extend(self._records_for(d, reply))
-            if reply.decision == "run":
-                ticks = [
-                    t
-                    for t in d.plan.fire_ticks_s
-                    if reply.prev_watermark_s is None or d.trigger_id or t > reply.prev_watermark_s
-                ]
-                runs.start_soon(
-                    self.runner.run_sequence,
-                    d.job,
-                    ticks or [d.plan.claim_tick_s],
-                    reply.fence,
-                    sent,
-                    d.trigger_id,
-                    name=f"cronrace run {d.job.name}",
-                )
+            if reply.decision != "run":
+                continue
+            deadline_mono = granted_mono + d.job.lease_ttl_s * (1 - SAFETY_MARGIN)
+            if d.job.overlap is not Overlap.ALLOW and (
+                (reply.replayed and not reply.renewed) or self.clock.monotonic() >= deadline_mono
+            ):
+                # The answer came back after the lease had moved on or run out (a retry
+                # after a lost answer, a very slow Redis): running now could overlap.
+                await self._lease_ran_out(d, reply)
+                continue
+            ticks = [
+                t
+                for t in d.plan.fire_ticks_s
+                if reply.prev_watermark_s is None or d.trigger_id or t > reply.prev_watermark_s
+            ]
+            runs.start_soon(
+                self.runner.run_sequence,
+                d.job,
+                ticks or [d.plan.claim_tick_s],
+                reply.fence,
+                granted_mono,
+                d.trigger_id,
+                name=f"cronrace run {d.job.name}",
+            )
         if records:
             try:
                 await self.store.record(records, history=max(d.job.history for d in winners))
             except (RedisError, OSError) as exc:
                 self.observer.redis_error("record")
                 log.error("could not write decision records", extra={"error": str(exc)})
+
+    async def _lease_ran_out(self, d: _Decided, reply: AcquireReply) -> None:
+        tick = d.plan.fire_ticks_s[0] if d.plan.fire_ticks_s else d.plan.claim_tick_s
+        now_ms = int(self.clock.time() * 1000)
+        record = RunRecord(
+            d.job.name,
+            tick,
+            self.settings.node_id,
+            Outcome.LEASE_LOST,
+            reply.fence,
+            finished_ms=now_ms,
+            error="the grant's answer came back after its lease had run out; not run",
+            trigger_id=d.trigger_id,
+        )
+        log.warning(
+            "granted run not started: its lease ran out before the answer came back",
+            extra={"job": d.job.name, "tick": tick, "fence": reply.fence},
+        )
+        self.observer.decision(d.job.name, Outcome.LEASE_LOST.value)
+        try:
+            await self.store.finish(
+                record,
+                history=d.job.history,
+                release_fence=reply.fence,
+                owner=self.owner,
+                lease_ttl_ms=d.job.lease_ttl_ms,
+            )
+        except (RedisError, OSError, CronraceError) as exc:
+            log.error("could not record a run not started", extra={"error": str(exc)})
 
     def _records_for(self, d: _Decided, reply: AcquireReply) -> list[RunRecord]:
         """Log a decision and return the run records it calls for (none for a run)."""

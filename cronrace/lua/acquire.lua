@@ -22,7 +22,7 @@
 --
 -- Reply: {decision, fence, prev_watermark, holder_fence, holder_owner,
 --         abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick,
---         hold_ms, data_lost, replayed}
+--         hold_ms, data_lost, replayed, renewed}
 --   decision: run | stale | marked | skipped:paused | skipped:overlap | queued
 --   prev_watermark: -1 when there was none; holder_*: the live lease met (0 / "")
 --   abandoned_*: a run whose lease expired without release (0 / "")
@@ -33,6 +33,10 @@
 --     started the hold: one lease_ttl, honoured by every grant, allow and replace too)
 --   replayed: 1 when this is the remembered answer of an earlier call with the same
 --     owner and request_id (a retry after a lost reply): nothing was decided again
+--   renewed: 1 when a replayed run's lease still held its fence and was extended by
+--     this call (the run may start now). A replayed run whose lease another fence holds
+--     lost it (replayed, not renewed: it must not start). A run whose lease is gone
+--     is decided again (a fresh answer, a new fence: the first one never ran).
 --
 -- Every key is checked before the first write: a decision either happens whole or not
 -- at all, and never leaves the watermark advanced without a decision.
@@ -58,30 +62,50 @@ check(state_key, 'hash', 'state')
 check(claim_key, 'string', 'claim')
 check(hold_key, 'string', 'hold')
 
-local memo_head = owner .. '\n' .. request_id .. '\n'
-local claim = false
-if request_id ~= '' then
-  claim = redis.call('GET', claim_key)
-  if claim and string.sub(claim, 1, #memo_head) == memo_head then
-    local reply = {}
-    for part in string.gmatch(string.sub(claim, #memo_head + 1) .. '\n', '(.-)\n') do
-      reply[#reply + 1] = part
-    end
-    reply[#reply + 1] = 1
-    return reply
-  end
-end
-
 local prev = -1
 local holder_fence, holder_owner = 0, ''
 local ab_tick, ab_fence, ab_owner = 0, 0, ''
 local superseded = 0
 local hold_ms, data_lost = 0, 0
 
+-- A retry of a decision already made (its answer was lost) gets that answer again.
+local memo_head = owner .. '\n' .. request_id .. '\n'
+local claim = false
+local remember = false
+if request_id ~= '' then
+  claim = redis.call('GET', claim_key)
+  remember = claim == owner
+  if claim and string.sub(claim, 1, #memo_head) == memo_head then
+    local memo = {}
+    for part in string.gmatch(string.sub(claim, #memo_head + 1) .. '\n', '(.-)\n') do
+      memo[#memo + 1] = part
+    end
+    local held = redis.call('HGET', lease_key, 'fence')
+    if memo[1] ~= 'run' or overlap == 'allow' or held then
+      -- A granted run whose lease still holds its fence may start now: extend the lease
+      -- from now. Held by another fence, it lost its lease before it could start.
+      local renewed = 0
+      if memo[1] == 'run' and tonumber(held) == tonumber(memo[2]) then
+        redis.call('PEXPIRE', lease_key, ttl_ms)
+        renewed = 1
+      end
+      memo[#memo + 1] = 1
+      memo[#memo + 1] = renewed
+      return memo
+    end
+    -- The grant's lease ran out before its answer came back, so its run never started:
+    -- decide the tick again, late, under the overlap policy (the watermark already
+    -- counts it). The first fence is reported abandoned; this answer replaces the memo.
+    mode = 'trigger'
+    prev = tonumber(memo[3])
+    remember = true
+  end
+end
+
 local function reply(decision, fence)
   local out = {decision, fence, prev, holder_fence, holder_owner, ab_tick, ab_fence, ab_owner,
     table.concat(warnings, ','), superseded, hold_ms, data_lost}
-  if claim == owner then
+  if remember then
     -- Remember the answer under the claim (its TTL outlives every retry of the tick).
     local parts = {}
     for i, v in ipairs(out) do
@@ -89,6 +113,7 @@ local function reply(decision, fence)
     end
     redis.call('SET', claim_key, memo_head .. table.concat(parts, '\n'), 'KEEPTTL')
   end
+  out[#out + 1] = 0
   out[#out + 1] = 0
   return out
 end

@@ -77,7 +77,7 @@ class Quarantined:
 
 @dataclass(frozen=True, slots=True)
 class AcquireReply:
-    """What ``acquire.lua`` decided."""
+    """What ``acquire.lua`` decided (the script's header explains each field)."""
 
     decision: str
     fence: int
@@ -92,6 +92,7 @@ class AcquireReply:
     hold_ms: int = 0
     data_lost: bool = False
     replayed: bool = False
+    renewed: bool = False
     quarantined: tuple[Quarantined, ...] = ()
 
 
@@ -191,5 +192,6 @@ def decode_acquire(reply: Any) -> AcquireReply:
         hold_ms=int(reply[10]),
         data_lost=int(reply[11]) == 1,
         replayed=int(reply[12]) == 1,
+        renewed=int(reply[13]) == 1,
         quarantined=quarantined,
     )

@@ -1,0 +1,115 @@
+"""Deciding won claims: ``acquire.lua`` for each, retried while Redis is away.
+
+A claim won is a tick this node must decide. When the acquire's answer is lost (the
+connection dropped after the script ran, Redis restarted, it was still loading its data)
+the tick would be lost with it, although Redis may be back a second later. Acquire is
+idempotent for its owner and tick (the script remembers its answer under the won claim),
+so the same request is simply sent again: a call that had run answers what it decided
+(``replayed``), never a second fence and never ``stale`` for its own grant.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from redis.exceptions import RedisError
+
+from cronrace.clock import Clock
+from cronrace.errors import CronraceError, RedisUnavailableError
+from cronrace.observer import Observer
+from cronrace.store import AcquireReply, AcquireRequest, Store
+
+log = logging.getLogger("cronrace.scheduler")
+
+#: One decision: the reply (or the error that ended its attempts) and the grant time.
+Answer = tuple[AcquireReply | Exception, float]
+
+
+async def acquire_retrying(
+    store: Store,
+    clock: Clock,
+    requests: Sequence[AcquireRequest],
+    give_up_at_s: Sequence[float],
+    *,
+    observer: Observer,
+    set_ready: Callable[[bool], None],
+    backoff_s: Callable[[int], float],
+) -> list[Answer]:
+    """Decide every request; retry those Redis did not answer, each until its deadline.
+
+    Args:
+        store: where the scripts run.
+        clock: the agent's clock (backoff sleeps; ``time()`` is compared with deadlines).
+        requests: one per won claim, all sent in one pipeline per attempt.
+        give_up_at_s: per request, the shared-clock time after which it is not sent
+            again: its tick's catch-up window ends there, and the claim holding the
+            remembered answer outlives it.
+        observer: told about every failed attempt.
+        set_ready: readiness follows whether Redis answers.
+        backoff_s: the project's retry policy (seconds to wait before attempt n + 1).
+
+    Returns:
+        Per request, its reply (or error) and the monotonic time its lease counts from:
+        when the attempt that answered was sent, or, for a replayed grant whose lease was
+        not renewed by that attempt, when the first was (any of them may have made it).
+    """
+    first_sent = clock.monotonic()
+    answers: list[Answer] = [(RedisUnavailableError("not sent"), first_sent)] * len(requests)
+    todo = list(range(len(requests)))
+    attempt = 0
+    while True:
+        sent = clock.monotonic()
+        replies: list[AcquireReply | Exception]
+        try:
+            replies = list(await store.acquire([requests[i] for i in todo]))
+        except (RedisError, OSError, CronraceError) as exc:
+            replies = [exc] * len(todo)
+        retry = []
+        for index, reply in zip(todo, replies, strict=True):
+            # A replayed grant was made by one of the attempts, unless this one renewed it.
+            lapsed = isinstance(reply, AcquireReply) and reply.replayed and not reply.renewed
+            answers[index] = (reply, first_sent if lapsed else sent)
+            _log_answer(requests[index], reply, attempt)
+            if isinstance(reply, RedisUnavailableError):
+                retry.append(index)
+        if retry:
+            observer.redis_error("acquire")
+        now_s = clock.time()
+        todo = [index for index in retry if now_s < give_up_at_s[index]]
+        for index in sorted(set(retry) - set(todo)):
+            log.error(
+                "acquire kept failing until the tick left its catch-up window; it will not run",
+                extra={
+                    "job": requests[index].job,
+                    "tick": requests[index].decide_tick_s,
+                    "attempts": attempt + 1,
+                },
+            )
+        if not todo:
+            set_ready(not retry)
+            return answers
+        set_ready(False)
+        log.warning(
+            "acquire failed after winning claims; retrying",
+            extra={
+                "jobs": [requests[i].job for i in todo],
+                "attempt": attempt + 1,
+                "error": str(answers[todo[0]][0]),
+            },
+        )
+        await clock.sleep(backoff_s(attempt))
+        attempt += 1
+
+
+def _log_answer(request: AcquireRequest, reply: AcquireReply | Exception, attempt: int) -> None:
+    context = {"job": request.job, "tick": request.decide_tick_s}
+    if isinstance(reply, RedisUnavailableError):
+        return
+    if isinstance(reply, Exception):
+        log.error("acquire failed; this tick will not run", extra={**context, "error": str(reply)})
+    elif attempt:
+        log.warning(
+            "acquire answered on retry",
+            extra={**context, "attempt": attempt, "replayed": reply.replayed},
+        )

@@ -1,0 +1,94 @@
+"""A won tick whose acquire answer is lost is retried, and runs once with the granted fence.
+
+In-process agents with a fault hook in the store (the script runs, then the answer is
+"lost"); tests/faults/test_acquire_outage.py does the same with real processes, a proxy
+that cuts the connection, and a redis-server killed at each phase of a tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from cronrace import Agent, RunContext
+from cronrace.errors import RedisUnavailableError
+from cronrace.store import AcquireReply, AcquireRequest
+from tests.helpers import Recorder, running, settings, wait_for
+
+
+def lose_answers(
+    agent: Agent, how_many: int, *, expire_lease: bool = False
+) -> list[list[AcquireReply | Exception]]:
+    """Make the agent's next ``how_many`` acquires run in Redis but lose their answers.
+
+    Answers to retries (replayed) are never lost, so each loss is another tick.
+
+    With ``expire_lease`` the granted lease is gone before the answer is "lost", as if the
+    outage had outlasted it.
+    """
+    store = agent.store
+    acquire = store.acquire
+    lost: list[list[AcquireReply | Exception]] = []
+
+    async def acquire_then_drop(
+        requests: Sequence[AcquireRequest],
+    ) -> list[AcquireReply | Exception]:
+        replies = await acquire(requests)
+        replayed = any(isinstance(r, AcquireReply) and r.replayed for r in replies)
+        if len(lost) < how_many and not replayed:
+            lost.append(replies)
+            if expire_lease:
+                await store.client.delete(*[store.keys.lease(r.job) for r in requests])
+            raise RedisUnavailableError("connection lost after the script ran (test fault)")
+        return replies
+
+    store.acquire = acquire_then_drop  # type: ignore[method-assign]
+    return lost
+
+
+@pytest.mark.timeout(30)
+async def test_a_lost_acquire_answer_is_retried_and_the_tick_runs_once_with_its_fence(
+    redis_url: str, namespace: str
+) -> None:
+    recorder = Recorder()
+    agent = Agent(settings=settings(redis_url, namespace, "n0"))
+    agent.add_job(recorder.note, "* * * * * *", name="job", lease_ttl=5.0)
+    async with running(agent):
+        lost = lose_answers(agent, 2)
+        await wait_for(lambda: len(lost) == 2, timeout_s=10, what="two lost answers")
+        granted = [r for replies in lost for r in replies if isinstance(r, AcquireReply)]
+        await wait_for(
+            lambda: len({r.fence for r in recorder.runs} & {g.fence for g in granted}) == 2,
+            timeout_s=10,
+            what="both granted runs to start",
+        )
+        records = await agent.history("job", 50)
+    ticks = [r.tick_s for r in recorder.runs if r.fence in {g.fence for g in granted}]
+    assert len(ticks) == len(set(ticks)) == 2, "each lost grant ran once, with its own fence"
+    assert [t for t in recorder.ticks() if recorder.ticks().count(t) > 1] == []
+    assert not [r for r in records if r.outcome.value in ("stale", "lease_lost", "abandoned")]
+
+
+@pytest.mark.timeout(30)
+async def test_a_lost_answer_whose_lease_ran_out_meanwhile_is_decided_again(
+    redis_url: str, namespace: str
+) -> None:
+    ran: list[tuple[int, int]] = []
+    agent = Agent(settings=settings(redis_url, namespace, "n0"))
+
+    def note(ctx: RunContext) -> None:
+        ran.append((ctx.tick_s, ctx.fence))
+
+    agent.add_job(note, "*/5 * * * * *", name="job", lease_ttl=5.0)
+    async with running(agent):
+        lost = lose_answers(agent, 1, expire_lease=True)
+        await wait_for(lambda: bool(lost), timeout_s=10, what="a lost answer")
+        (first,) = lost[0]
+        assert isinstance(first, AcquireReply)
+        await wait_for(lambda: bool(ran), timeout_s=10, what="the tick to run")
+        records = await agent.history("job", 50)
+    ((tick, fence),) = ran[:1]
+    assert fence > first.fence, "a new fence: the first grant never ran"
+    abandoned = [r for r in records if r.outcome.value == "abandoned"]
+    assert [(r.tick_s, r.fence) for r in abandoned] == [(tick, first.fence)]
