@@ -170,6 +170,8 @@ def run(
         str | None, typer.Argument(help="MODULE:ATTR of an Agent, e.g. app.jobs:agent")
     ] = None,
     config: ConfigOption = None,
+    redis_url: RedisOption = None,
+    namespace: NamespaceOption = None,
     metrics_address: Annotated[
         str | None,
         typer.Option(
@@ -193,6 +195,14 @@ def run(
     """
     supervise_if_pid1()  # as a container's PID 1, reap orphans (before any thread starts)
     if target is not None:
+        if redis_url is not None or namespace is not None:
+            # The agent was built by the user's module, from its own arguments or the
+            # environment: a flag cannot reach it without silently overriding that code.
+            raise fail(
+                "--redis-url and --namespace go with --config; with MODULE:ATTR set "
+                "CRONRACE_REDIS_URL / CRONRACE_NAMESPACE or pass them to Agent(...)",
+                EXIT_USAGE,
+            )
         agent = load_agent(target)
         configure_logging(agent.settings.log_format, agent.settings.log_level)
         server = None
@@ -214,7 +224,9 @@ def run(
             EXIT_INVALID,
         )
     try:
-        sidecar = Sidecar.from_file(config, metrics_address=metrics_address)
+        sidecar = Sidecar.from_file(
+            config, metrics_address=metrics_address, redis_url=redis_url, namespace=namespace
+        )
     except CronraceError as exc:
         raise fail_lines(exc) from None
     settings = sidecar.config.agent

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cronrace.sidecar import Sidecar, load_config
+from cronrace.testing import free_port
 from tests.sidecar.conftest import EXAMPLES, ROOT
 
 JOB = "[[jobs]]\nname = 'x'\nschedule = '@hourly'\n[jobs.command]\nargv = ['true']\n"
@@ -76,3 +77,47 @@ def test_quick_start_agent_still_runs_on_the_embedded_store_by_default() -> None
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+@pytest.mark.timeout(30)
+def test_redis_url_flag_beats_the_file_and_the_environment(tmp_path: Path) -> None:
+    config = tmp_path / "cronrace.toml"
+    config.write_text(f"[agent]\nmetrics_address = 'off'\nstartup_timeout_s = 0.5\n{JOB}")
+    port = free_port()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cronrace",
+            "run",
+            "--config",
+            str(config),
+            "--redis-url",
+            f"redis://127.0.0.1:{port}/0",
+            "--namespace",
+            "flagged",
+        ],
+        cwd=ROOT,
+        env={**without_redis_env(), "CRONRACE_REDIS_URL": "redis://127.0.0.1:1/0"},
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    # Unreachable (exit 3), and the line names the flag's server, not the environment's.
+    assert done.returncode == 3, done.stderr
+    assert f"127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_redis_url_flag_with_module_attr_is_a_usage_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "cronrace", "run", "examples.hello:agent", "--redis-url", "x"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "CRONRACE_REDIS_URL" in done.stderr
