@@ -21,7 +21,13 @@ from redis.exceptions import RedisError, ResponseError
 
 from cronrace.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.config import AgentSettings, load_settings, redact_url
-from cronrace.errors import JobDefinitionError, RedisUnavailableError, UnknownJobError
+from cronrace.errors import (
+    JobDefinitionError,
+    NoLiveNodeError,
+    RedisAccessError,
+    RedisUnavailableError,
+    UnknownJobError,
+)
 from cronrace.job import Handler, Job
 from cronrace.logs import configure_logging
 from cronrace.observer import Observer
@@ -30,6 +36,7 @@ from cronrace.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runner import Runner
 from cronrace.scheduler import Scheduler, backoff_s
 from cronrace.store import Store
+from cronrace.watchdog import LoopWatchdog
 
 log = logging.getLogger("cronrace.agent")
 
@@ -39,6 +46,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 HEARTBEAT_TTL_PERIODS = 3
 #: Prune dead members from the live set every this many heartbeats.
 PRUNE_EVERY_BEATS = 10
+#: Retry a refused command at the longest back-off (it will not pass by itself, but the
+#: operator may fix the ACL or the password; readiness stays failed meanwhile).
+BACKOFF_ATTEMPTS_MAX = 10
 
 
 class Agent:
@@ -76,6 +86,10 @@ class Agent:
         self._stop_requested = False
         self._stop_event: anyio.Event | None = None
         self._ready = False
+        self._reachable = False
+        self._unreachable_why = "Redis unreachable"
+        self._not_ready_why = "not started"
+        self.watchdog = LoopWatchdog(threshold_s=self.settings.loop_lag_threshold_s)
         self._epoch: str | None = None
         self._beats = 0
         self._hold_until_mono = 0.0
@@ -161,10 +175,42 @@ class Agent:
 
     @property
     def ready(self) -> bool:
-        """Whether Redis answered the last heartbeat and the scripts are loaded."""
+        """Whether Redis answered the last heartbeat, the scripts are loaded, and Redis
+        refuses none of the commands this agent sends."""
         return self._ready
 
+    def readiness_problem(self) -> str | None:
+        """Why this agent is not ready (one line), or None when it is (``/readyz``).
+
+        Safe to call from any thread (the metrics server's).
+        """
+        lag = self.liveness_problem()
+        if lag is not None:
+            return lag
+        return None if self._ready else self._not_ready_why
+
+    def liveness_problem(self) -> str | None:
+        """Why this agent is not alive (one line), or None when it is (``/healthz``).
+
+        Alive means its event loop answers: a handler that blocks the loop (``time.sleep``
+        in an ``async def``) stops claims and renewals, and only a restart helps. Safe to
+        call from any thread (the metrics server's).
+        """
+        return self.watchdog.problem()
+
     def _set_ready(self, ready: bool, *, why: str = "Redis unreachable") -> None:
+        self._reachable = ready
+        if not ready:
+            self._unreachable_why = why
+        self._publish_readiness()
+
+    def _publish_readiness(self) -> None:
+        """Ready = reachable and nothing refused; log and report when that changes."""
+        refused = self._store.access.problem() if self._store is not None else None
+        why = refused or (None if self._reachable else self._unreachable_why)
+        ready = why is None
+        if why is not None:
+            self._not_ready_why = why
         if ready != self._ready:
             self._ready = ready
             self.observer.ready(ready)
@@ -173,6 +219,28 @@ class Agent:
                 "ready" if ready else f"not ready: {why}",
                 extra={"node": self.node_id},
             )
+
+    def _refused(self, label: str, error: RedisAccessError, first: bool) -> None:
+        """Redis refused a command (the store's access watch calls this)."""
+        self.observer.redis_refused(error.command, error.cause)
+        # An operator agent (never run) raises the error to its caller, who reports it.
+        if first and self._stop_event is not None:
+            log.error(
+                "Redis refused a command; this is not an outage and will not pass by itself",
+                extra={
+                    "node": self.node_id,
+                    "refused": label,
+                    "command": error.command,
+                    "cause": error.cause,
+                    "error": str(error),
+                },
+            )
+            self._publish_readiness()
+
+    def _allowed(self, label: str) -> None:
+        """A command Redis refused went through again."""
+        log.info("Redis allows it again", extra={"node": self.node_id, "refused": label})
+        self._publish_readiness()
 
     @property
     def store(self) -> Store:
@@ -189,6 +257,8 @@ class Agent:
                 max_connections=self.settings.max_connections,
                 timeout_s=self.settings.redis_timeout_s,
             )
+            self._store.access.on_refused = self._refused
+            self._store.access.on_allowed = self._allowed
         return self._store
 
     def stop(self) -> None:
@@ -244,6 +314,7 @@ class Agent:
                 services.start_soon(self._heartbeat_loop)
                 for service in self._services:
                     services.start_soon(self._run_service, service)
+                services.start_soon(self._watch_loop)
                 async with anyio.create_task_group() as runs:
                     async with anyio.create_task_group() as loops:
                         loops.start_soon(self.scheduler.run, runs)
@@ -276,8 +347,14 @@ class Agent:
             log.info("agent stopped", extra={"node": self.node_id})
 
     async def _connect(self, store: Store) -> None:
-        """Load the scripts, take the first heartbeat and publish the jobs; or give up."""
+        """Load the scripts, take the first heartbeat and publish the jobs; or give up.
+
+        A refusal (wrong password, a missing ACL permission, a certificate that does not
+        verify) fails at once: retrying cannot fix it. Anything else is retried until
+        ``startup_timeout_s``, and the error then names the last cause.
+        """
         attempt = 0
+        last_error = "no answer"
         with anyio.move_on_after(self.settings.startup_timeout_s) as scope:
             while True:
                 try:
@@ -286,19 +363,25 @@ class Agent:
                     await store.register_jobs(
                         {name: job.spec() for name, job in self._jobs.items()}
                     )
+                    # Manual triggers come through XREAD: a user who may not run it would
+                    # otherwise fire every scheduled tick and silently drop every trigger.
+                    await store.read_control(await store.control_position(), block_ms=1)
                     break
+                except RedisAccessError:
+                    raise
                 except ResponseError as exc:
                     raise RedisUnavailableError(
                         f"Redis at {self._redacted_url()} refused: {exc}"
                     ) from exc
                 except (RedisError, OSError) as exc:
-                    log.warning("Redis not reachable yet", extra={"error": str(exc)})
+                    last_error = str(exc) or type(exc).__name__
+                    log.warning("Redis not reachable yet", extra={"error": last_error})
                     await anyio.sleep(backoff_s(attempt))
                     attempt += 1
         if scope.cancelled_caught:
             raise RedisUnavailableError(
                 f"Redis at {self._redacted_url()} unreachable for "
-                f"{self.settings.startup_timeout_s:g}s at start-up"
+                f"{self.settings.startup_timeout_s:g}s at start-up; last error: {last_error}"
             )
 
     def _redacted_url(self) -> str:
@@ -352,11 +435,22 @@ class Agent:
             try:
                 await self._beat(self.store)
                 attempt = 0
+            except RedisAccessError:
+                # Logged, counted and made readiness fail where it was translated; keep
+                # beating slowly: the operator may fix the ACL or the password meanwhile.
+                attempt = BACKOFF_ATTEMPTS_MAX
+                self.observer.redis_error("heartbeat")
             except (RedisError, OSError) as exc:
                 attempt += 1
                 self.observer.redis_error("heartbeat")
-                self._set_ready(False)
+                self._set_ready(False, why=f"Redis unreachable: {exc}")
                 log.warning("heartbeat failed", extra={"node": self.node_id, "error": str(exc)})
+
+    async def _watch_loop(self) -> None:
+        """Run the event-loop watchdog that ``/healthz`` reads."""
+        self.observer.loop_watched(self.watchdog.lag_s)
+        self.watchdog.on_stall = self.observer.loop_stalled
+        await self.watchdog.run()
 
     async def _control_loop(self, runs: TaskGroup) -> None:
         """Read manual trigger requests and race for them like for a tick."""
@@ -372,9 +466,20 @@ class Agent:
                 block_ms = max(500, int((self.settings.redis_timeout_s - 1) * 1000))
                 entries = await self.store.read_control(position, block_ms=block_ms)
                 attempt = 0
+            except RedisAccessError:
+                # Logged, counted and made readiness fail where it was translated: manual
+                # triggers cannot run while Redis refuses this, and /readyz says so.
+                self.observer.redis_error("control")
+                await self.clock.sleep(backoff_s(BACKOFF_ATTEMPTS_MAX))
+                continue
             except (RedisError, OSError) as exc:
                 attempt += 1
-                log.debug("control read failed", extra={"error": str(exc)})
+                self.observer.redis_error("control")
+                if attempt == 1:  # the heartbeat reports the outage; say once that triggers wait
+                    log.warning(
+                        "control read failed; manual triggers wait until it works",
+                        extra={"node": self.node_id, "error": str(exc)},
+                    )
                 await self.clock.sleep(backoff_s(attempt))
                 continue
             for entry_id, fields in entries:
@@ -445,8 +550,23 @@ class Agent:
 
         Returns:
             The trigger id, found again in the run record's ``trigger_id``.
+
+        Raises:
+            NoLiveNodeError: no node of the namespace is alive to see the request (nodes
+                read requests made while they run, so it would never run).
         """
-        return await self.store.request_trigger(await self._known(job))
+        name = await self._known(job)
+        if not await self.nodes():
+            raise NoLiveNodeError(
+                f"job {name!r}: no live node in namespace {self.settings.namespace!r}, so "
+                "nothing would run this trigger (nodes see only the triggers made while "
+                "they run); start an agent that defines the job"
+            )
+        return await self.store.request_trigger(name)
+
+    async def trigger_claimant(self, job: str, trigger_id: str) -> str | None:
+        """Return the node that claimed a manual trigger, or None while none has."""
+        return await self.store.trigger_claimant(job, trigger_id)
 
     async def history(self, job: str, limit: int = 20) -> list[RunRecord]:
         """Return the newest ``limit`` run records of ``job``, newest tick first.

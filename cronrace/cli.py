@@ -1,8 +1,9 @@
 """The ``cronrace`` command: run an agent or a sidecar, check a config, operate a fleet.
 
 Exit codes: 0 success; 1 invalid configuration or a failed operator command (unknown job,
-a triggered run that did not end ``ok``); 2 bad usage (unknown module, attribute or
-arguments, no Redis given); 3 Redis unreachable.
+a triggered run that did not end ``ok``, a trigger no live node will see); 2 bad usage
+(unknown module, attribute or arguments, no Redis given); 3 Redis unreachable; 4 Redis
+refused us (authentication, ACL permission, TLS certificate).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import anyio
 import typer
@@ -22,7 +23,13 @@ from redis.exceptions import RedisError
 from cronrace import cli_output as out
 from cronrace.agent import Agent
 from cronrace.config import AgentSettings, load_settings, parse_address, redact_url
-from cronrace.errors import ConfigError, CronraceError, RedisUnavailableError, UnknownJobError
+from cronrace.errors import (
+    ConfigError,
+    CronraceError,
+    RedisAccessError,
+    RedisUnavailableError,
+    UnknownJobError,
+)
 from cronrace.fleetview import look
 from cronrace.logs import configure_logging
 from cronrace.metrics import MetricsServer, PrometheusObserver
@@ -36,10 +43,11 @@ T = TypeVar("T")
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_REDIS = 3
+EXIT_REFUSED = 4
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 success; 1 invalid configuration or failed operator command; "
-    "2 bad usage; 3 Redis unreachable."
+    "2 bad usage; 3 Redis unreachable; 4 Redis refused us (password, ACL, TLS)."
 )
 
 app = typer.Typer(
@@ -96,6 +104,11 @@ def fail_lines(error: CronraceError, code: int = EXIT_INVALID) -> typer.Exit:
     return typer.Exit(code)
 
 
+def refused(redis_url: str, error: RedisAccessError) -> typer.Exit:
+    """Print why Redis refused us, naming the server; return the Exit to raise."""
+    return fail(f"Redis at {redact_url(redis_url)} refused: {error}", EXIT_REFUSED)
+
+
 # -- run -------------------------------------------------------------------------------
 
 
@@ -132,6 +145,8 @@ def run_agent(agent: Agent) -> None:
     """Run ``agent`` until SIGTERM/SIGINT; map failures to one line and an exit code."""
     try:
         agent.run_sync()
+    except RedisAccessError as exc:
+        raise refused(agent.settings.redis_url, exc) from None
     except RedisUnavailableError as exc:
         raise fail(str(exc), EXIT_REDIS) from None
     except CronraceError as exc:
@@ -233,6 +248,8 @@ def run(
     configure_logging(settings.log_format, settings.log_level)
     try:
         sidecar.run_sync()
+    except RedisAccessError as exc:
+        raise refused(settings.redis_url, exc) from None
     except RedisUnavailableError as exc:
         raise fail(str(exc), EXIT_REDIS) from None
     except CronraceError as exc:
@@ -303,6 +320,8 @@ def with_agent(settings: AgentSettings, operation: Callable[[Agent], Awaitable[T
         return anyio.run(main)
     except UnknownJobError as exc:
         raise fail(str(exc), EXIT_INVALID) from None
+    except RedisAccessError as exc:
+        raise refused(settings.redis_url, exc) from None
     except (RedisError, OSError) as exc:
         where = redact_url(settings.redis_url)
         raise fail(f"Redis at {where} unreachable: {exc}", EXIT_REDIS) from None
@@ -418,7 +437,12 @@ def resume(
 def trigger(
     job: JobArgument,
     wait: Annotated[
-        bool, typer.Option("--wait", help="Wait for the run's record; exit 1 unless it is ok.")
+        bool,
+        typer.Option(
+            "--wait",
+            help="Wait for the run's record; exit 1 unless it is ok (a timeout says who was "
+            "alive and whether a node claimed the trigger).",
+        ),
     ] = False,
     timeout_s: Annotated[
         float, typer.Option("--timeout", min=0.1, help="With --wait: give up after seconds.")
@@ -429,41 +453,84 @@ def trigger(
     as_json: JsonOption = False,
     wide: WideOption = False,
 ) -> None:
-    """Ask the fleet for one immediate run of a job (same lease and overlap policy)."""
+    """Ask the fleet for one immediate run of a job (same lease and overlap policy).
+
+    Exits 1 without asking when no node of the namespace is alive: nothing would run it.
+    """
     settings = operator_settings(config, redis_url, namespace)
 
-    async def operation(agent: Agent) -> tuple[str, RunRecord | None]:
+    async def operation(
+        agent: Agent,
+    ) -> tuple[str, RunRecord | None, dict[str, Any] | None]:
         trigger_id = await agent.trigger(job)
         if not as_json:
             out.say(f"triggered {job}: trigger id {trigger_id}")
         if not wait:
-            return trigger_id, None
+            return trigger_id, None, None
+        queued = False
         with anyio.move_on_after(timeout_s):
             while True:
                 for record in await agent.history(job, 50):
-                    if record.trigger_id == trigger_id and record.outcome != "queued":
-                        return trigger_id, record
+                    if record.trigger_id != trigger_id:
+                        continue
+                    if record.outcome != "queued":
+                        return trigger_id, record, None
+                    queued = True
                 await anyio.sleep(0.2)
-        return trigger_id, None
+        return trigger_id, None, await _trigger_timeout(agent, job, trigger_id, timeout_s, queued)
 
-    trigger_id, record = with_agent(settings, operation)
+    trigger_id, record, timeout = with_agent(settings, operation)
     if not wait:
         if as_json:
             out.print_json({"job": job, "trigger_id": trigger_id})
         return
     if record is None:
-        message = f"no record of trigger {trigger_id} within {timeout_s:g}s"
+        assert timeout is not None
         if as_json:
-            out.print_json(
-                {"job": job, "trigger_id": trigger_id, "outcome": "timeout", "error": message}
-            )
-        raise fail(message, EXIT_INVALID)
+            out.print_json({"job": job, **timeout})
+        raise fail(timeout["error"], EXIT_INVALID)
     if as_json:
         out.print_json(out.record_dict(record))
     else:
         out.print_run(record, out.terminal_width(wide))
     if record.outcome != "ok":
         raise typer.Exit(EXIT_INVALID)
+
+
+async def _trigger_timeout(
+    agent: Agent, job: str, trigger_id: str, timeout_s: float, queued: bool
+) -> dict[str, Any]:
+    """Say why a waited-for trigger has no record: who was alive, who claimed it."""
+    live = [node.node_id for node in await agent.nodes()]
+    claimant = await agent.trigger_claimant(job, trigger_id)
+    lease = next((s for s in await agent.jobs_status() if s.job == job), None)
+    alive = f"{len(live)} live node(s): {', '.join(live)}" if live else "no live node now"
+    if claimant is None:
+        why = (
+            f"no node claimed it ({alive}); a node runs triggers only for the jobs it "
+            "defines: does any define it?"
+            if live
+            else f"no node claimed it and {alive}"
+        )
+    elif queued:
+        why = f"node {claimant} claimed it and queued it behind a run still going (queue_one)"
+    elif lease is not None and lease.lease_owner == claimant:
+        why = (
+            f"node {claimant} claimed it and its run is still going "
+            f"(lease fence {lease.lease_fence}); see `cronrace history {job}` later"
+        )
+    else:
+        why = (
+            f"node {claimant} claimed it but wrote no record ({alive}): it may have "
+            "stopped before deciding; see its log"
+        )
+    return {
+        "outcome": "timeout",
+        "trigger_id": trigger_id,
+        "live_nodes": live,
+        "claimed_by": claimant,
+        "error": f"job {job!r}: no record of trigger {trigger_id} within {timeout_s:g}s: {why}",
+    }
 
 
 def main() -> None:

@@ -62,6 +62,7 @@ class AgentSettings(BaseSettings):
     redis_timeout_s: float = Field(default=5.0, gt=0)
     max_connections: int = Field(default=16, ge=2)
     sync_handler_threads: int = Field(default=2, ge=1)
+    loop_lag_threshold_s: float = Field(default=5.0, gt=0)
     claim_replicas: int = Field(default=0, ge=0)
     claim_replicas_timeout_ms: int = Field(default=100, ge=1)
     log_format: str = Field(default="text", pattern="^(text|json)$")

@@ -45,7 +45,45 @@ class StoreError(CronraceError):
 
 
 class RedisUnavailableError(StoreError):
-    """Redis cannot be reached."""
+    """Redis cannot be reached (yet): a transient failure, worth retrying."""
+
+
+class RedisAccessError(StoreError):
+    """Redis answers but refuses this client; waiting will not fix it (DESIGN.md section 8).
+
+    Attributes:
+        command: the refused command as ACL names it (``xread``, ``script|load``,
+            ``evalsha`` ...), or ``connect`` when the connection itself was refused.
+    """
+
+    #: What kind of refusal this is, for metrics and logs.
+    cause = "refused"
+
+    def __init__(self, message: str, *, command: str = "connect") -> None:
+        super().__init__(message)
+        self.command = command
+
+
+class RedisAuthError(RedisAccessError):
+    """Redis refused the user name or password (or wants one and none was given)."""
+
+    cause = "authentication"
+
+
+class RedisPermissionError(RedisAccessError):
+    """The ACL user may not run a command or touch a key (``NOPERM``)."""
+
+    cause = "permission"
+
+
+class RedisTLSError(RedisAccessError):
+    """The TLS handshake failed: a certificate that does not verify, an unreadable CA file."""
+
+    cause = "tls"
+
+
+class NoLiveNodeError(CronraceError):
+    """An operator asked the fleet for something and no node of the namespace is alive."""
 
 
 class TargetError(CronraceError):

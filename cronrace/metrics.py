@@ -4,9 +4,12 @@
 (several agents in one process do not collide). :class:`MetricsServer` serves them with
 the standard library's WSGI server in a daemon thread, next to two probes:
 
-- ``/healthz``: 200 while the process serves requests (a liveness probe);
-- ``/readyz``: 200 when Redis answered the last heartbeat and the scripts are loaded,
-  else 503 (a readiness probe: a not-ready agent claims nothing, but it is alive).
+- ``/healthz``: 200 while the agent's event loop turns in time, else 503 naming how long
+  it has been blocked (a liveness probe: only a restart helps a stuck loop). The server
+  answers from its own thread, so it can say so while the loop is blocked;
+- ``/readyz``: 200 when Redis answered the last heartbeat, the scripts are loaded and
+  Redis refuses none of the agent's commands, else 503 naming the reason (a readiness
+  probe: a not-ready agent claims nothing, but it is alive).
 
 The address defaults to ``127.0.0.1:9464``: metrics are not published beyond the host
 unless the operator binds them wider.
@@ -19,7 +22,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
@@ -155,6 +158,23 @@ class PrometheusObserver(Observer):
             "1 when Redis is reachable and the scripts are loaded.",
             registry=registry,
         )
+        self.redis_refusals_total = Counter(
+            "cronrace_redis_refusals",
+            "Commands Redis refused for good, by command and cause (authentication, "
+            "permission, tls): not an outage; fix the ACL, the password or the CA.",
+            ["command", "cause"],
+            registry=registry,
+        )
+        self.loop_lag = Gauge(
+            "cronrace_event_loop_lag_seconds",
+            "How late the agent's event loop is now (or was at its last wake-up).",
+            registry=registry,
+        )
+        self.loop_stalls_total = Counter(
+            "cronrace_event_loop_stalls",
+            "Times the event loop woke later than the liveness threshold.",
+            registry=registry,
+        )
         self.info = Gauge(
             "cronrace_agent_info",
             "Always 1; labels name this agent's node and namespace.",
@@ -238,6 +258,16 @@ class PrometheusObserver(Observer):
     def ready(self, ready: bool) -> None:
         self.ready_gauge.set(1 if ready else 0)
 
+    def redis_refused(self, command: str, cause: str) -> None:
+        self.redis_refusals_total.labels(command=command, cause=cause).inc()
+
+    def loop_watched(self, lag_s: Callable[[], float]) -> None:
+        # Read at scrape time, from the metrics thread: it shows a loop blocked right now.
+        self.loop_lag.set_function(lag_s)
+
+    def loop_stalled(self, lag_s: float) -> None:
+        self.loop_stalls_total.inc()
+
 
 class ScheduleCollector(Collector):
     """``cronrace_next_tick_timestamp_seconds`` and ``cronrace_schedule_interval_seconds``.
@@ -276,16 +306,26 @@ class ScheduleCollector(Collector):
 # -- the HTTP endpoint ---------------------------------------------------------------------
 
 
+class Probes(Protocol):
+    """What the probes ask (an :class:`~cronrace.Agent` answers); called from a thread."""
+
+    def liveness_problem(self) -> str | None:
+        """Why the agent is not alive, or None."""
+
+    def readiness_problem(self) -> str | None:
+        """Why the agent is not ready, or None."""
+
+
 def probes_app(
     registry: CollectorRegistry,
-    is_ready: Callable[[], bool],
+    probes: Probes,
     page: WSGIApplication | None = None,
 ) -> WSGIApplication:
     """Return the WSGI app serving ``/metrics``, ``/healthz``, ``/readyz`` (and ``page``).
 
     Args:
         registry: the metrics to expose.
-        is_ready: answers ``/readyz``.
+        probes: answers ``/healthz`` and ``/readyz`` (the agent).
         page: answers every other path (the status page), else 404.
     """
     metrics = make_wsgi_app(registry)
@@ -293,13 +333,15 @@ def probes_app(
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/healthz":
-            return _text(start_response, "200 OK", "ok\n")
+            dead = probes.liveness_problem()
+            if dead is None:
+                return _text(start_response, "200 OK", "ok\n")
+            return _text(start_response, "503 Service Unavailable", f"not alive: {dead}\n")
         if path == "/readyz":
-            if is_ready():
+            why = probes.readiness_problem()
+            if why is None:
                 return _text(start_response, "200 OK", "ready\n")
-            return _text(
-                start_response, "503 Service Unavailable", "not ready: Redis unreachable\n"
-            )
+            return _text(start_response, "503 Service Unavailable", f"not ready: {why}\n")
         if path == "/metrics":
             return cast("Iterable[bytes]", metrics(environ, start_response))
         if page is not None and path in ("/", "/status.json", "/actions"):
@@ -339,7 +381,7 @@ class MetricsServer:
         host: the address to bind (default deployments keep ``127.0.0.1``).
         port: the port; 0 picks a free one (see :attr:`port` after :meth:`start`).
         registry: the metrics to expose.
-        is_ready: answers ``/readyz`` (e.g. ``lambda: agent.ready``).
+        probes: answers ``/healthz`` and ``/readyz`` (the agent).
         page: the status page's WSGI app, served at ``/`` (see :meth:`for_agent`).
     """
 
@@ -348,12 +390,12 @@ class MetricsServer:
         host: str,
         port: int,
         registry: CollectorRegistry,
-        is_ready: Callable[[], bool],
+        probes: Probes,
         page: WSGIApplication | None = None,
     ) -> None:
         self.host = host
         self.port = port
-        self._app = probes_app(registry, is_ready, page)
+        self._app = probes_app(registry, probes, page)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -380,7 +422,7 @@ class MetricsServer:
             from cronrace.statuspage import StatusPage  # imported only when served
 
             page = StatusPage(agent, actions=actions).handle
-        return cls(host, port, observer.registry, lambda: agent.ready, page)
+        return cls(host, port, observer.registry, agent, page)
 
     def start(self) -> None:
         """Bind and serve in the background.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class Observer:
     """Receives the agent's events; every method is a no-op here.
@@ -30,3 +32,12 @@ class Observer:
 
     def ready(self, ready: bool) -> None:
         """Readiness changed (Redis reachable and scripts loaded)."""
+
+    def redis_refused(self, command: str, cause: str) -> None:
+        """Redis refused a command for good (``cause``: authentication, permission, tls)."""
+
+    def loop_watched(self, lag_s: Callable[[], float]) -> None:
+        """The loop watchdog started; ``lag_s()`` reads the current lag from any thread."""
+
+    def loop_stalled(self, lag_s: float) -> None:
+        """The event loop woke ``lag_s`` late, past the liveness threshold."""

@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import inspect
 import itertools
@@ -28,8 +29,10 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ from cronrace.config import AgentSettings
 from cronrace.job import Handler, RunContext
 from cronrace.store import Store
 
-__all__ = ["FakeClock", "RedisServer", "free_port", "memory_agent", "run_handler"]
+__all__ = ["FakeClock", "RedisServer", "TLSFiles", "free_port", "memory_agent", "run_handler"]
 
 
 class FakeClock:
@@ -167,6 +170,16 @@ def free_port() -> int:
             return port
 
 
+@dataclass(frozen=True)
+class TLSFiles:
+    """The PEM files of a TLS-only :class:`RedisServer`: its certificate and key, and the
+    CA that signed the certificate (what clients must trust)."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+
+
 class RedisServer:
     """One private redis-server process on 127.0.0.1, with its data in ``directory``.
 
@@ -174,6 +187,11 @@ class RedisServer:
     tests and benchmarks): a free port, never 6379; stopped by ``stop()`` or on leaving a
     ``with`` block. AOF with ``appendfsync always`` by default, the configuration under
     which cronrace's guarantees hold.
+
+    Args:
+        password: the default user's password (``requirepass``); :attr:`url` carries it.
+        tls: serve TLS only (``--tls-port``, no plain port) with these files; :attr:`url`
+            is then ``rediss://`` and names the CA.
     """
 
     def __init__(
@@ -183,6 +201,8 @@ class RedisServer:
         port: int | None = None,
         appendonly: bool = True,
         extra_args: tuple[str, ...] = (),
+        password: str | None = None,
+        tls: TLSFiles | None = None,
     ) -> None:
         if REDIS_SERVER is None:
             raise RuntimeError("redis-server is not installed")
@@ -190,19 +210,43 @@ class RedisServer:
         self.port = port or free_port()
         self.appendonly = appendonly
         self.extra_args = extra_args
+        self.password = password
+        self.tls = tls
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        secret = f":{self.password}@" if self.password else ""
+        if self.tls is not None:
+            return f"rediss://{secret}127.0.0.1:{self.port}/0?ssl_ca_certs={self.tls.ca_file}"
+        return f"redis://{secret}127.0.0.1:{self.port}/0"
+
+    def _listen_args(self) -> list[str]:
+        args = ["--requirepass", self.password] if self.password else []
+        if self.tls is None:
+            return [*args, "--port", str(self.port)]
+        return [
+            *args,
+            "--port",
+            "0",
+            "--tls-port",
+            str(self.port),
+            "--tls-cert-file",
+            str(self.tls.cert_file),
+            "--tls-key-file",
+            str(self.tls.key_file),
+            "--tls-ca-cert-file",
+            str(self.tls.ca_file),
+            "--tls-auth-clients",
+            "no",
+        ]
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
         """Start the server and wait until it answers (synchronous: call it from fixtures)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         argv = [
             str(REDIS_SERVER),
-            "--port",
-            str(self.port),
+            *self._listen_args(),
             "--bind",
             "127.0.0.1",
             "--dir",
@@ -234,10 +278,25 @@ class RedisServer:
         raise RuntimeError(f"redis-server on port {self.port} did not answer in {timeout_s}s")
 
     def ping(self) -> bool:
+        auth = f"AUTH {self.password}\r\n".encode() if self.password else b""
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(64).startswith(b"+PONG")
+            with contextlib.ExitStack() as stack:
+                sock = stack.enter_context(
+                    socket.create_connection(("127.0.0.1", self.port), timeout=0.5)
+                )
+                if self.tls is not None:
+                    context = ssl.create_default_context(cafile=str(self.tls.ca_file))
+                    sock = stack.enter_context(
+                        context.wrap_socket(sock, server_hostname="127.0.0.1")
+                    )
+                sock.sendall(auth + b"PING\r\n")
+                reply = b""
+                while b"PONG" not in reply and b"-" not in reply and len(reply) < 256:
+                    chunk = sock.recv(64)
+                    if not chunk:
+                        break
+                    reply += chunk
+                return b"+PONG" in reply
         except OSError:
             return False
 

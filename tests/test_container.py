@@ -18,6 +18,7 @@ from types import ModuleType
 import pytest
 
 from cronrace.metrics import MetricsServer, PrometheusObserver
+from cronrace.testing import memory_agent
 from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +151,8 @@ def test_healthcheck_follows_the_config_file_and_the_environment(
     monkeypatch.delenv("CRONRACE_METRICS_ADDRESS", raising=False)
     monkeypatch.setenv("CRONRACE_CONFIG", str(config))
     assert healthcheck.main() == 1  # nothing serves yet: unhealthy
-    server = MetricsServer("127.0.0.1", port, PrometheusObserver().registry, lambda: False)
+    not_ready = memory_agent()  # never started: alive, not ready
+    server = MetricsServer("127.0.0.1", port, PrometheusObserver().registry, not_ready)
     server.start()
     try:
         assert healthcheck.main() == 0  # /healthz answers even while not ready

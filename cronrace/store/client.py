@@ -4,15 +4,21 @@ One primary (``redis://``, ``rediss://``, ``unix://``) gets a bounded blocking p
 Sentinel (``redis+sentinel://``) a pool that asks the sentinels for the primary and follows
 it through failovers; Cluster (``redis+cluster://``) redis-py's ``RedisCluster``;
 ``memory://`` fakeredis. This module is the only place that knows which one is in use.
+
+Every client but fakeredis translates refusals (a wrong password, ``NOPERM``, a certificate
+that does not verify) into cronrace's errors for every command and pipeline, and tells its
+:class:`~cronrace.store.access.AccessWatch` what was refused and what went through again.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
@@ -21,6 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from cronrace.store.access import AccessWatch
 from cronrace.store.urls import Deployment, RedisTarget, parse_redis_url
 
 log = logging.getLogger("cronrace.store")
@@ -58,15 +65,20 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
         "retry": Retry(NoBackoff(), 0),
         **target.credentials(),
     }
+    access = AccessWatch(tls=bool(options.get("ssl", False)))
     if target.deployment is Deployment.SENTINEL:
-        return _sentinel_client(target, options, max_connections, timeout_s)
+        primary = _sentinel_client(target, options, max_connections, timeout_s)
+        primary.access = access
+        return primary
     if target.deployment is Deployment.CLUSTER:
         options.pop("db")
-        return RedisCluster(
+        cluster = _WatchedCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in target.hosts],
             max_connections=max_connections,
             **options,
         )
+        cluster.access = access
+        return cluster
     tls = options.pop("ssl", False)
     if target.unix_path is not None:
         options.update(connection_class=UnixDomainSocketConnection, path=target.unix_path)
@@ -78,7 +90,114 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
     pool = aioredis.BlockingConnectionPool(
         max_connections=max_connections, timeout=timeout_s, **options
     )
-    return aioredis.Redis.from_pool(pool)
+    client = cast(WatchedRedis, WatchedRedis.from_pool(pool))  # from_pool returns cls(...)
+    client.access = access
+    return client
+
+
+# -- refusals into cronrace's errors ----------------------------------------------------
+
+
+def _raise_translated(access: AccessWatch, exc: RedisError, args: Sequence[Any]) -> None:
+    translated = access.translate(exc, args)
+    if translated is exc:
+        raise exc
+    raise translated from exc
+
+
+def _pipeline_replies(
+    access: AccessWatch, commands: Sequence[Sequence[Any]], replies: list[Any], raise_first: bool
+) -> list[Any]:
+    """Translate the refusals among a pipeline's replies; raise the first error if asked."""
+    out: list[Any] = []
+    went_through = []
+    for args, reply in zip(commands, replies, strict=False):
+        if isinstance(reply, RedisError):
+            out.append(access.translate(reply, args))
+        else:
+            out.append(reply)
+            went_through.append(args)
+    out.extend(replies[len(out) :])
+    access.went_through(went_through)
+    if raise_first:
+        for reply in out:
+            if isinstance(reply, BaseException):
+                raise reply
+    return out
+
+
+class _WatchedPipeline(Pipeline):
+    access: AccessWatch
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        commands = [args for args, _options in self.command_stack]
+        try:
+            replies = await super().execute(raise_on_error=False)
+        except RedisError as exc:
+            _raise_translated(self.access, exc, commands[0] if commands else ())
+        return _pipeline_replies(self.access, commands, replies, raise_on_error)
+
+
+class WatchedRedis(aioredis.Redis):
+    """redis.asyncio's client, translating refusals for every command and pipeline."""
+
+    access: AccessWatch
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            reply = await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except RedisError as exc:
+            _raise_translated(self.access, exc, args)
+        self.access.went_through((args,))
+        return reply
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
+        pipe = _WatchedPipeline(
+            self.connection_pool, self.response_callbacks, transaction, shard_hint
+        )
+        pipe.access = self.access
+        return pipe
+
+
+class _WatchedClusterPipeline(ClusterPipeline):
+    access: AccessWatch
+    _sent: list[tuple[Any, ...]]
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        self._sent.append(args)
+        return super().execute_command(*args, **kwargs)
+
+    async def execute(
+        self, raise_on_error: bool = True, allow_redirections: bool = True
+    ) -> list[Any]:
+        commands, self._sent = self._sent, []
+        try:
+            replies = await super().execute(False, allow_redirections)
+        except RedisError as exc:
+            _raise_translated(self.access, exc, commands[0] if commands else ())
+        return _pipeline_replies(self.access, commands, replies, raise_on_error)
+
+
+class _WatchedCluster(RedisCluster):
+    """redis-py's cluster client, translating refusals like :class:`WatchedRedis`."""
+
+    access: AccessWatch
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            reply = await super().execute_command(*args, **kwargs)
+        except RedisError as exc:
+            _raise_translated(self.access, exc, args)
+        self.access.went_through((args,))
+        return reply
+
+    def pipeline(
+        self, transaction: Any | None = None, shard_hint: Any | None = None
+    ) -> ClusterPipeline:
+        pipe = _WatchedClusterPipeline(self, transaction)  # type: ignore[abstract]
+        pipe.access = self.access
+        pipe._sent = []
+        return pipe
 
 
 # -- Sentinel ---------------------------------------------------------------------------
@@ -101,7 +220,7 @@ class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionP
         await super().release(connection)
 
 
-class _SentinelPrimary(aioredis.Redis):
+class _SentinelPrimary(WatchedRedis):
     """The primary's client; closing it also closes the connections to the sentinels."""
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:

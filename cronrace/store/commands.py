@@ -17,6 +17,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from cronrace.errors import RedisUnavailableError, StoreError
 from cronrace.records import JobState, NodeInfo, RunRecord
+from cronrace.store.access import AccessWatch
 from cronrace.store.client import AMBIGUOUS_ERRORS, follow_primary, make_client
 from cronrace.store.garbage import (
     TRANSIENT_REPLY_ERRORS,
@@ -52,6 +53,9 @@ class Store:
         self.keys = Keys(namespace)
         self.scripts = Scripts(client)
         self._fences_seen: dict[str, int] = {}
+        # What Redis refused (wrong password, NOPERM, TLS); the embedded store refuses nothing.
+        watch = getattr(client, "access", None)
+        self.access: AccessWatch = watch if isinstance(watch, AccessWatch) else AccessWatch()
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "cronrace", **client_options: Any) -> Store:
@@ -491,6 +495,11 @@ class Store:
             approximate=True,
         )
         return trigger_id
+
+    async def trigger_claimant(self, job: str, trigger_id: str) -> str | None:
+        """Return the node that claimed a manual trigger, or None while nobody has."""
+        value = await self.client.get(self.keys.trigger_claim(job, trigger_id))
+        return None if value is None else decode_text(value).split("\n", 1)[0].split(":")[0]
 
     async def control_position(self) -> str:
         """Return the stream id after which new control requests will appear."""

@@ -66,7 +66,9 @@ def test_sidecar_with_unreachable_redis_exits_3(tmp_path: Path) -> None:
     )
     exit_code, stderr = invoke("run", "--config", str(path), "--metrics-address", "127.0.0.1:0")
     assert exit_code == EXIT_REDIS
-    assert stderr.strip().endswith("unreachable for 0.3s at start-up")
+    last = stderr.strip().splitlines()[-1]
+    assert "unreachable for 0.3s at start-up; last error: " in last
+    assert "connecting to 127.0.0.1" in last  # the cause, not only the symptom
 
 
 def test_agent_module_with_unreachable_redis_exits_3_and_serves_metrics_meanwhile(

@@ -132,14 +132,32 @@ def test_observer_counts_decisions_by_reason_and_keeps_registries_apart() -> Non
     assert second.registry.get_sample_value("cronrace_claims_total", {"result": "lost"}) is None
 
 
+class _Probes:
+    def __init__(self) -> None:
+        self.dead: str | None = None
+        self.not_ready: str | None = "Redis unreachable"
+
+    def liveness_problem(self) -> str | None:
+        return self.dead
+
+    def readiness_problem(self) -> str | None:
+        return self.not_ready
+
+
 def test_probe_server_answers_404_elsewhere_and_follows_readiness() -> None:
-    ready = False
-    server = MetricsServer("127.0.0.1", 0, PrometheusObserver().registry, lambda: ready)
+    probes = _Probes()
+    server = MetricsServer("127.0.0.1", 0, PrometheusObserver().registry, probes)
     server.start()
     try:
-        assert httpx.get(f"{server.url}/readyz").status_code == 503
-        ready = True
+        answer = httpx.get(f"{server.url}/readyz")
+        assert (answer.status_code, answer.text) == (503, "not ready: Redis unreachable\n")
+        probes.not_ready = None
         assert httpx.get(f"{server.url}/readyz").status_code == 200
+        assert httpx.get(f"{server.url}/healthz").status_code == 200
+        probes.dead = "event loop blocked for 9.0s"
+        answer = httpx.get(f"{server.url}/healthz")
+        assert answer.status_code == 503
+        assert answer.text == "not alive: event loop blocked for 9.0s\n"
         assert httpx.get(f"{server.url}/").status_code == 404
         assert httpx.get(f"{server.url}/metrics").headers["content-type"].startswith("text/plain")
     finally:
