@@ -359,13 +359,13 @@ class Agent:
             while True:
                 try:
                     await store.load_scripts()
+                    # Manual triggers come through XREAD: a user who may not run it would
+                    # otherwise fire every scheduled tick and silently drop every trigger.
+                    await store.read_control(await store.control_position(), block_ms=1)
                     await self._beat(store)
                     await store.register_jobs(
                         {name: job.spec() for name, job in self._jobs.items()}
                     )
-                    # Manual triggers come through XREAD: a user who may not run it would
-                    # otherwise fire every scheduled tick and silently drop every trigger.
-                    await store.read_control(await store.control_position(), block_ms=1)
                     break
                 except RedisAccessError:
                     raise
