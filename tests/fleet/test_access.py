@@ -158,6 +158,27 @@ async def test_permission_revoked_at_runtime_fails_readiness_naming_the_command(
     assert errors, "the refusal is logged at ERROR naming the command"
 
 
+@pytest.mark.timeout(30)
+async def test_command_refused_inside_a_script_fails_readiness_naming_the_script(
+    admin: redis.Redis, namespace: str
+) -> None:
+    # INCR is sent only by acquire.lua (the fence): start-up passes, the first tick does not.
+    url = create_user(admin, f"{namespace}-lua", namespace, without="incr")
+    observer = PrometheusObserver()
+    agent = Agent(settings=settings(url, namespace, "n1"), observer=observer)
+    agent.add_job(lambda ctx: None, "@every 1s", name="fenced")
+    async with running(agent):
+        await wait_for(lambda: not agent.ready, timeout_s=10, what="readiness to fail")
+        problem = agent.readiness_problem()
+    assert problem is not None
+    assert problem.startswith("Redis refuses evalsha acquire.lua: permission denied: ")
+    refused = observer.registry.get_sample_value(
+        "cronrace_redis_refusals_total", {"command": "evalsha", "cause": "permission"}
+    )
+    assert refused is not None
+    assert refused >= 1
+
+
 # -- least privilege: the README's ACL line runs a fleet ----------------------------------
 
 
