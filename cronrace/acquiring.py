@@ -108,7 +108,15 @@ def _log_answer(request: AcquireRequest, reply: AcquireReply | Exception, attemp
         return
     if isinstance(reply, Exception):
         log.error("acquire failed; this tick will not run", extra={**context, "error": str(reply)})
-    elif attempt:
+        return
+    if reply.data_lost:
+        log.critical(
+            "Redis lost this job's data (its fence counter is gone, or behind a fence this "
+            "node has seen): new runs of the job wait one lease_ttl, as runs started before "
+            "may still be alive",
+            extra={**context, "hold_ms": reply.hold_ms, "fence": reply.fence},
+        )
+    if attempt:
         log.warning(
             "acquire answered on retry",
             extra={**context, "attempt": attempt, "replayed": reply.replayed},

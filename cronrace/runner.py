@@ -61,6 +61,7 @@ class Runner:
         self.owner = owner
         self.observer = observer
         self._hold_s = hold_s
+        self._job_hold_until_mono: dict[str, float] = {}
         self.active = 0
         self._idle: anyio.Event | None = None
         self.last_ratio: dict[str, float] = {}
@@ -70,6 +71,19 @@ class Runner:
         # max 190 ms, and 0.6 s leases were lost. The slowest renewal of a 2 s lease with
         # 8 busy jobs: 428 ms at 2 threads, 784 ms (and losses) at 4. Default: 2 threads.
         self._threads = anyio.CapacityLimiter(sync_threads)
+
+    def hold_job(self, job: str, hold_s: float) -> None:
+        """Make new runs of ``job`` wait ``hold_s`` before their handler starts.
+
+        A grant tells how long (``hold_ms``) when Redis lost the job's data: runs started
+        before may still be alive for up to one lease_ttl.
+        """
+        until = self.clock.monotonic() + hold_s
+        if until > self._job_hold_until_mono.get(job, 0.0):
+            self._job_hold_until_mono[job] = until
+
+    def _job_hold_s(self, job: str) -> float:
+        return max(self._hold_s(), self._job_hold_until_mono.get(job, 0.0) - self.clock.monotonic())
 
     async def wait_idle(self) -> None:
         """Return once no run is alive."""
@@ -147,6 +161,8 @@ class Runner:
                         extra={"job": job.name, "tick": tick_s, "fence": lease.fence},
                     )
                 return
+            if reply.hold_ms:
+                self.hold_job(job.name, reply.hold_ms / 1000)
             lease.rebase(reply.fence, sent)
             if not ticks or ticks[0] != reply.tick_s:
                 ticks.appendleft(reply.tick_s)
@@ -254,7 +270,7 @@ class Runner:
                 if renew:
                     tg.start_soon(lease.keep, handler_scope)
                 with handler_scope:
-                    hold_s = self._hold_s()
+                    hold_s = self._job_hold_s(job.name)
                     if hold_s > 0:
                         log.warning(
                             "holding a new run: Redis lost its data, older runs may be alive",

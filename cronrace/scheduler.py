@@ -339,6 +339,8 @@ class Scheduler:
                 # after a lost answer, a very slow Redis): running now could overlap.
                 await self._lease_ran_out(d, reply)
                 continue
+            if reply.hold_ms:
+                self.runner.hold_job(d.job.name, reply.hold_ms / 1000)
             ticks = [
                 t
                 for t in d.plan.fire_ticks_s

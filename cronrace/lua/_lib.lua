@@ -70,22 +70,27 @@ local function check(key, want, kind)
   end
 end
 
--- The key is absent or a string holding an integer afterwards.
+-- The key is absent or a string holding an integer afterwards; true when it was moved.
 local function check_int(key, kind)
   local found = key_type(key)
-  if found == 'none' then return end
+  if found == 'none' then return false end
   if found ~= 'string' or not is_int(redis.call('GET', key)) then
     quarantine(key, kind)
+    return true
   end
+  return false
 end
 
--- The lease is absent or a hash whose fence is an integer afterwards.
+-- The lease is absent or a hash whose fence is an integer afterwards. Returns true when
+-- garbage was moved aside: a run may have held that lease, and nobody can tell.
 local function check_lease(key)
   local found = key_type(key)
-  if found == 'none' then return end
+  if found == 'none' then return false end
   if found ~= 'hash' or not is_int(redis.call('HGET', key, 'fence')) then
     quarantine(key, 'lease')
+    return true
   end
+  return false
 end
 
 -- A new fence, strictly above every fence this job has had and above `known`, the

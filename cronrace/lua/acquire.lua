@@ -30,7 +30,8 @@
 --   superseded_tick: a queued tick dropped by this decision (0 when none)
 --   hold_ms: a granted run must wait this long before its handler starts (0: at once)
 --   data_lost: 1 when this call found Redis had lost the job's fence counter (and
---     started the hold: one lease_ttl, honoured by every grant, allow and replace too)
+--     started the hold: one lease_ttl, honoured by every grant, allow and replace too).
+--     A lease holding garbage, moved aside, starts the hold too.
 --   replayed: 1 when this is the remembered answer of an earlier call with the same
 --     owner and request_id (a retry after a lost reply): nothing was decided again
 --   renewed: 1 when a replayed run's lease still held its fence and was extended by
@@ -54,13 +55,17 @@ local request_id = ARGV[8]
 local known_fence = tonumber(ARGV[9]) or 0
 quarantine_prefix = ARGV[10]
 
-check_lease(lease_key)
-check_int(fence_key, 'fence')
+check(hold_key, 'string', 'hold')
+if check_lease(lease_key) then
+  -- Whether a run held the lease that was garbled is unknown: hold as after a wipe.
+  start_hold(hold_key, ttl_ms)
+end
+-- A garbled counter is re-seeded like a lost one, but it is no sign of lost data.
+local fence_garbled = check_int(fence_key, 'fence')
 check_int(last_key, 'watermark')
 check_int(pending_key, 'pending')
 check(state_key, 'hash', 'state')
 check(claim_key, 'string', 'claim')
-check(hold_key, 'string', 'hold')
 
 local prev = -1
 local holder_fence, holder_owner = 0, ''
@@ -120,7 +125,7 @@ end
 
 local function take_fence()
   local fence, lost = next_fence(fence_key, lease_key, known_fence)
-  if lost then
+  if lost and not fence_garbled then
     data_lost = 1
     start_hold(hold_key, ttl_ms)
   end

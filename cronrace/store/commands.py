@@ -231,7 +231,7 @@ class Store:
 
     async def renew(self, job: str, fence: int, ttl_ms: int) -> int:
         """Extend a lease: 1 renewed, 0 gone, -1 held by another fence."""
-        keys = [self.keys.lease(job)]
+        keys = [self.keys.lease(job), self.keys.hold(job)]
         reply = await self._eval("renew", keys, [fence, ttl_ms, self.keys.quarantine(job)])
         report_quarantined(decode_quarantined(reply[1]), script="renew", job=job, fence=fence)
         return int(reply[0])
