@@ -85,6 +85,11 @@ class Runner:
     def _job_hold_s(self, job: str) -> float:
         return max(self._hold_s(), self._job_hold_until_mono.get(job, 0.0) - self.clock.monotonic())
 
+    @property
+    def sync_handlers_running(self) -> int:
+        """How many sync handlers are running in worker threads right now."""
+        return int(self._threads.borrowed_tokens)
+
     async def wait_idle(self) -> None:
         """Return once no run is alive."""
         while self.active:

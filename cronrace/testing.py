@@ -21,10 +21,12 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import heapq
 import inspect
 import itertools
+import math
 import secrets
 import shutil
 import signal
@@ -32,6 +34,7 @@ import socket
 import ssl
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +53,23 @@ class FakeClock:
     """A clock that only moves when told to; sleepers wake as time passes them.
 
     ``time()`` is wall time (UTC epoch seconds) and ``monotonic()`` moves with it.
+    :meth:`advance` moves from one sleeper's wake-up to the next, so every task wakes at
+    the instant it asked for, never late, and everything a real clock would have fired on
+    the way fires. At each of those instants it lets the woken tasks run until every task
+    waits again (on this clock, on Redis, on a timer) before time moves on: an hour of a
+    minutely job takes well under a second of real time.
     """
+
+    #: The agent's tick loop may sleep until the next tick in one go: this clock wakes every
+    #: sleeper at its instant, also when stepped, so re-reading it every second buys nothing.
+    max_sleep_s = math.inf
 
     def __init__(self, start_s: float = 1_700_000_000.0) -> None:
         self._now_s = float(start_s)
         self._origin_s = float(start_s)
         self._sleepers: list[tuple[float, int, anyio.Event]] = []
         self._order = itertools.count()
+        self._busy: list[Callable[[], bool]] = []
 
     def time(self) -> float:
         return self._now_s
@@ -72,48 +85,117 @@ class FakeClock:
         heapq.heappush(self._sleepers, (self._now_s + seconds, next(self._order), wake))
         await wake.wait()
 
-    async def advance(self, seconds: float, *, step_s: float = 1.0) -> None:
-        """Move time forward by ``seconds`` in steps, letting woken tasks run between them.
+    def wait_while(self, busy: Callable[[], bool]) -> None:
+        """Make :meth:`advance` also wait (on real time) while ``busy()`` is true.
+
+        For work this clock cannot see, such as sync handlers in worker threads;
+        :func:`memory_agent` registers its agent's.
+        """
+        self._busy.append(busy)
+
+    async def advance(self, seconds: float, *, step_s: float | None = None) -> None:
+        """Move time forward by ``seconds``, waking every sleeper at its own instant.
 
         Args:
             seconds: how far to move.
-            step_s: the largest jump at once; tasks woken by one step run (on real time,
-                briefly) before the next, as they would have while the time passed.
+            step_s: also stop at least this often (sleepers wake at their own instant
+                whatever it is; a smaller step only adds stops).
         """
-        target = self._now_s + seconds
-        while self._now_s < target:
-            self._now_s = min(target, self._now_s + step_s)
-            while self._sleepers and self._sleepers[0][0] <= self._now_s:
-                heapq.heappop(self._sleepers)[2].set()
-            await _settle()
+        target = self._now_s + max(0.0, seconds)
+        await self._settle()
+        while True:
+            stop = min(self._sleepers[0][0], target) if self._sleepers else target
+            if step_s is not None and step_s > 0:
+                stop = min(stop, self._now_s + step_s)
+            self._now_s = max(self._now_s, stop)
+            self._wake_due()
+            await self._settle()
+            if self._now_s >= target:
+                return
 
     async def set_time(self, time_s: float) -> None:
-        """Jump the wall clock to ``time_s`` (a step of the system clock), waking sleepers."""
-        jump_s = max(0.0, time_s - self._now_s)
-        await self.advance(jump_s, step_s=jump_s or 0.25)
+        """Jump to ``time_s`` at once, as a process paused until then sees it on waking.
+
+        Sleepers due on the way all wake together, late; use :meth:`advance` for time that
+        passes while the process runs.
+        """
+        self._now_s = max(self._now_s, float(time_s))
+        self._wake_due()
+        await self._settle()
+
+    def _wake_due(self) -> None:
+        while self._sleepers and self._sleepers[0][0] <= self._now_s:
+            heapq.heappop(self._sleepers)[2].set()
+
+    async def _settle(self) -> None:
+        """Let every task run until it waits again (and threads registered as busy finish)."""
+        deadline = time.monotonic() + THREAD_WAIT_S
+        while True:
+            await _all_tasks_blocked()
+            if not any(busy() for busy in self._busy) or time.monotonic() > deadline:
+                return
+            await anyio.sleep(0.001)
 
 
-async def _settle() -> None:
-    # The embedded store answers on the event loop: give woken tasks a few real turns
-    # (and a few real milliseconds) to claim, decide and run before time moves on.
-    for _ in range(5):
-        await anyio.sleep(0.002)
+#: The longest real time :meth:`FakeClock.advance` waits for busy worker threads per stop.
+THREAD_WAIT_S = 5.0
+#: The most event-loop turns one settle takes (a task that never waits would spin forever).
+SETTLE_MAX_TURNS = 10_000
+#: Without a visible ready queue: how many turns in a row every task must be waiting.
+QUIET_TURNS = 20
+
+
+async def _all_tasks_blocked() -> None:
+    """Yield until every other task waits on something (a future, a timer, a socket)."""
+    try:
+        this = asyncio.current_task()
+    except RuntimeError:  # not asyncio (trio): its own test is exact and fast
+        await anyio.wait_all_tasks_blocked()
+        return
+    # anyio.wait_all_tasks_blocked polls every 0.1 s on asyncio, far too slow for a clock
+    # that stops thousands of times. The same test one loop turn at a time, plus an empty
+    # ready queue: a done callback still queued (a future that completed, the task that
+    # awaits it not yet told) would otherwise pass for a blocked task. Loops without a
+    # visible ready queue (uvloop) get a few quiet turns in a row instead.
+    loop = asyncio.get_running_loop()
+    ready = getattr(loop, "_ready", None)
+    quiet = 0
+    for _ in range(SETTLE_MAX_TURNS):
+        await asyncio.sleep(0)
+        blocked = all(_waiting(task) for task in asyncio.all_tasks() if task is not this)
+        if blocked and ready is not None and not ready:
+            return
+        quiet = quiet + 1 if blocked else 0
+        if quiet >= QUIET_TURNS:
+            return
+
+
+def _waiting(task: asyncio.Task[Any]) -> bool:
+    waiter = getattr(task, "_fut_waiter", None)
+    return waiter is not None and not waiter.done()
 
 
 def memory_agent(clock: FakeClock | None = None, **settings: Any) -> Agent:
     """Return an agent on a fresh embedded store of its own, optionally on a fake clock.
 
     With a fake clock the agent schedules on it directly (``clock="local"``): the embedded
-    store's own ``TIME`` follows the real clock and must not correct it.
+    store's own ``TIME`` follows the real clock and must not correct it. Its heartbeat then
+    beats every 60 s of fake time unless ``heartbeat_s`` is given: on the embedded store it
+    has nothing to measure, and every beat is a stop of :meth:`FakeClock.advance`.
     """
     options: dict[str, Any] = {
         "redis_url": f"memory://test-{secrets.token_hex(4)}",
         "node_id": "test-node",
         "clock": "local" if clock is not None else "redis",
         "shutdown_grace_s": 1.0,
+        **({"heartbeat_s": 60.0} if clock is not None else {}),
         **settings,
     }
-    return Agent(settings=AgentSettings(**options), clock=clock)
+    agent = Agent(settings=AgentSettings(**options), clock=clock)
+    if clock is not None:
+        # Sync handlers run in worker threads the clock cannot see: wait for them.
+        clock.wait_while(lambda: bool(agent.runner and agent.runner.sync_handlers_running))
+    return agent
 
 
 async def run_handler(

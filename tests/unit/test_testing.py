@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import anyio
@@ -40,3 +41,62 @@ async def test_run_handler_gives_a_real_context_with_fenced_writes() -> None:
 
 async def test_run_handler_runs_sync_handlers_in_a_thread() -> None:
     assert await run_handler(lambda ctx: ctx.fence * 2, fence=21) == 42
+
+
+async def test_advance_in_big_steps_still_fires_each_tick_at_its_instant() -> None:
+    start = datetime(2026, 3, 28, 12, 0, 30, tzinfo=UTC).timestamp()
+    clock = FakeClock(start_s=start)
+    agent = memory_agent(clock, heartbeat_s=3600)
+    fired: list[tuple[int, float]] = []
+
+    async def daily(ctx: RunContext) -> None:
+        fired.append((ctx.tick_s, clock.time()))
+
+    agent.add_job(daily, "0 3 * * *", name="daily")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(agent.run)
+        await wait_for(lambda: agent.ready, timeout_s=5, what="ready")
+        await clock.advance(2 * 86400, step_s=3600)
+        records = await agent.history("daily", 10)
+        agent.stop()
+    ticks = [int(datetime(2026, 3, d, 3, 0, tzinfo=UTC).timestamp()) for d in (29, 30)]
+    assert fired == [(tick, float(tick)) for tick in ticks]
+    assert sorted((r.tick_s, r.outcome.value) for r in records) == [(t, "ok") for t in ticks]
+
+
+async def test_advance_waits_for_sync_handlers_in_worker_threads() -> None:
+    clock = FakeClock(start_s=1_700_000_000)
+    agent = memory_agent(clock)
+    finished: list[int] = []
+
+    def slow(ctx: RunContext) -> None:
+        time.sleep(0.05)
+        finished.append(ctx.tick_s)
+
+    agent.add_job(slow, "*/10 * * * * *", name="slow", lease_ttl=3)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(agent.run)
+        await wait_for(lambda: agent.ready, timeout_s=5, what="ready")
+        await clock.advance(30)
+        assert finished == [1_700_000_010, 1_700_000_020, 1_700_000_030]
+        records = await agent.history("slow", 10)
+        agent.stop()
+    assert {r.outcome.value for r in records} == {"ok"}
+
+
+async def test_set_time_wakes_sleepers_late_as_a_paused_process_sees_it() -> None:
+    clock = FakeClock(start_s=100)
+    woke: list[float] = []
+
+    async def sleeper(seconds: float) -> None:
+        await clock.sleep(seconds)
+        woke.append(clock.time())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sleeper, 5)
+        tg.start_soon(sleeper, 50)
+        await clock.advance(1)
+        await clock.set_time(120)
+        assert woke == [120.0]
+        await clock.advance(40)
+    assert woke == [120.0, 150.0]
