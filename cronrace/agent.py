@@ -596,7 +596,7 @@ class Agent:
                 next_tick = self.scheduler.next_tick[state.job]
             else:  # None when its tick math fails (the scheduler logs why)
                 spec = job.spec() if job is not None else state.spec
-                next_tick = _next_from_spec(spec, int(self.clock.time()))
+                next_tick = _next_from_spec(state.job, spec, int(self.clock.time()))
             counters = state.counters
             out.append(
                 JobStatus(
@@ -624,10 +624,11 @@ class Agent:
             self._store = None
 
 
-def _next_from_spec(spec: dict[str, str], now_s: int) -> int | None:
+def _next_from_spec(job: str, spec: dict[str, str], now_s: int) -> int | None:
     from cronrace.schedule import Schedule
 
     try:
-        return Schedule.parse(spec["schedule"], spec.get("timezone", "UTC")).next_tick(now_s)
+        schedule = Schedule.parse(spec["schedule"], spec.get("timezone", "UTC"), job=job)
+        return schedule.next_tick(now_s)
     except (KeyError, ValueError):
         return None

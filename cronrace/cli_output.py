@@ -14,7 +14,9 @@ import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import orjson
 from rich.console import Console
@@ -66,10 +68,27 @@ def print_json(data: Any) -> None:
 # -- validate ---------------------------------------------------------------------------
 
 
+#: How many upcoming ticks ``validate`` shows per job, so one can see what a schedule means.
+NEXT_TICKS = 3
+
+
+def next_ticks(name: str, schedule: str, timezone: str, now_s: float) -> list[int]:
+    """The next few ticks of a (checked) schedule, UTC epoch seconds."""
+    parsed = Schedule.parse(schedule, timezone, job=name)
+    return parsed.ticks_between(int(now_s), 2**62, NEXT_TICKS)
+
+
+def local_times(ticks_s: Sequence[int], timezone: str) -> str:
+    """Ticks as local times of ``timezone``, one a line: ``Mon 2026-03-30 09:00:00 CEST``."""
+    zone = ZoneInfo(timezone)
+    return "\n".join(f"{datetime.fromtimestamp(t, zone):%a %Y-%m-%d %H:%M:%S %Z}" for t in ticks_s)
+
+
 def config_dict(config: SidecarConfig, now_s: float) -> dict[str, Any]:
     jobs = []
     for spec in config.jobs:
         target = spec.target_kind
+        ticks = next_ticks(spec.name, spec.schedule, spec.timezone, now_s)
         jobs.append(
             {
                 "job": spec.name,
@@ -77,7 +96,8 @@ def config_dict(config: SidecarConfig, now_s: float) -> dict[str, Any]:
                 "timezone": spec.timezone,
                 "overlap": spec.overlap.value,
                 "catchup": spec.catchup.value,
-                "next_tick_s": Schedule.parse(spec.schedule, spec.timezone).next_tick(int(now_s)),
+                "next_tick_s": ticks[0],
+                "next_ticks_s": ticks,
                 "target": target,
                 target: getattr(spec, target).model_dump(mode="json"),
             }
@@ -90,28 +110,31 @@ def config_dict(config: SidecarConfig, now_s: float) -> dict[str, Any]:
 
 
 def print_config(config: SidecarConfig, width: int | None) -> None:
-    """The jobs of a valid config file, with their next tick."""
+    """The jobs of a valid config file, then their next ticks in each job's zone."""
     now_s = time.time()
     cols = (
         Col("job"),
-        Col("schedule", 2, whole=True),
-        Col("zone", 4),
-        Col("overlap", 5),
-        Col("next tick", 1),
-        Col("target", 3, text=True),
+        Col("schedule", 1, whole=True),
+        Col("zone", 3),
+        Col("overlap", 4),
+        Col("target", 2, text=True),
     )
     rows = [
-        (
-            spec.name,
-            spec.schedule,
-            spec.timezone,
-            spec.overlap.value,
-            when(Schedule.parse(spec.schedule, spec.timezone).next_tick(int(now_s)), now_s),
-            spec.describe_target(),
-        )
+        (spec.name, spec.schedule, spec.timezone, spec.overlap.value, spec.describe_target())
         for spec in config.jobs
     ]
     _print(fit(f"{config.path}: ok, {len(config.jobs)} job(s)", cols, rows, width))
+    # What an expression means is easiest seen in when it fires: a table of its own, so
+    # that long job names and schedules never push it out of an 80-column terminal.
+    ticks = [
+        (
+            spec.name,
+            local_times(next_ticks(spec.name, spec.schedule, spec.timezone, now_s), spec.timezone),
+        )
+        for spec in config.jobs
+    ]
+    sys.stdout.write("\n")
+    _print(fit(None, (Col("job"), Col("next ticks, in the job's zone", whole=True)), ticks, width))
 
 
 # -- status -----------------------------------------------------------------------------

@@ -29,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from cronrace.agent import Agent
 from cronrace.config import SidecarSettings, settings_problems, short_repr
@@ -85,9 +92,11 @@ class JobSpec(BaseModel):
 
     @field_validator("schedule")
     @classmethod
-    def _check_schedule(cls, value: str) -> str:
+    def _check_schedule(cls, value: str, info: ValidationInfo) -> str:
+        # H hashes the job's name; a name that failed its own check still names the job.
+        name = info.data.get("name")
         try:
-            Schedule.parse(value)
+            Schedule.parse(value, job=name if isinstance(name, str) else "job")
         except ScheduleError as exc:
             raise ValueError(exc.reason) from None
         return value
@@ -157,7 +166,9 @@ def _check_jobs(jobs_raw: list[Any], allow_hosts: list[str], problems: list[str]
             continue
         try:
             # The schedule and the zone are each valid; together they may never fire.
-            Schedule.parse(spec.schedule, spec.timezone, fires_after_s=int(time.time()))
+            Schedule.parse(
+                spec.schedule, spec.timezone, job=spec.name, fires_after_s=int(time.time())
+            )
         except ScheduleError as exc:
             problems.append(f"{label}: schedule {short_repr(spec.schedule)}: {exc.reason}")
         jobs.append(spec)

@@ -8,7 +8,9 @@ import re
 import subprocess
 import sys
 import textwrap
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from typer.testing import CliRunner
@@ -18,6 +20,7 @@ from cronrace.cli import EXIT_INVALID, EXIT_USAGE, app
 from cronrace.logs import JsonFormatter, TextFormatter
 from cronrace.policies import Outcome
 from cronrace.records import JobStatus, NodeInfo, RunRecord
+from cronrace.schedule import Schedule
 from cronrace.sidecar import load_config
 from tests.redis_server import RedisServer
 
@@ -296,3 +299,30 @@ def test_run_sync_logs_to_stderr_when_the_program_set_up_no_logging(tmp_path: Pa
     assert "agent started" in done.stderr
     assert "run finished" in done.stderr
     assert "job=hello" in done.stderr
+
+
+def test_validate_shows_the_next_three_ticks_of_each_job_in_its_zone(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        "[agent]\nredis_url = 'memory://'\n"
+        "[[jobs]]\nname = 'payroll'\nschedule = '0 9 15W * *'\ntimezone = 'Europe/Berlin'\n"
+        "[jobs.command]\nargv = ['true']\n"
+        "[[jobs]]\nname = 'spread'\nschedule = 'H H * * *'\n[jobs.command]\nargv = ['true']\n"
+    )
+    result = CliRunner().invoke(app, ["validate", str(path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    jobs = {job["job"]: job for job in json.loads(result.stdout)["jobs"]}
+    for name, expr, zone in (
+        ("payroll", "0 9 15W * *", "Europe/Berlin"),
+        ("spread", "H H * * *", "UTC"),
+    ):
+        ticks = jobs[name]["next_ticks_s"]
+        schedule = Schedule.parse(expr, zone, job=name)
+        assert ticks == schedule.ticks_between(ticks[0] - 1, ticks[-1], 3)
+        assert len(ticks) == 3
+    shown = CliRunner().invoke(app, ["validate", str(path)]).stdout
+    berlin = ZoneInfo("Europe/Berlin")
+    for tick in jobs["payroll"]["next_ticks_s"]:
+        local = datetime.fromtimestamp(tick, berlin)
+        assert local.weekday() < 5  # W: a weekday, whatever day the 15th is
+        assert f"{local:%a %Y-%m-%d} 09:00:00 {local:%Z}" in shown

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cronrace.errors import ScheduleError
 from cronrace.schedule import Schedule
+from tests.unit.cron_reference import reference_ticks
 
 FAR_S = 10**10  # an until_s beyond every test window
 
@@ -30,78 +31,6 @@ def local(tick_s: int, zone: str) -> str:
 
 def next_ticks(schedule: Schedule, after_s: int, count: int) -> list[int]:
     return schedule.ticks_between(after_s, FAR_S, count)
-
-
-# --- brute-force reference evaluator -------------------------------------------------------
-
-
-def expand_simple(text: str, low: int, high: int) -> set[int]:
-    """Expand a field made of numbers, ranges, '*' and steps (the table's vocabulary)."""
-    values: set[int] = set()
-    for item in text.split(","):
-        base, _, step = item.partition("/")
-        if base == "*":
-            start, stop = low, high
-        elif "-" in base:
-            start, stop = (int(part) for part in base.split("-"))
-        else:
-            start = int(base)
-            stop = high if step else start
-        values.update(range(start, stop + 1, int(step or 1)))
-    return values
-
-
-def reference_ticks(expr: str, zone_name: str, after_s: int, until_s: int) -> list[int]:
-    """Scan every second (6 fields) or minute (5 fields) in UTC and apply the cronie rules.
-
-    Deliberately naive: no transitions table, only zoneinfo's answer for each instant. A
-    fixed-time job skips the second occurrence of a wall time (fold=1) and fires at a
-    forward jump when one of the wall times the jump skipped matches.
-    """
-    fields = expr.split()
-    if len(fields) == 5:
-        fields.insert(0, "0")
-    second, minute, hour, dom, month, dow = fields
-    sets = [
-        expand_simple(second, 0, 59),
-        expand_simple(minute, 0, 59),
-        expand_simple(hour, 0, 23),
-        expand_simple(dom, 1, 31),
-        expand_simple(month, 1, 12),
-        {day % 7 for day in expand_simple(dow, 0, 7)},
-    ]
-    days_and = dom.startswith("*") or dow.startswith("*")
-    fixed = not minute.startswith("*") and not hour.startswith("*")
-
-    def matches(wall: datetime) -> bool:
-        dom_ok, dow_ok = wall.day in sets[3], wall.isoweekday() % 7 in sets[5]
-        return (
-            wall.second in sets[0]
-            and wall.minute in sets[1]
-            and wall.hour in sets[2]
-            and wall.month in sets[4]
-            and (dom_ok and dow_ok if days_and else dom_ok or dow_ok)
-        )
-
-    zone = ZoneInfo(zone_name)
-    step = 1 if len(expr.split()) == 6 else 60
-    ticks = []
-    for t in range((after_s // step + 1) * step, until_s + 1, step):
-        wall = datetime.fromtimestamp(t, zone)
-        if matches(wall) and (wall.fold == 0 or not fixed):
-            ticks.append(t)
-            continue
-        if not fixed:
-            continue
-        # A forward jump at t skipped the wall times between the previous step and now.
-        skipped = datetime.fromtimestamp(t - step, zone).replace(tzinfo=None)
-        skipped += timedelta(seconds=step)
-        while skipped < wall.replace(tzinfo=None):
-            if matches(skipped):
-                ticks.append(t)
-                break
-            skipped += timedelta(seconds=step)
-    return ticks
 
 
 # --- cronsim oracle --------------------------------------------------------------------------
@@ -660,18 +589,30 @@ def test_schedule_is_immutable_and_compares_by_expression_and_zone() -> None:
         ("60 * * * * *", "second 60 out of range 0-59"),
         ("* * * *", "expected 5 or 6 fields, got 4"),
         ("0 0 1 1 * 2030 x", "expected 5 or 6 fields, got 7"),
+        ("0 0 0 1 1 * 2030 x", "expected 5 or 6 fields, got 8"),
         ("", "expected 5 or 6 fields, got 0"),
         ("a * * * *", "minute 'a' is not a number"),
         ("0 0 * foo *", "month 'foo' is not a number or name"),
         ("*/0 * * * *", "minute step '0' is not a positive number"),
-        ("5-1 * * * *", "minute range '5-1' runs backwards"),
-        ("1,,2 * * * *", "minute '' is not a number"),
-        ("H * * * *", "minute 'H' is not a number"),
-        ("-1 * * * *", "minute '' is not a number"),
+        ("1,,2 * * * *", "minute list '1,,2' has an empty item"),
+        ("/5 * * * *", "minute '/5': a number is missing"),
+        ("-1 * * * *", "minute '-1': a range needs a start (numbers are never negative)"),
+        ("*-5 * * * *", "minute '*-5': '*' cannot start a range: write */N for every N, or"),
+        ("5- * * * *", "minute '5-': a range needs an end, e.g. 5-59"),
+        ("1-2-3 * * * *", "minute '1-2-3': a range has one '-'"),
+        ("0 0 L-3 * *", "day-of-month 'L-3': only L (the last day) and LW (the last weekday)"),
+        ("0 0 W * *", "day-of-month 'W': W takes one day, e.g. 15W"),
+        ("0 0 1-5W * *", "day-of-month '1-5W': W takes one day"),
+        ("0 0 15W/2 * *", "day-of-month '15W/2': W takes one day"),
+        ("0 0 32W * *", "day-of-month 32 out of range 1-31"),
+        ("0 0 L/2 * *", "day-of-month 'L/2': L takes no step"),
+        ("0 0 1 * 5W", "day-of-week '5W' is not a number or name"),
+        ("0 0 * * L5", "day-of-week 'L5': write the day first, e.g. 5L for the last one"),
         ("0 0 * * mon#6", "the week after '#' must be 1-5"),
         ("0 0 30 2 *", "never fires"),
         ("0 0 31 4,6,9,11 *", "never fires"),
-        ("@reboot", "unknown alias '@reboot'"),
+        ("@reboot", "unknown alias '@reboot': cronrace fires on a schedule, not at start-up"),
+        ("0 0 0 1 1 ? 2030", "got 7: a year field (Quartz) is not supported"),
         ("@every 0s", "shorter than 1s"),
         ("@every", "expected '@every <duration>'"),
         ("@every 5x", "duration '5x' is not like"),

@@ -68,13 +68,15 @@ def test_edge_input_that_cron_reads_is_accepted(expr: str, first_tick_s: int) ->
 
 # --- arbitrary text -------------------------------------------------------------------------
 
-CRON_CHARS = "0123456789*/,-#?LlW \t"
+CRON_CHARS = "0123456789*/,-#?LlWH() \t"
 ODD_CHARS = "\uff15\u0663\u3000\xa0\x1c\n\x00\xe9"
 ZONES = ["UTC", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Tehran"]
 
 cron_field = st.one_of(
     st.text(CRON_CHARS, min_size=1, max_size=6),
-    st.sampled_from(["*", "*/15", "1-5", "0#2", "5L", "L", "mon-fri", "jan", "?"]),
+    st.sampled_from(
+        ["*", "*/15", "1-5", "0#2", "5L", "L", "mon-fri", "jan", "?", "H(1-5)/2", "LW"]
+    ),
     st.integers(0, 10**30).map(str),
     st.integers(1, 6000).map(lambda digits: "7" * digits),
     st.text(CRON_CHARS + ODD_CHARS, min_size=1, max_size=4),
