@@ -23,6 +23,7 @@ from cronrace.store.garbage import (
     TRANSIENT_REPLY_ERRORS,
     Command,
     is_wrong_type,
+    quarantine,
     report_quarantined,
     send_repairing,
 )
@@ -43,6 +44,9 @@ from cronrace.store.replies import (
 from cronrace.store.scripts import Scripts
 
 log = logging.getLogger("cronrace.store")
+
+#: The namespace-wide keys and the type each holds.
+NAMESPACE_KEY_TYPES = {"jobs": "set", "nodes": "zset", "epoch": "string", "control": "stream"}
 
 
 class Store:
@@ -77,18 +81,21 @@ class Store:
 
     def _command(self, job: str, kind: str, method: str, *args: Any, **kwargs: Any) -> Command:
         """A pipelined command on the ``kind`` key of ``job`` (runs, state) or of the
-        namespace (jobs)."""
-        if kind == "jobs":
-            key = self.keys.jobs
-            return Command(method, key, args, kwargs, "set", kind, self.keys.quarantine_of(key))
+        namespace (jobs, nodes, epoch, control: ``job`` is then ignored)."""
+        if kind in NAMESPACE_KEY_TYPES:
+            key = getattr(self.keys, kind)
+            prefix = self.keys.quarantine_of(key)
+            return Command(method, key, args, kwargs, NAMESPACE_KEY_TYPES[kind], kind, prefix)
         key, key_type = {
             "runs": (self.keys.runs(job), "stream"),
             "state": (self.keys.state(job), "hash"),
         }[kind]
         return Command(method, key, args, kwargs, key_type, kind, self.keys.quarantine(job))
 
-    async def _pipeline_repairing(self, commands: Sequence[Command]) -> list[Any]:
-        return await send_repairing(self.client, self.scripts, commands)
+    async def _pipeline_repairing(
+        self, commands: Sequence[Command], *, time_first: bool = False
+    ) -> list[Any]:
+        return await send_repairing(self.client, self.scripts, commands, time_first=time_first)
 
     # -- the race --------------------------------------------------------------------
 
@@ -367,17 +374,18 @@ class Store:
         pruning now and then is enough).
         """
         await follow_primary(self.client)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.time()
-        pipe.set(self.keys.epoch, epoch_candidate, nx=True)
-        pipe.get(self.keys.epoch)
-        pipe.zadd(self.keys.nodes, {node_id: now_ms + ttl_ms})
+        commands = [
+            self._command("", "epoch", "set", epoch_candidate, nx=True),
+            self._command("", "epoch", "get"),
+            self._command("", "nodes", "zadd", {node_id: now_ms + ttl_ms}),
+        ]
         if prune:
-            pipe.zremrangebyscore(self.keys.nodes, "-inf", now_ms)
-        replies = await pipe.execute()
-        seconds, micros = replies[0]
+            commands.append(self._command("", "nodes", "zremrangebyscore", "-inf", now_ms))
+        # Garbage under the epoch is moved aside like any other: the fresh epoch then
+        # written makes every node hold new runs once, as after a wipe (the safe side).
+        (seconds, micros), *replies = await self._pipeline_repairing(commands, time_first=True)
         return HeartbeatReply(
-            server_time_s=int(seconds) + int(micros) / 1e6, epoch=decode_text(replies[2])
+            server_time_s=int(seconds) + int(micros) / 1e6, epoch=decode_text(replies[1])
         )
 
     async def leave(self, node_id: str) -> None:
@@ -488,12 +496,9 @@ class Store:
     async def request_trigger(self, job: str) -> str:
         """Ask every node to race for one immediate run of ``job``; return its id."""
         trigger_id = secrets.token_hex(8)
-        await self.client.xadd(
-            self.keys.control,
-            {"op": "trigger", "job": job, "id": trigger_id},
-            maxlen=1000,
-            approximate=True,
-        )
+        fields = {"op": "trigger", "job": job, "id": trigger_id}
+        xadd = self._command("", "control", "xadd", fields, maxlen=1000, approximate=True)
+        await self._pipeline_repairing([xadd])
         return trigger_id
 
     async def trigger_claimant(self, job: str, trigger_id: str) -> str | None:
@@ -510,7 +515,15 @@ class Store:
         self, after_id: str, *, block_ms: int
     ) -> list[tuple[str, dict[str, str]]]:
         """Block up to ``block_ms`` for control requests newer than ``after_id``."""
-        reply = await self.client.xread({self.keys.control: after_id}, block=block_ms, count=100)
+        try:
+            reply = await self.client.xread(
+                {self.keys.control: after_id}, block=block_ms, count=100
+            )
+        except ResponseError as exc:
+            if not is_wrong_type(exc):
+                raise
+            await quarantine(self.scripts, self._command("", "control", "xread"))
+            return []
         out: list[tuple[str, dict[str, str]]] = []
         for _stream, entries in reply or []:
             for entry_id, fields in entries:

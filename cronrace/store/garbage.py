@@ -74,8 +74,13 @@ def report_quarantined(moved: Sequence[Quarantined], *, script: str, **context: 
         )
 
 
-async def send_repairing(client: Any, scripts: Scripts, commands: Sequence[Command]) -> list[Any]:
+async def send_repairing(
+    client: Any, scripts: Scripts, commands: Sequence[Command], *, time_first: bool = False
+) -> list[Any]:
     """Send ``commands`` in one pipeline; move a ``WRONGTYPE`` key aside and resend.
+
+    With ``time_first`` the pipeline starts with ``TIME`` (every attempt), whose reply
+    comes first in the result.
 
     Raises:
         The first error that remains (not ``WRONGTYPE``, or ``WRONGTYPE`` again), after
@@ -83,25 +88,29 @@ async def send_repairing(client: Any, scripts: Scripts, commands: Sequence[Comma
     """
     results: list[Any] = [None] * len(commands)
     todo = list(range(len(commands)))
+    server_time: Any = None
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
+        if time_first:
+            pipe.time()
         for index in todo:
             commands[index].queue(pipe)
         replies = await pipe.execute(raise_on_error=False)
-        retry = []
+        if time_first:
+            server_time, *replies = replies
         for index, reply in zip(todo, replies, strict=True):
             results[index] = reply
-            if attempt == 0 and is_wrong_type(reply):
-                retry.append(index)
-        if not retry:
+        garbled = {commands[i].key: commands[i] for i in todo if is_wrong_type(results[i])}
+        if attempt or not garbled:
             break
-        for index in retry:
-            await quarantine(scripts, commands[index])
-        todo = retry
-    for reply in results:
+        for command in garbled.values():
+            await quarantine(scripts, command)
+        # Every command on a moved key goes again (a SET NX answered "exists" by garbage).
+        todo = [i for i in todo if commands[i].key in garbled]
+    for reply in [server_time, *results]:
         if isinstance(reply, Exception):
             raise reply
-    return results
+    return [server_time, *results] if time_first else results
 
 
 async def quarantine(scripts: Scripts, command: Command) -> tuple[Quarantined, ...]:

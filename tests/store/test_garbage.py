@@ -216,3 +216,25 @@ async def test_a_claim_holding_the_decision_still_reads_as_won(store: Store) -> 
     assert not isinstance(reply, Exception)
     assert await store.resolve_claims([claim], "n1:x") == [True]
     assert await store.resolve_claims([claim], "n2:y") == [False]
+
+
+@pytest.mark.parametrize("garbage", ["string", "list", "hash", "set", "stream"])
+async def test_namespace_keys_holding_garbage_are_moved_aside(
+    store: Store, garbage: str, redis_url: str
+) -> None:
+    keys = store.keys
+    for key, right in ((keys.nodes, "zset"), (keys.epoch, "string"), (keys.control, "stream")):
+        if garbage != right:
+            await WRITERS[garbage](store.client, key)
+    beat = await store.heartbeat("n1", now_ms=1_000, ttl_ms=5_000, epoch_candidate="e1")
+    assert beat.epoch == "e1"
+    assert [n.node_id for n in await store.nodes(heartbeat_ttl_ms=5_000)] in ([], ["n1"])
+    assert await store.client.zscore(keys.nodes, "n1") == 6_000
+    if not redis_url.startswith("memory://"):
+        # (fakeredis's XREAD raises AttributeError on a wrong type instead of WRONGTYPE)
+        position = await store.control_position()
+        assert await store.read_control(position, block_ms=1) == []
+    trigger_id = await store.request_trigger("j")
+    assert [f["id"] for _, f in await store.read_control("0", block_ms=1)] == [trigger_id]
+    moved = await store.client.keys(f"{keys.ns}:quarantine:*")
+    assert len(moved) == 3 - (garbage in ("string", "stream"))
