@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.faults.witness import Witness, judge, start_node, stop_all
+from tests.faults.witness import Witness, judge, sleep_until_fraction, start_node, stop_all
 from tests.redis_server import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -23,11 +24,17 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 WIPES = 4
 
 
-def running_slow_run(events: list[dict[str, object]]) -> bool:
-    """Whether a run of the slow job has started and not yet ended."""
-    started = {e["fence"] for e in events if e["job"] == "slow" and e["event"] == "start"}
+def fresh_slow_run(events: list[dict[str, Any]]) -> bool:
+    """Whether a run of the slow job started this second and has not ended."""
     ended = {e["fence"] for e in events if e["job"] == "slow" and e["event"] != "start"}
-    return bool(started - ended)
+    return any(
+        e["job"] == "slow"
+        and e["event"] == "start"
+        and e["fence"] not in ended
+        and int(e["wall"]) == int(time.time())
+        and time.time() % 1 < 0.8
+        for e in events
+    )
 
 
 @pytest.mark.timeout(120)
@@ -35,14 +42,19 @@ def test_redis_restarted_without_persistence_never_lets_runs_overlap(
     namespace: str, witness: Witness, tmp_path: Path
 ) -> None:
     redis = RedisServer(tmp_path / "redis", appendonly=False).start()
+    # 1.5 s runs under a 0.9 s lease: renewed every 0.3 s, so each wipe meets a live run.
+    env = {"FAULT_SLOW_S": "1.5"}
     procs = [
-        start_node(redis.url, namespace, f"n{i}", witness, stderr_dir=tmp_path) for i in range(2)
+        start_node(redis.url, namespace, f"n{i}", witness, env=env, stderr_dir=tmp_path)
+        for i in range(2)
     ]
     wiped_s: list[int] = []
     try:
         for _ in range(WIPES):
-            witness.wait_for(running_slow_run, timeout_s=20, what="a slow run in progress")
-            time.sleep(0.2)  # well inside the run (3 s), after a renewal or two
+            witness.wait_for(fresh_slow_run, timeout_s=20, what="a slow run starting")
+            # Just after its renewal at +0.9 s, before the next tick: the next renewal
+            # (+1.2 s) would be the first to notice the wipe, after the next tick's grant.
+            sleep_until_fraction(0.95)
             redis.stop(kill=True)
             redis.start()
             wiped_s.append(int(time.time()))

@@ -80,7 +80,7 @@ async def test_a_lost_answer_whose_lease_ran_out_meanwhile_is_decided_again(
     def note(ctx: RunContext) -> None:
         ran.append((ctx.tick_s, ctx.fence))
 
-    agent.add_job(note, "*/5 * * * * *", name="job", lease_ttl=5.0)
+    agent.add_job(note, "* * * * * *", name="job", lease_ttl=5.0)
     async with running(agent):
         lost = lose_answers(agent, 1, expire_lease=True)
         await wait_for(lambda: bool(lost), timeout_s=10, what="a lost answer")
