@@ -41,7 +41,7 @@ from cronrace.store.replies import (
     decode_text,
     int_or_none,
 )
-from cronrace.store.scripts import Scripts
+from cronrace.store.scripts import Scripts, locate_lines
 
 log = logging.getLogger("cronrace.store")
 
@@ -226,7 +226,8 @@ class Store:
                 out.append(RedisUnavailableError(f"acquire did not run: {reply}"))
                 continue
             if isinstance(reply, Exception):
-                out.append(StoreError(f"acquire.lua failed for job {req.job!r}: {reply}"))
+                where = locate_lines("acquire", str(reply))
+                out.append(StoreError(f"acquire.lua failed for job {req.job!r}: {where}"))
                 continue
             decoded = decode_acquire(reply)
             self._saw_fence(req.job, decoded.fence, decoded.holder_fence, decoded.abandoned_fence)

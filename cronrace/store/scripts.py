@@ -9,6 +9,7 @@ did not run, also inside pipelines.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -31,6 +32,27 @@ def script_sources() -> dict[str, str]:
     """Every script's source as sent to Redis: ``_lib.lua`` then the script."""
     lib = _read_lua("_lib.lua")
     return {name: lib + _read_lua(f"{name}.lua") for name in SCRIPTS}
+
+
+#: How Redis (``user_script:12``) and fakeredis (``[string "<python>"]:12``) name a line.
+_SCRIPT_LINE = re.compile(r'@?(?:user_script|\[string "<python>"\]):(\d+)')
+
+
+def locate_lines(name: str, message: str) -> str:
+    """Rewrite the line numbers of a script error to point into the files we ship.
+
+    Redis numbers lines of the source it was sent, ``_lib.lua`` and the script joined:
+    ``user_script:212`` becomes ``acquire.lua:64`` (or ``_lib.lua:N``).
+    """
+    lib_lines = _read_lua("_lib.lua").count("\n")
+
+    def where(match: re.Match[str]) -> str:
+        line = int(match.group(1))
+        if line > lib_lines:
+            return f"{name}.lua:{line - lib_lines}"
+        return f"_lib.lua:{line}"
+
+    return _SCRIPT_LINE.sub(where, message)
 
 
 class Scripts:
@@ -82,6 +104,8 @@ class Scripts:
     async def eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run one script once; raise its error."""
         (reply,) = await self.eval_many(name, [(keys, args)])
+        if isinstance(reply, ResponseError):
+            raise type(reply)(locate_lines(name, str(reply))) from reply
         if isinstance(reply, BaseException):
             raise reply
         return reply

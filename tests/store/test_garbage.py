@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from importlib import resources
 from typing import Any
 
 import pytest
 
+from cronrace.errors import StoreError
 from cronrace.policies import Outcome
 from cronrace.records import RunRecord
 from cronrace.store import AcquireRequest, Claim, Store
@@ -238,3 +240,14 @@ async def test_namespace_keys_holding_garbage_are_moved_aside(
     assert [f["id"] for _, f in await store.read_control("0", block_ms=1)] == [trigger_id]
     moved = await store.client.keys(f"{keys.ns}:quarantine:*")
     assert len(moved) == 3 - (garbage in ("string", "stream"))
+
+
+async def test_a_script_error_names_the_line_of_the_file_we_ship(store: Store) -> None:
+    """Redis numbers the lines of _lib.lua and the script joined; the error is mapped back."""
+    source = resources.files("cronrace.lua").joinpath("acquire.lua").read_text()
+    line = 1 + source.splitlines().index("  if prev >= decide_tick then")
+    bad = AcquireRequest("j", "not-a-tick", 1, 1, "n1:x", 5000, "skip", "run")  # type: ignore[arg-type]
+    (reply,) = await store.acquire([bad])
+    assert isinstance(reply, StoreError)
+    assert f"acquire.lua:{line}:" in str(reply)
+    assert "job 'j'" in str(reply)
