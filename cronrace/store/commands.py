@@ -9,25 +9,21 @@ reported (``garbage``), never left to fail every tick of its job.
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Sequence
 from typing import Any, cast
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from cronrace.errors import RedisUnavailableError, StoreError
-from cronrace.records import JobState, NodeInfo, RunRecord
-from cronrace.store.access import AccessWatch
-from cronrace.store.client import AMBIGUOUS_ERRORS, follow_primary, make_client
+from cronrace.records import RunRecord
+from cronrace.store.client import AMBIGUOUS_ERRORS, follow_primary
 from cronrace.store.garbage import (
     TRANSIENT_REPLY_ERRORS,
     Command,
     is_wrong_type,
-    quarantine,
     report_quarantined,
-    send_repairing,
 )
-from cronrace.store.keys import Keys
+from cronrace.store.operator import OperatorCommands
 from cronrace.store.replies import (
     AcquireReply,
     AcquireRequest,
@@ -36,66 +32,21 @@ from cronrace.store.replies import (
     NotReplicatedError,
     ReleaseReply,
     decode_acquire,
-    decode_job_state,
     decode_quarantined,
     decode_text,
     int_or_none,
 )
-from cronrace.store.scripts import Scripts, locate_lines
+from cronrace.store.scripts import locate_lines
 
 log = logging.getLogger("cronrace.store")
 
-#: The namespace-wide keys and the type each holds.
-NAMESPACE_KEY_TYPES = {"jobs": "set", "nodes": "zset", "epoch": "string", "control": "stream"}
 
+class Store(OperatorCommands):
+    """Redis operations of one namespace: the race, decisions, leases, records, handlers.
 
-class Store:
-    """Redis operations of one namespace."""
-
-    def __init__(self, client: Any, namespace: str = "cronrace") -> None:
-        self.client = client
-        self.keys = Keys(namespace)
-        self.scripts = Scripts(client)
-        self._fences_seen: dict[str, int] = {}
-        # What Redis refused (wrong password, NOPERM, TLS); the embedded store refuses nothing.
-        watch = getattr(client, "access", None)
-        self.access: AccessWatch = watch if isinstance(watch, AccessWatch) else AccessWatch()
-
-    @classmethod
-    def from_url(cls, url: str, namespace: str = "cronrace", **client_options: Any) -> Store:
-        """Connect lazily to ``url``; nothing is sent until the first command."""
-        return cls(make_client(url, **client_options), namespace)
-
-    async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self.client.aclose()
-
-    # -- scripts ---------------------------------------------------------------------
-
-    async def load_scripts(self) -> None:
-        """Load every Lua script into the server's script cache."""
-        await self.scripts.load()
-
-    async def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return await self.scripts.eval(name, keys, args)
-
-    def _command(self, job: str, kind: str, method: str, *args: Any, **kwargs: Any) -> Command:
-        """A pipelined command on the ``kind`` key of ``job`` (runs, state) or of the
-        namespace (jobs, nodes, epoch, control: ``job`` is then ignored)."""
-        if kind in NAMESPACE_KEY_TYPES:
-            key = getattr(self.keys, kind)
-            prefix = self.keys.quarantine_of(key)
-            return Command(method, key, args, kwargs, NAMESPACE_KEY_TYPES[kind], kind, prefix)
-        key, key_type = {
-            "runs": (self.keys.runs(job), "stream"),
-            "state": (self.keys.state(job), "hash"),
-        }[kind]
-        return Command(method, key, args, kwargs, key_type, kind, self.keys.quarantine(job))
-
-    async def _pipeline_repairing(
-        self, commands: Sequence[Command], *, time_first: bool = False
-    ) -> list[Any]:
-        return await send_repairing(self.client, self.scripts, commands, time_first=time_first)
+    The shared state lives in :class:`~cronrace.store.base.StoreBase`, the operator side
+    in :class:`~cronrace.store.operator.OperatorCommands`.
+    """
 
     # -- the race --------------------------------------------------------------------
 
@@ -278,21 +229,6 @@ class Store:
             quarantined=quarantined,
         )
 
-    # -- what this node has seen of each job's fences -----------------------------------
-
-    def known_fence(self, job: str) -> int:
-        """The highest fence this store has seen for ``job`` (0: none; 1: only a lost claim).
-
-        Sent with every acquire: a fence counter missing although a fence is known means
-        Redis lost the job's data, not that the job is new (README, "A wiped Redis").
-        """
-        return self._fences_seen.get(job, 0)
-
-    def _saw_fence(self, job: str, *fences: int) -> None:
-        highest = max(fences, default=0)
-        if highest > self._fences_seen.get(job, 0):
-            self._fences_seen[job] = highest
-
     async def finish(
         self,
         record: RunRecord,
@@ -393,21 +329,6 @@ class Store:
         """Remove this node from the live set (graceful shutdown)."""
         await self.client.zrem(self.keys.nodes, node_id)
 
-    async def nodes(self, *, heartbeat_ttl_ms: int) -> list[NodeInfo]:
-        """List live nodes, newest heartbeat first."""
-        seconds, micros = await self.client.time()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        rows = await self.client.zrangebyscore(self.keys.nodes, now_ms, "+inf", withscores=True)
-        out = [
-            NodeInfo(
-                node_id=decode_text(node),
-                expires_ms=int(score),
-                last_seen_ms=int(score) - heartbeat_ttl_ms,
-            )
-            for node, score in rows
-        ]
-        return sorted(out, key=lambda node: node.last_seen_ms, reverse=True)
-
     async def register_jobs(self, specs: dict[str, dict[str, str]]) -> None:
         """Publish job definitions so that operator commands can list them."""
         if not specs:
@@ -417,10 +338,6 @@ class Store:
             mapping = {f"spec_{k}": v for k, v in spec.items()}
             commands.append(self._command(job, "state", "hset", mapping=mapping))
         await self._pipeline_repairing(commands)
-
-    async def known_jobs(self) -> list[str]:
-        """Every job any node of this namespace has registered."""
-        return sorted(decode_text(job) for job in await self.client.smembers(self.keys.jobs))
 
     async def watermarks(self, jobs: Sequence[str]) -> dict[str, int | None]:
         """Read the watermark of each job; garbage reads as None and is logged.
@@ -452,112 +369,6 @@ class Store:
                 log.error(
                     "garbage under watermark key; treating it as absent",
                     extra={"job": job, "key": self.keys.last(job), "value": decode_text(raw)[:80]},
-                )
-        return out
-
-    async def job_states(self, jobs: Sequence[str]) -> list[JobState]:
-        """Read what Redis knows of each job, in one round trip; garbage reads as unset."""
-        pipe = self.client.pipeline(transaction=False)
-        read = []
-        for job in jobs:
-            read += [self.keys.last(job), self.keys.lease(job), self.keys.lease(job)]
-            read += [self.keys.state(job), self.keys.fence(job)]
-            pipe.get(self.keys.last(job))
-            pipe.hgetall(self.keys.lease(job))
-            pipe.pttl(self.keys.lease(job))
-            pipe.hgetall(self.keys.state(job))
-            pipe.get(self.keys.fence(job))
-        replies = await pipe.execute(raise_on_error=False)
-        for index, (key, reply) in enumerate(zip(read, replies, strict=True)):
-            if not isinstance(reply, Exception):
-                continue
-            if not is_wrong_type(reply):
-                raise reply
-            log.error("garbage under a key; shown as unset", extra={"key": key})
-            replies[index] = None
-        states = [
-            decode_job_state(job, *replies[index * 5 : index * 5 + 5])
-            for index, job in enumerate(jobs)
-        ]
-        for state in states:
-            lease_fence = state.lease.fence if state.lease else 0
-            self._saw_fence(state.job, state.last_fence or 0, lease_fence)
-        return states
-
-    # -- operator controls -----------------------------------------------------------
-
-    async def set_paused(self, job: str, paused: bool) -> None:
-        """Pause or resume a job for every node (``acquire.lua`` reads the flag)."""
-        if paused:
-            command = self._command(job, "state", "hset", "paused", "1")
-        else:
-            command = self._command(job, "state", "hdel", "paused")
-        await self._pipeline_repairing([command])
-
-    async def request_trigger(self, job: str) -> str:
-        """Ask every node to race for one immediate run of ``job``; return its id."""
-        trigger_id = secrets.token_hex(8)
-        fields = {"op": "trigger", "job": job, "id": trigger_id}
-        xadd = self._command("", "control", "xadd", fields, maxlen=1000, approximate=True)
-        await self._pipeline_repairing([xadd])
-        return trigger_id
-
-    async def trigger_claimant(self, job: str, trigger_id: str) -> str | None:
-        """Return the node that claimed a manual trigger, or None while nobody has."""
-        value = await self.client.get(self.keys.trigger_claim(job, trigger_id))
-        return None if value is None else decode_text(value).split("\n", 1)[0].split(":")[0]
-
-    async def control_position(self) -> str:
-        """Return the stream id after which new control requests will appear."""
-        seconds, micros = await self.client.time()
-        return f"{int(seconds) * 1000 + int(micros) // 1000}-0"
-
-    async def read_control(
-        self, after_id: str, *, block_ms: int
-    ) -> list[tuple[str, dict[str, str]]]:
-        """Block up to ``block_ms`` for control requests newer than ``after_id``."""
-        try:
-            reply = await self.client.xread(
-                {self.keys.control: after_id}, block=block_ms, count=100
-            )
-        except ResponseError as exc:
-            if not is_wrong_type(exc):
-                raise
-            await quarantine(self.scripts, self._command("", "control", "xread"))
-            return []
-        out: list[tuple[str, dict[str, str]]] = []
-        for _stream, entries in reply or []:
-            for entry_id, fields in entries:
-                out.append(
-                    (
-                        decode_text(entry_id),
-                        {decode_text(k): decode_text(v) for k, v in fields.items()},
-                    )
-                )
-        return out
-
-    async def history(self, job: str, limit: int) -> list[RunRecord]:
-        """Return the newest ``limit`` run records of ``job``, newest first."""
-        try:
-            entries = await self.client.xrevrange(self.keys.runs(job), count=limit)
-        except ResponseError as exc:
-            if not is_wrong_type(exc):
-                raise
-            # Reading moves nothing: the next record written moves the garbage aside.
-            log.error(
-                "garbage under the run history key; no history to show",
-                extra={"job": job, "key": self.keys.runs(job), "error": str(exc)},
-            )
-            return []
-        out = []
-        for entry_id, fields in entries:
-            raw = fields.get(b"r", fields.get("r"))
-            try:
-                out.append(RunRecord.from_json(raw or b"", record_id=decode_text(entry_id)))
-            except ValueError as exc:
-                log.warning(
-                    "unreadable run record skipped",
-                    extra={"job": job, "record_id": decode_text(entry_id), "error": str(exc)},
                 )
         return out
 

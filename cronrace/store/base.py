@@ -1,0 +1,83 @@
+"""The state every part of :class:`~cronrace.store.Store` shares: client, keys, scripts.
+
+Also what this node has seen of each job's fences (its evidence that a job whose counter
+is missing was wiped, not new), and the pipelined commands that move garbage aside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Self
+
+from cronrace.store.access import AccessWatch
+from cronrace.store.client import make_client
+from cronrace.store.garbage import Command, send_repairing
+from cronrace.store.keys import Keys
+from cronrace.store.scripts import Scripts
+
+#: The namespace-wide keys and the type each holds.
+NAMESPACE_KEY_TYPES = {"jobs": "set", "nodes": "zset", "epoch": "string", "control": "stream"}
+
+
+class StoreBase:
+    """Redis access of one namespace: the client, the key spelling, the scripts."""
+
+    def __init__(self, client: Any, namespace: str = "cronrace") -> None:
+        self.client = client
+        self.keys = Keys(namespace)
+        self.scripts = Scripts(client)
+        self._fences_seen: dict[str, int] = {}
+        # What Redis refused (wrong password, NOPERM, TLS); the embedded store refuses nothing.
+        watch = getattr(client, "access", None)
+        self.access: AccessWatch = watch if isinstance(watch, AccessWatch) else AccessWatch()
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str = "cronrace", **client_options: Any) -> Self:
+        """Connect lazily to ``url``; nothing is sent until the first command."""
+        return cls(make_client(url, **client_options), namespace)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self.client.aclose()
+
+    # -- scripts ---------------------------------------------------------------------
+
+    async def load_scripts(self) -> None:
+        """Load every Lua script into the server's script cache."""
+        await self.scripts.load()
+
+    async def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return await self.scripts.eval(name, keys, args)
+
+    def _command(self, job: str, kind: str, method: str, *args: Any, **kwargs: Any) -> Command:
+        """A pipelined command on the ``kind`` key of ``job`` (runs, state) or of the
+        namespace (jobs, nodes, epoch, control: ``job`` is then ignored)."""
+        if kind in NAMESPACE_KEY_TYPES:
+            key = getattr(self.keys, kind)
+            prefix = self.keys.quarantine_of(key)
+            return Command(method, key, args, kwargs, NAMESPACE_KEY_TYPES[kind], kind, prefix)
+        key, key_type = {
+            "runs": (self.keys.runs(job), "stream"),
+            "state": (self.keys.state(job), "hash"),
+        }[kind]
+        return Command(method, key, args, kwargs, key_type, kind, self.keys.quarantine(job))
+
+    async def _pipeline_repairing(
+        self, commands: Sequence[Command], *, time_first: bool = False
+    ) -> list[Any]:
+        return await send_repairing(self.client, self.scripts, commands, time_first=time_first)
+
+    # -- what this node has seen of each job's fences -----------------------------------
+
+    def known_fence(self, job: str) -> int:
+        """The highest fence this store has seen for ``job`` (0: none; 1: only a lost claim).
+
+        Sent with every acquire: a fence counter missing although a fence is known means
+        Redis lost the job's data, not that the job is new (README, "A wiped Redis").
+        """
+        return self._fences_seen.get(job, 0)
+
+    def _saw_fence(self, job: str, *fences: int) -> None:
+        highest = max(fences, default=0)
+        if highest > self._fences_seen.get(job, 0):
+            self._fences_seen[job] = highest
