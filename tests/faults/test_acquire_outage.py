@@ -32,7 +32,7 @@ ACQUIRE_SHA_HEX = ACQUIRE_SHA.hexdigest().encode()
 KILL_PHASES_S = (0.0005, 0.002, 0.004, 0.008, 0.015, 0.03)
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(120)
 def test_lost_acquire_answers_and_redis_killed_mid_tick_lose_no_tick(
     fresh_redis: RedisServer, namespace: str, witness: Witness, tmp_path: Path
 ) -> None:
@@ -43,7 +43,7 @@ def test_lost_acquire_answers_and_redis_killed_mid_tick_lose_no_tick(
     try:
         witness.wait_for(
             lambda evs: sum(e["job"] == "fast" for e in evs) >= 4,
-            timeout_s=20,
+            timeout_s=40,
             what="the fleet to run",
         )
         for cuts in range(1, 5):

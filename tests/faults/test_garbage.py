@@ -48,7 +48,7 @@ def write_garbage(client: redis.Redis, key: str, kind: str) -> None:
         client.xadd(key, {"garbage": "1"})
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(120)
 def test_garbage_of_every_type_under_every_key_is_moved_aside_and_loses_no_tick(
     redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path
 ) -> None:
@@ -62,7 +62,7 @@ def test_garbage_of_every_type_under_every_key_is_moved_aside_and_loses_no_tick(
     try:
         witness.wait_for(
             lambda evs: sum(e["job"] == "slow" and e["event"] == "start" for e in evs) >= 1,
-            timeout_s=20,
+            timeout_s=40,
             what="the fleet to run",
         )
         for kind in ("string", "list", "hash", "set", "zset", "stream"):

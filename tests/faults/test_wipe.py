@@ -37,7 +37,7 @@ def fresh_slow_run(events: list[dict[str, Any]]) -> bool:
     )
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_redis_restarted_without_persistence_never_lets_runs_overlap(
     namespace: str, witness: Witness, tmp_path: Path
 ) -> None:
@@ -51,7 +51,7 @@ def test_redis_restarted_without_persistence_never_lets_runs_overlap(
     wiped_s: list[int] = []
     try:
         for _ in range(WIPES):
-            witness.wait_for(fresh_slow_run, timeout_s=20, what="a slow run starting")
+            witness.wait_for(fresh_slow_run, timeout_s=40, what="a slow run starting")
             # Just after its renewal at +0.9 s, before the next tick: the next renewal
             # (+1.2 s) would be the first to notice the wipe, after the next tick's grant.
             sleep_until_fraction(0.95)
@@ -60,7 +60,7 @@ def test_redis_restarted_without_persistence_never_lets_runs_overlap(
             wiped_s.append(int(time.time()))
         witness.wait_for(
             lambda evs: sum(e["job"] == "slow" and e["event"] == "start" for e in evs) >= WIPES + 2,
-            timeout_s=20,
+            timeout_s=40,
             what="slow runs after the last wipe",
         )
         t_end = time.time()
