@@ -20,113 +20,21 @@ job, the field and the value. :class:`Sidecar` turns a checked config into a run
 
 from __future__ import annotations
 
-import json
-import time
 import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import ValidationError
 
 from cronrace.agent import Agent
-from cronrace.config import SidecarSettings, settings_problems, short_repr
-from cronrace.errors import ConfigError, CronraceError, ScheduleError
-from cronrace.job import JOB_NAME_PATTERN, Handler
+from cronrace.config import SidecarSettings, settings_problems
+from cronrace.errors import ConfigError, CronraceError
+from cronrace.job import Handler
+from cronrace.jobspec import JobSpec, check_spec
 from cronrace.metrics import MetricsServer, PrometheusObserver
-from cronrace.policies import Catchup, Overlap
-from cronrace.schedule import Schedule
-from cronrace.targets import (
-    CommandSpec,
-    CommandTarget,
-    HttpSpec,
-    HttpTarget,
-    StreamSpec,
-    StreamTarget,
-)
-
-#: The target tables a job may have; exactly one of them.
-TARGET_KINDS = ("http", "command", "stream")
-
-
-class JobSpec(BaseModel):
-    """One ``[[jobs]]`` table: the job's definition and its one target.
-
-    The fields are those of :meth:`cronrace.Agent.add_job` (``lease_ttl`` and
-    ``catchup_window`` in seconds), plus the target table.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    schedule: str
-    timezone: str = "UTC"
-    overlap: Overlap = Overlap.SKIP
-    catchup: Catchup = Catchup.LATEST
-    catchup_window: float = Field(default=300.0, ge=0)
-    lease_ttl: float = Field(default=30.0, ge=0.1)
-    max_catchup: int = Field(default=100, ge=1)
-    history: int = Field(default=1000, ge=1)
-    overrun_ratio: float = Field(default=0.8, ge=0)
-    http: HttpSpec | None = None
-    command: CommandSpec | None = None
-    stream: StreamSpec | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, value: str) -> str:
-        if not JOB_NAME_PATTERN.fullmatch(value):
-            raise ValueError(
-                "use 1-128 letters, digits, '_', '.', '-', starting with a letter or digit"
-            )
-        return value
-
-    @field_validator("schedule")
-    @classmethod
-    def _check_schedule(cls, value: str, info: ValidationInfo) -> str:
-        # H hashes the job's name; a name that failed its own check still names the job.
-        name = info.data.get("name")
-        try:
-            Schedule.parse(value, job=name if isinstance(name, str) else "job")
-        except ScheduleError as exc:
-            raise ValueError(exc.reason) from None
-        return value
-
-    @field_validator("timezone")
-    @classmethod
-    def _check_timezone(cls, value: str) -> str:
-        try:
-            Schedule.parse("@every 1s", value)
-        except ScheduleError as exc:
-            raise ValueError(exc.reason) from None
-        return value
-
-    @property
-    def target_kind(self) -> str:
-        """``http``, ``command`` or ``stream``."""
-        kinds = [kind for kind in TARGET_KINDS if getattr(self, kind) is not None]
-        if len(kinds) != 1:
-            raise ConfigError(f"job {self.name!r}: needs exactly one target, has {kinds}")
-        return kinds[0]
-
-    def describe_target(self) -> str:
-        """A short human description of the target, for ``validate`` and logs."""
-        if self.http is not None:
-            return f"http {self.http.method} {self.http.safe_url}"
-        if self.command is not None:
-            return "command " + json.dumps(self.command.argv)  # a list, never a shell line
-        if self.stream is not None:
-            return f"stream {self.stream.key}"
-        return "none"
+from cronrace.targets import CommandTarget, HttpTarget, StreamTarget
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,67 +46,23 @@ class SidecarConfig:
     jobs: tuple[JobSpec, ...]
 
 
-def _job_label(index: int, raw: Mapping[str, Any]) -> str:
-    name = raw.get("name")
-    if isinstance(name, str) and name:
-        return f"job {name!r}"
-    return f"job #{index}"
-
-
 def _check_jobs(jobs_raw: list[Any], allow_hosts: list[str], problems: list[str]) -> list[JobSpec]:
     jobs: list[JobSpec] = []
     seen: dict[str, int] = {}
     for index, raw in enumerate(jobs_raw, start=1):
-        if not isinstance(raw, dict):
-            problems.append(f"job #{index}: is not a table; write [[jobs]] entries")
-            continue
-        label = _job_label(index, raw)
-        name = raw.get("name")
-        if isinstance(name, str) and name in seen:
-            problems.append(f"{label}: name {name!r}: is also the name of job #{seen[name]}")
-        elif isinstance(name, str):
-            seen[name] = index
-        problems.extend(_target_problems(label, raw, allow_hosts))
-        try:
-            spec = JobSpec.model_validate(raw)
-        except ValidationError as exc:
-            problems.extend(settings_problems(exc, prefix=label))
-            continue
-        try:
-            # The schedule and the zone are each valid; together they may never fire.
-            Schedule.parse(
-                spec.schedule, spec.timezone, job=spec.name, fires_after_s=int(time.time())
-            )
-        except ScheduleError as exc:
-            problems.append(f"{label}: schedule {short_repr(spec.schedule)}: {exc.reason}")
-        jobs.append(spec)
+        if isinstance(raw, dict) and isinstance(raw.get("name"), str):
+            name = raw["name"]
+            if name in seen:
+                problems.append(
+                    f"job {name!r}: name {name!r}: is also the name of job #{seen[name]}"
+                )
+            else:
+                seen[name] = index
+        spec, found = check_spec(JobSpec, index, raw, allow_hosts)
+        problems.extend(found)
+        if spec is not None:
+            jobs.append(spec)
     return jobs
-
-
-def _target_problems(label: str, raw: Mapping[str, Any], allow_hosts: list[str]) -> list[str]:
-    """Problems of the target tables that field validation does not see."""
-    kinds = [f"[jobs.{kind}]" for kind in TARGET_KINDS if kind in raw]
-    if not kinds:
-        return [
-            f"{label}: target: is required; add one of [jobs.http], [jobs.command], [jobs.stream]"
-        ]
-    if len(kinds) > 1:
-        return [f"{label}: targets {', '.join(kinds)}: a job has exactly one"]
-    if "http" not in raw:
-        return []
-    try:
-        http = HttpSpec.model_validate(raw["http"])
-    except ValidationError:
-        # The table's bad fields are reported with the job's other fields; its URL may
-        # still be valid and not allowed, which must be said in the same run.
-        table = raw["http"]
-        try:
-            http = HttpSpec.model_validate({"url": table.get("url")})
-        except (ValidationError, AttributeError):
-            return []
-    if problem := http.host_problem(allow_hosts):
-        return [f"{label}: http.url {http.safe_url!r}: {problem}"]
-    return []
 
 
 def load_config(path: str | Path, **overrides: Any) -> SidecarConfig:
@@ -252,6 +116,9 @@ def load_config(path: str | Path, **overrides: Any) -> SidecarConfig:
     return SidecarConfig(path=path, agent=settings, jobs=tuple(jobs))
 
 
+__all__ = ["JobSpec", "Sidecar", "SidecarConfig", "build_agent", "check_file", "load_config"]
+
+
 def make_target(spec: JobSpec, agent: Agent, settings: SidecarSettings) -> Handler:
     """Build the handler of one job spec.
 
@@ -273,19 +140,7 @@ def build_agent(config: SidecarConfig, observer: PrometheusObserver | None = Non
     """Create an agent with every job of ``config``."""
     agent = Agent(settings=config.agent, observer=observer)
     for spec in config.jobs:
-        agent.add_job(
-            make_target(spec, agent, config.agent),
-            spec.schedule,
-            name=spec.name,
-            timezone=spec.timezone,
-            overlap=spec.overlap,
-            catchup=spec.catchup,
-            lease_ttl=spec.lease_ttl,
-            catchup_window=spec.catchup_window,
-            max_catchup=spec.max_catchup,
-            history=spec.history,
-            overrun_ratio=spec.overrun_ratio,
-        )
+        agent.add_job(make_target(spec, agent, config.agent), spec.schedule, **spec.job_options())
     return agent
 
 

@@ -64,3 +64,18 @@ class Keys:
     @property
     def control(self) -> str:
         return f"{self.ns}:control"
+
+    @property
+    def schedules(self) -> str:
+        """Stored schedules: hash name -> definition (JSON), plus their ``:version``."""
+        return f"{self.ns}:schedules"
+
+    @property
+    def fleet_defs(self) -> str:
+        """What each node runs: hash node -> fingerprint of its job definitions."""
+        return f"{self.ns}:fleet:defs"
+
+    @property
+    def fleet_details(self) -> str:
+        """What each node runs, in detail: hash node -> JSON (job digests, handlers)."""
+        return f"{self.ns}:fleet:details"

@@ -21,7 +21,7 @@ from cronrace.store.replies import decode_text
 
 log = logging.getLogger("cronrace.store")
 
-SCRIPTS = ("acquire", "renew", "release", "fenced_set", "quarantine")
+SCRIPTS = ("acquire", "renew", "release", "fenced_set", "quarantine", "schedules")
 
 
 def _read_lua(name: str) -> str:
