@@ -28,13 +28,23 @@ from cronrace.errors import (
     RedisUnavailableError,
     UnknownJobError,
 )
-from cronrace.job import Handler, Job
+from cronrace.fleetdefs import (
+    FleetDefinitions,
+    JobDefinition,
+    NodeDetails,
+    disagreements,
+    job_definition,
+    live_details,
+    stored_problems,
+)
+from cronrace.job import Handler, Job, validate_job_name
 from cronrace.logs import configure_logging
 from cronrace.observer import Observer
 from cronrace.policies import Catchup, Overlap
 from cronrace.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runner import Runner
 from cronrace.scheduler import Scheduler, backoff_s
+from cronrace.schedules import Schedules, ScheduleSync, TargetFactory
 from cronrace.store import Store
 from cronrace.watchdog import LoopWatchdog
 
@@ -42,6 +52,8 @@ log = logging.getLogger("cronrace.agent")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The fields of a job's definition that ``jobs_status`` shows.
+SPEC_FIELDS = {"schedule", "timezone", "overlap", "catchup"}
 #: A node's heartbeat lives this many heartbeat periods.
 HEARTBEAT_TTL_PERIODS = 3
 #: Prune dead members from the live set every this many heartbeats.
@@ -96,6 +108,14 @@ class Agent:
         self.scheduler: Scheduler | None = None
         self.runner: Runner | None = None
         self._services: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        self._handlers: dict[str, Handler] = {}
+        #: Stored schedules: ``await agent.schedules.add(...)`` and the rest.
+        self.schedules = Schedules(self)
+        #: Builds the handler of a stored schedule's target table (set by the sidecar).
+        self.target_factory: TargetFactory | None = None
+        self.sync: ScheduleSync | None = None
+        self.fleet: FleetDefinitions | None = None
+        self._definitions: dict[str, JobDefinition] = {}
 
     # -- defining jobs -------------------------------------------------------------------
 
@@ -162,6 +182,33 @@ class Agent:
             raise JobDefinitionError(f"job {job.name!r}: name {job.name!r} is already defined")
         self._jobs[job.name] = job
         return job
+
+    def handler(self, name: str) -> Callable[[F], F]:
+        """Register the decorated function as the handler stored schedules call ``name``."""
+
+        def register(handler: F) -> F:
+            self.add_handler(name, handler)
+            return handler
+
+        return register
+
+    def add_handler(self, name: str, handler: Handler) -> None:
+        """Register ``handler`` under ``name``: stored schedules naming it run it here.
+
+        Raises:
+            JobDefinitionError: the name is invalid or taken, or the handler not callable.
+        """
+        validate_job_name(name)
+        if not callable(handler):
+            raise JobDefinitionError(f"handler {name!r}: {handler!r} is not callable")
+        if name in self._handlers:
+            raise JobDefinitionError(f"handler {name!r}: name {name!r} is already registered")
+        self._handlers[name] = handler
+
+    @property
+    def handlers(self) -> dict[str, Handler]:
+        """The handlers stored schedules may name on this agent, by name."""
+        return dict(self._handlers)
 
     def add_service(self, service: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run ``service()`` in the agent's event loop while it runs (from connection on).
@@ -281,6 +328,11 @@ class Agent:
         if self._stop_requested:
             self._stop_event.set()
         store = self.store
+        self.sync = ScheduleSync(
+            store, self.node_id, self._handlers, self._jobs, self.target_factory
+        )
+        self.fleet = FleetDefinitions(store, self.node_id, self.observer)
+        self._definitions = {name: job_definition(job) for name, job in self._jobs.items()}
         try:
             await self._connect(store)
             self.runner = Runner(
@@ -293,7 +345,7 @@ class Agent:
                 sync_threads=self.settings.sync_handler_threads,
             )
             self.scheduler = Scheduler(
-                jobs=self._jobs,
+                jobs={**self._jobs, **self.sync.jobs},
                 store=store,
                 clock=self.clock,
                 settings=self.settings,
@@ -302,6 +354,7 @@ class Agent:
                 observer=self.observer,
                 set_ready=self._set_ready,
             )
+            self.sync.attach(self.scheduler)
             log.info(
                 "agent started",
                 extra={
@@ -366,6 +419,8 @@ class Agent:
                     await store.register_jobs(
                         {name: job.spec() for name, job in self._jobs.items()}
                     )
+                    if self.sync is not None:
+                        await self.sync.reload("start-up")
                     break
                 except RedisAccessError:
                     raise
@@ -434,6 +489,7 @@ class Agent:
             await self.clock.sleep(self.settings.heartbeat_s if not attempt else backoff_s(attempt))
             try:
                 await self._beat(self.store)
+                await self._after_beat(reconnected=attempt > 0)
                 attempt = 0
             except RedisAccessError:
                 # Logged, counted and made readiness fail where it was translated; keep
@@ -445,6 +501,28 @@ class Agent:
                 self.observer.redis_error("heartbeat")
                 self._set_ready(False, why=f"Redis unreachable: {exc}")
                 log.warning("heartbeat failed", extra={"node": self.node_id, "error": str(exc)})
+
+    async def _after_beat(self, *, reconnected: bool) -> None:
+        """Publish what this node runs, compare with the fleet, follow stored schedules."""
+        if self.sync is None or self.fleet is None:
+            return
+        details = NodeDetails(
+            self.node_id,
+            self._definitions,
+            tuple(sorted(self._handlers)),
+            self.target_factory is not None,
+            dict(self.sync.refused),
+        )
+        version = await self.fleet.exchange(details, int(self.clock.time() * 1000))
+        if reconnected:
+            await self.sync.reload("reconnected")
+        else:
+            await self.sync.check_version(version)
+
+    async def fleet_details(self) -> list[NodeDetails]:
+        """What every live node publishes: job digests, handlers, refused stored schedules."""
+        ttl_ms = int(self.settings.heartbeat_s * HEARTBEAT_TTL_PERIODS * 1000)
+        return await live_details(self.store, heartbeat_ttl_ms=ttl_ms)
 
     async def _watch_loop(self) -> None:
         """Run the event-loop watchdog that ``/healthz`` reads."""
@@ -484,7 +562,10 @@ class Agent:
                 continue
             for entry_id, fields in entries:
                 position = entry_id
-                job = self._jobs.get(fields.get("job", ""))
+                if fields.get("op") == "schedules" and self.sync is not None:
+                    with contextlib.suppress(RedisError, OSError):  # the heartbeat catches up
+                        await self.sync.on_notice(fields)
+                job = self.scheduler.jobs.get(fields.get("job", ""))
                 if fields.get("op") == "trigger" and job is not None:
                     log.info("manual trigger", extra={"job": job.name, "trigger": fields.get("id")})
                     await self.scheduler.fire_trigger(job, fields.get("id", entry_id), runs)
@@ -535,6 +616,8 @@ class Agent:
     async def _known(self, job: str) -> str:
         if job in self._jobs or job in await self.store.known_jobs():
             return job
+        if (await self.store.schedules.read([job]))[1].get(job) is not None:
+            return job  # a stored schedule
         raise UnknownJobError(f"job {job!r}: no such job in namespace {self.settings.namespace!r}")
 
     async def pause(self, job: str) -> None:
@@ -584,25 +667,37 @@ class Agent:
         return await self.store.nodes(heartbeat_ttl_ms=ttl_ms)
 
     async def jobs_status(self) -> list[JobStatus]:
-        """Describe every job of the namespace: definition, next tick, lease, counters."""
-        names = sorted(set(self._jobs) | set(await self.store.known_jobs()))
+        """Describe every job of the namespace: definition, next tick, lease, counters.
+
+        Stored schedules are listed too; ``problem`` says when live nodes define a job
+        differently, or when no live node runs a stored schedule.
+        """
+        stored = {spec.name: spec for spec in await self.schedules.list()}
+        names = sorted(set(self._jobs) | set(await self.store.known_jobs()) | set(stored))
+        fleet = await self.fleet_details()
+        problems = {
+            d.job: f"live nodes define it differently: {d.describe()}" for d in disagreements(fleet)
+        }
+        problems.update(stored_problems(stored, fleet))
         states = await self.store.job_states(names)
         out = []
         for state in states:
             job = self._jobs.get(state.job)
+            spec = job.spec() if job is not None else state.spec
+            if job is None and state.job in stored:
+                spec = stored[state.job].model_dump(mode="json", include=SPEC_FIELDS)
             last = await self.store.history(state.job, 1)
             next_tick = None
             if self.scheduler is not None and state.job in self.scheduler.next_tick:
                 next_tick = self.scheduler.next_tick[state.job]
             else:  # None when its tick math fails (the scheduler logs why)
-                spec = job.spec() if job is not None else state.spec
                 next_tick = _next_from_spec(state.job, spec, int(self.clock.time()))
             counters = state.counters
             out.append(
                 JobStatus(
                     job=state.job,
-                    schedule=job.schedule.expr if job else state.spec.get("schedule", "?"),
-                    timezone=job.schedule.timezone if job else state.spec.get("timezone", "?"),
+                    schedule=spec.get("schedule", "?"),
+                    timezone=spec.get("timezone", "?"),
                     next_tick_s=next_tick,
                     last_tick_s=state.watermark_s,
                     last_outcome=last[0].outcome.value if last else None,
@@ -611,8 +706,10 @@ class Agent:
                     paused=state.paused,
                     skipped=counters.get("skipped_overlap", 0) + counters.get("skipped_paused", 0),
                     missed=counters.get("missed", 0),
-                    overlap=job.overlap.value if job else state.spec.get("overlap", "?"),
-                    catchup=job.catchup.value if job else state.spec.get("catchup", "?"),
+                    overlap=spec.get("overlap", "?"),
+                    catchup=spec.get("catchup", "?"),
+                    source="stored" if job is None and state.job in stored else "code",
+                    problem=problems.get(state.job),
                 )
             )
         return out

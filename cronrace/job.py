@@ -11,7 +11,7 @@ import inspect
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -161,6 +161,7 @@ class RunContext:
             whatever the run writes, so that a stale run's late writes can be refused.
         node_id: the node running it.
         trigger_id: set when the run was triggered by hand.
+        args: the stored schedule's ``args`` (empty for jobs defined in code).
     """
 
     job: str
@@ -168,6 +169,7 @@ class RunContext:
     fence: int
     node_id: str
     trigger_id: str | None = None
+    args: Mapping[str, Any] = field(default_factory=dict)
     _store: Store | None = field(default=None, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
 

@@ -81,6 +81,11 @@ class PrometheusObserver(Observer):
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
         self.registry = registry
+        self.definition_disagreements_jobs = Gauge(
+            "cronrace_definition_disagreements",
+            "Jobs that live nodes define differently (they fire the union of the ticks).",
+            registry=registry,
+        )
         self.claims_total = Counter(
             "cronrace_claims",
             "Tick claims sent, by result (won: this node runs the tick's decision).",
@@ -267,6 +272,9 @@ class PrometheusObserver(Observer):
 
     def loop_stalled(self, lag_s: float) -> None:
         self.loop_stalls_total.inc()
+
+    def definition_disagreements(self, jobs: int) -> None:
+        self.definition_disagreements_jobs.set(jobs)
 
 
 class ScheduleCollector(Collector):

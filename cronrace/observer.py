@@ -41,3 +41,6 @@ class Observer:
 
     def loop_stalled(self, lag_s: float) -> None:
         """The event loop woke ``lag_s`` late, past the liveness threshold."""
+
+    def definition_disagreements(self, jobs: int) -> None:
+        """``jobs`` jobs are defined differently by live nodes (0: all agree)."""

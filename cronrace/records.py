@@ -149,6 +149,8 @@ class JobStatus:
     missed: int
     overlap: str
     catchup: str
+    source: str = "code"  # "stored": a stored schedule (agent.schedules)
+    problem: str | None = None  # nodes disagree on it, or no live node runs it
 
 
 @dataclass(frozen=True, slots=True)

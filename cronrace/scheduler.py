@@ -102,13 +102,19 @@ class Scheduler:
                 # or re-estimated meanwhile: sleep, then look at the clock again.
                 await self.clock.sleep(min(wait_s, self._max_sleep_s))
                 continue
+            planned: dict[str, Job] = {}
             due: list[tuple[int, str]] = []
             while self._heap and self._heap[0][0] <= now:
-                due.append(heapq.heappop(self._heap))
+                first_due, name = heapq.heappop(self._heap)
+                # Entries of a job replaced or removed at runtime (stored schedules) are
+                # stale: only the one matching its current next tick counts, once.
+                if self.next_tick.get(name) == first_due and name not in planned:
+                    planned[name] = self.jobs[name]
+                    due.append((first_due, name))
             plans: list[_Decided] = []
             following: dict[str, int] = {}
             for first_due, name in due:
-                job = self.jobs[name]
+                job = planned[name]
                 try:
                     plan, following[name] = self._plan(job, first_due, now)
                 except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
@@ -124,6 +130,9 @@ class Scheduler:
                     extra={"jobs": [d.job.name for d in plans]},
                 )
                 decided = True
+            # A job replaced or removed while its claims were out has its new next tick
+            # already (put_job, drop_job): the old definition's must not overwrite it.
+            following = {n: s for n, s in following.items() if self.jobs.get(n) is planned[n]}
             if decided:
                 failures = 0
                 for name, next_s in following.items():
@@ -175,6 +184,23 @@ class Scheduler:
                 "node": self.settings.node_id,
             },
         )
+
+    def put_job(self, job: Job) -> None:
+        """Add a job, or replace one, while the loop runs: it fires from its next tick
+        after now (every node computes the same one), not from an older watermark."""
+        self.jobs[job.name] = job
+        try:
+            first_s = job.schedule.next_tick(int(self.clock.time()))
+        except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
+            self._unschedule(job, exc)
+            return
+        if self.next_tick.get(job.name) != first_s:
+            self._push(job.name, first_s)
+
+    def drop_job(self, name: str) -> None:
+        """Stop firing a job while the loop runs (its heap entries turn stale)."""
+        self.jobs.pop(name, None)
+        self.next_tick.pop(name, None)
 
     def _push(self, name: str, tick_s: int) -> None:
         self.next_tick[name] = tick_s

@@ -11,8 +11,10 @@ from typing import Any, Self
 
 from cronrace.store.access import AccessWatch
 from cronrace.store.client import make_client
+from cronrace.store.fleet import FleetCommands
 from cronrace.store.garbage import Command, send_repairing
 from cronrace.store.keys import Keys
+from cronrace.store.schedules import ScheduleCommands
 from cronrace.store.scripts import Scripts
 
 #: The namespace-wide keys and the type each holds.
@@ -26,6 +28,8 @@ class StoreBase:
         self.client = client
         self.keys = Keys(namespace)
         self.scripts = Scripts(client)
+        self.schedules = ScheduleCommands(client, self.keys, self.scripts)
+        self.fleet = FleetCommands(client, self.keys)
         self._fences_seen: dict[str, int] = {}
         # What Redis refused (wrong password, NOPERM, TLS); the embedded store refuses nothing.
         watch = getattr(client, "access", None)

@@ -1,0 +1,273 @@
+"""Which definitions each live node runs, and where two nodes disagree about one job.
+
+Every node fires the jobs defined in its own code or TOML file. Two live nodes with
+different definitions of one job (a rolling deploy that changes a schedule, a config file
+edited on one host) race for different tick sets and fire their union, without a word
+from either. So each node publishes a digest of each such job's definition (schedule,
+zone, policies, target) with its heartbeat, reads the others', and when live nodes
+disagree logs it at ERROR naming the job and the nodes, counts it in
+``cronrace_definition_disagreements``, and ``cronrace status`` shows it.
+
+The same exchange carries what a node can run of the stored schedules (its handlers, and
+the stored schedules it refuses and why), so that a schedule no live node can run is
+reported, not silently idle. Stored schedules themselves are not compared: every node
+reads them from Redis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import BaseModel
+
+from cronrace.job import Job
+from cronrace.observer import Observer
+
+if TYPE_CHECKING:
+    from cronrace.store import Store
+
+log = logging.getLogger("cronrace.fleet")
+
+
+@dataclass(frozen=True, slots=True)
+class JobDefinition:
+    """What a node publishes of one job: its digest, and enough to say how it differs."""
+
+    digest: str
+    schedule: str
+    timezone: str
+
+
+def _handler_identity(handler: object) -> Any:
+    """A target's full spec, or a function's module and qualified name."""
+    spec = getattr(handler, "spec", None)
+    if isinstance(spec, BaseModel):
+        return {type(spec).__name__: spec.model_dump(mode="json")}
+    target = getattr(handler, "__wrapped__", handler)
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
+
+
+def job_definition(job: Job) -> JobDefinition:
+    """Digest a job's definition: schedule, zone, policies and what it runs."""
+    data = {
+        "schedule": job.schedule.expr,
+        "timezone": job.schedule.timezone,
+        "overlap": job.overlap.value,
+        "catchup": job.catchup.value,
+        "lease_ttl_s": job.lease_ttl_s,
+        "catchup_window_s": job.catchup_window_s,
+        "max_catchup": job.max_catchup,
+        "runs": _handler_identity(job.handler),
+    }
+    raw = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    return JobDefinition(
+        hashlib.sha256(raw).hexdigest()[:16], job.schedule.expr, job.schedule.timezone
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDetails:
+    """What one node publishes.
+
+    Attributes:
+        node_id: the node.
+        jobs: its jobs from code or TOML, by name.
+        handlers: the handler names stored schedules may name on it.
+        targets: whether it runs stored schedules' target tables (a sidecar).
+        refused: stored schedules it does not race for, and why.
+    """
+
+    node_id: str
+    jobs: dict[str, JobDefinition] = field(default_factory=dict)
+    handlers: tuple[str, ...] = ()
+    targets: bool = False
+    refused: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "jobs": {name: [d.digest, d.schedule, d.timezone] for name, d in self.jobs.items()},
+                "handlers": list(self.handlers),
+                "targets": self.targets,
+                "refused": self.refused,
+            },
+            option=orjson.OPT_SORT_KEYS,
+        )
+
+    @classmethod
+    def from_json(cls, node_id: str, raw: bytes) -> NodeDetails:
+        """Read published details; garbage reads as a node that publishes nothing."""
+        try:
+            data = orjson.loads(raw)
+            jobs = {
+                str(name): JobDefinition(str(d[0]), str(d[1]), str(d[2]))
+                for name, d in data.get("jobs", {}).items()
+            }
+            return cls(
+                node_id,
+                jobs,
+                tuple(str(h) for h in data.get("handlers", [])),
+                bool(data.get("targets", False)),
+                {str(k): str(v) for k, v in data.get("refused", {}).items()},
+            )
+        except (orjson.JSONDecodeError, AttributeError, TypeError, IndexError, KeyError):
+            log.error("unreadable fleet details of a node; ignored", extra={"node": node_id})
+            return cls(node_id)
+
+    def fingerprint(self) -> str:
+        """``<jobs> <details>``: hashes of the job digests alone, and of everything."""
+        jobs = orjson.dumps(
+            {name: d.digest for name, d in self.jobs.items()}, option=orjson.OPT_SORT_KEYS
+        )
+        return f"{_short(jobs)} {_short(self.to_json())}"
+
+
+def _short(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Disagreement:
+    """One job that live nodes define differently: node -> its definition."""
+
+    job: str
+    by_node: dict[str, JobDefinition]
+
+    def describe(self) -> str:
+        """``node-a, node-b: '*/5 * * * *' UTC; node-c: '*/10 * * * *' UTC`` (or digests)."""
+        groups: dict[JobDefinition, list[str]] = {}
+        for node, definition in sorted(self.by_node.items()):
+            groups.setdefault(definition, []).append(node)
+        parts = []
+        for definition, nodes in groups.items():
+            shown = f"{definition.schedule!r} {definition.timezone}"
+            if (
+                sum(
+                    1
+                    for d in groups
+                    if (d.schedule, d.timezone) == (definition.schedule, definition.timezone)
+                )
+                > 1
+            ):
+                shown += f" (digest {definition.digest})"
+            parts.append(f"{', '.join(nodes)}: {shown}")
+        return "; ".join(parts)
+
+
+def disagreements(fleet: Sequence[NodeDetails]) -> list[Disagreement]:
+    """Jobs that two or more nodes define, not all alike (a job some nodes lack is fine)."""
+    by_job: dict[str, dict[str, JobDefinition]] = {}
+    for node in fleet:
+        for name, definition in node.jobs.items():
+            by_job.setdefault(name, {})[node.node_id] = definition
+    return [
+        Disagreement(name, nodes)
+        for name, nodes in sorted(by_job.items())
+        if len({d.digest for d in nodes.values()}) > 1
+    ]
+
+
+class FleetDefinitions:
+    """This node's side of the exchange: publish with each heartbeat, compare, report."""
+
+    def __init__(self, store: Store, node_id: str, observer: Observer) -> None:
+        self.store = store
+        self.node_id = node_id
+        self.observer = observer
+        self.disagreements: list[Disagreement] = []
+        self._written: str | None = None
+        self._known: dict[str, tuple[str, NodeDetails]] = {}  # node -> (fingerprint, details)
+
+    async def exchange(self, details: NodeDetails, now_ms: int) -> int:
+        """Publish ``details``, read the live nodes', report disagreements.
+
+        Returns:
+            The stored schedules' version (read in the same round trip).
+        """
+        fingerprint = details.fingerprint()
+        reply = await self.store.fleet.exchange(
+            self.node_id,
+            fingerprint,
+            details=None if fingerprint == self._written else details.to_json(),
+            now_ms=now_ms,
+        )
+        if reply.details_missing and fingerprint == self._written:
+            # Redis lost it (a wipe) or a node pruned it: publish again now.
+            self._written = None
+            reply = await self.store.fleet.exchange(
+                self.node_id, fingerprint, details=details.to_json(), now_ms=now_ms
+            )
+        self._written = fingerprint
+        self._known[self.node_id] = (fingerprint, details)
+        own_jobs = fingerprint.split(" ")[0]
+        others = {n: f for n, f in reply.fingerprints.items() if n != self.node_id}
+        if all(f.split(" ")[0] == own_jobs for f in others.values()):
+            found: list[Disagreement] = []
+        else:
+            stale = [n for n, f in others.items() if self._known.get(n, ("",))[0] != f]
+            for node, raw in (await self.store.fleet.read_details(stale)).items():
+                if raw is not None:
+                    self._known[node] = (others[node], NodeDetails.from_json(node, raw))
+            live = [self._known[n][1] for n in [self.node_id, *others] if n in self._known]
+            found = disagreements(live)
+        self._report(found)
+        for node in set(self._known) - set(reply.fingerprints) - {self.node_id}:
+            del self._known[node]
+        if reply.dead:
+            await self.store.fleet.forget(reply.dead)
+        return reply.schedules_version
+
+    def _report(self, found: list[Disagreement]) -> None:
+        before = {d.job: d for d in self.disagreements}
+        for item in found:
+            if before.get(item.job) != item:
+                log.error(
+                    "live nodes define this job differently: they fire the union of its "
+                    "ticks until they agree",
+                    extra={
+                        "job": item.job,
+                        "nodes": sorted(item.by_node),
+                        "definitions": item.describe(),
+                        "node": self.node_id,
+                    },
+                )
+        for job in sorted(set(before) - {d.job for d in found}):
+            log.warning(
+                "live nodes agree again on this job", extra={"job": job, "node": self.node_id}
+            )
+        self.disagreements = found
+        self.observer.definition_disagreements(len(found))
+
+
+async def live_details(store: Store, *, heartbeat_ttl_ms: int) -> list[NodeDetails]:
+    """What every live node publishes (for ``status`` and strict handler checks)."""
+    nodes = [node.node_id for node in await store.nodes(heartbeat_ttl_ms=heartbeat_ttl_ms)]
+    found = await store.fleet.read_details(nodes)
+    return [
+        NodeDetails.from_json(node, raw) if raw else NodeDetails(node)
+        for node, raw in found.items()
+    ]
+
+
+def stored_problems(specs: Mapping[str, Any], fleet: Sequence[NodeDetails]) -> dict[str, str]:
+    """Stored schedules no live node races for, and why (specs: name -> ScheduleSpec)."""
+    out: dict[str, str] = {}
+    for name, spec in specs.items():
+        reasons = []
+        for node in fleet:
+            if name in node.refused:
+                reasons.append(f"{node.node_id}: {node.refused[name]}")
+            elif spec.handler is not None and spec.handler not in node.handlers:
+                reasons.append(f"{node.node_id}: no handler {spec.handler!r}")
+            elif spec.handler is None and not node.targets:
+                reasons.append(f"{node.node_id}: runs no targets")
+            else:
+                break
+        else:
+            out[name] = "no live node runs it" + (f" ({'; '.join(reasons)})" if reasons else "")
+    return out

@@ -1,0 +1,104 @@
+"""What each live node runs, published with its heartbeat (DESIGN.md section 13).
+
+Two namespace-level hashes, one field per node:
+
+- ``<ns>:fleet:defs``: a short fingerprint, ``<jobs> <details>``: the first part hashes
+  the node's job definitions from code or TOML, the second everything it publishes. It is
+  written with every heartbeat (a few dozen bytes), so that every node sees the others'
+  at the cost of one ``HGETALL`` of fingerprints;
+- ``<ns>:fleet:details``: the JSON the second part hashes (each job's digest, schedule
+  and zone; the handlers this node has; the stored schedules it refuses and why), written
+  only when it changed or went missing, and read only for nodes whose fingerprint moved.
+
+Fields of nodes that left the live set are deleted by whichever node notices.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cronrace.store.garbage import is_wrong_type
+from cronrace.store.keys import Keys
+from cronrace.store.replies import decode_text, int_or_none
+from cronrace.store.schedules import VERSION_FIELD
+
+log = logging.getLogger("cronrace.store")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetReply:
+    """One heartbeat's view: the live nodes' fingerprints and the stored schedules' version.
+
+    Attributes:
+        fingerprints: live node -> its ``<jobs> <details>`` fingerprint.
+        dead: nodes whose fields remain although they left the live set.
+        details_missing: this node's details are not stored (first beat, or a wipe).
+        schedules_version: the stored schedules' version (0: none stored).
+    """
+
+    fingerprints: dict[str, str]
+    dead: tuple[str, ...]
+    details_missing: bool
+    schedules_version: int
+
+
+class FleetCommands:
+    """Redis commands of the fleet's definitions exchange (``store.fleet``)."""
+
+    def __init__(self, client: Any, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    async def exchange(
+        self, node_id: str, fingerprint: str, *, details: bytes | None, now_ms: int
+    ) -> FleetReply:
+        """Publish this node's fingerprint (and details when given); read everyone's.
+
+        One round trip: also reads the live set and the stored schedules' version.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(self.keys.fleet_defs, node_id, fingerprint)
+        if details is not None:
+            pipe.hset(self.keys.fleet_details, node_id, details)
+        pipe.hgetall(self.keys.fleet_defs)
+        pipe.zrangebyscore(self.keys.nodes, now_ms, "+inf")
+        pipe.hexists(self.keys.fleet_details, node_id)
+        pipe.hget(self.keys.schedules, VERSION_FIELD)
+        replies = []
+        for reply in await pipe.execute(raise_on_error=False):
+            if isinstance(reply, Exception) and not is_wrong_type(reply):
+                raise reply
+            if isinstance(reply, Exception):
+                # Garbage under a fleet key: this exchange sees nothing there; the node
+                # that deletes dead fields (HDEL) fails too and says which key (ERROR).
+                log.error("garbage under a fleet key; shown as empty", extra={"error": str(reply)})
+                reply = None
+            replies.append(reply)
+        everyone, live_raw, has_details, version = replies[-4:]
+        everyone, live_raw = everyone or {}, live_raw or []
+        live = {decode_text(node) for node in live_raw} | {node_id}
+        prints = {decode_text(node): decode_text(value) for node, value in everyone.items()}
+        return FleetReply(
+            fingerprints={node: value for node, value in prints.items() if node in live},
+            dead=tuple(sorted(set(prints) - live)),
+            details_missing=not has_details,
+            schedules_version=int_or_none(version) or 0,
+        )
+
+    async def read_details(self, nodes: Sequence[str]) -> dict[str, bytes | None]:
+        """The published details of ``nodes`` (None where a node has none)."""
+        if not nodes:
+            return {}
+        values = await self.client.hmget(self.keys.fleet_details, list(nodes))
+        return dict(zip(nodes, values, strict=True))
+
+    async def forget(self, nodes: Sequence[str]) -> None:
+        """Delete the published fields of nodes that left."""
+        if nodes:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hdel(self.keys.fleet_defs, *nodes)
+            pipe.hdel(self.keys.fleet_details, *nodes)
+            await pipe.execute()
