@@ -533,6 +533,12 @@ async def _trigger_timeout(
     }
 
 
+# The `schedules` subcommands use the options and helpers above.
+from cronrace.cli_schedules import schedules_app  # noqa: E402
+
+app.add_typer(schedules_app, name="schedules", epilog=EXIT_CODES_HELP)
+
+
 def main() -> None:
     """Entry point of the ``cronrace`` console script."""
     try:

@@ -53,6 +53,11 @@ def _print(fitted: Fitted) -> None:
         say(note, fitted.width)
 
 
+def print_table(fitted: Fitted) -> None:
+    """Print a fitted table (and the note on the columns left out)."""
+    _print(fitted)
+
+
 def say(text: str, width: int | None = None) -> None:
     """Print a sentence, wrapped at spaces to ``width`` (names are never broken)."""
     if width is not None:
@@ -191,6 +196,13 @@ def print_status(
     """The ``status`` table, and a line on the live nodes under it."""
     title = f"jobs in namespace {namespace!r}"
     _print(fit(title, STATUS_COLUMNS, status_rows(rows, now_s), width))
+    # Problems get lines of their own: a table column would be the first left out at 80.
+    for row in rows:
+        if row.problem:
+            say(f"problem: {row.job}: {row.problem}", width)
+    stored = sum(row.source == "stored" for row in rows)
+    if stored:
+        say(f"{stored} of these are stored schedules (cronrace schedules ls)", width)
     if nodes:
         names = ", ".join(node.node_id for node in nodes)
         say(f"{len(nodes)} live node(s): {names}", width)

@@ -257,6 +257,8 @@ async def live_details(store: Store, *, heartbeat_ttl_ms: int) -> list[NodeDetai
 def stored_problems(specs: Mapping[str, Any], fleet: Sequence[NodeDetails]) -> dict[str, str]:
     """Stored schedules no live node races for, and why (specs: name -> ScheduleSpec)."""
     out: dict[str, str] = {}
+    if not fleet:
+        return out  # no live node at all: status says so once, not once per schedule
     for name, spec in specs.items():
         reasons = []
         for node in fleet:

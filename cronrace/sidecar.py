@@ -141,6 +141,8 @@ def build_agent(config: SidecarConfig, observer: PrometheusObserver | None = Non
     agent = Agent(settings=config.agent, observer=observer)
     for spec in config.jobs:
         agent.add_job(make_target(spec, agent, config.agent), spec.schedule, **spec.job_options())
+    # Stored schedules with a target table run here too, checked by this file's allow_hosts.
+    agent.target_factory = lambda spec: make_target(spec, agent, config.agent)
     return agent
 
 

@@ -14,13 +14,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
+import tomli_w
 from pydantic import Field, JsonValue, field_validator
 
-from cronrace.errors import JobDefinitionError
+from cronrace.errors import ConfigError, JobDefinitionError
 from cronrace.job import JOB_NAME_PATTERN, Handler, Job, RunContext
 from cronrace.jobspec import JobSpec, check_spec
 
@@ -148,3 +151,47 @@ def build_job(spec: ScheduleSpec, handler: Handler) -> Job:
     """
     runs = with_args(handler, spec.args) if spec.handler is not None else handler
     return Job.define(runs, spec.schedule, **spec.job_options())
+
+
+def load_schedules(path: Path, *, allow_hosts: list[str]) -> list[ScheduleSpec]:
+    """Read and check a file of ``[[schedules]]`` tables (``cronrace schedules apply``).
+
+    Raises:
+        ConfigError: every problem, one line each, starting with the file's path.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    problems = [
+        f"{key!r}: unknown table; a schedules file has [[schedules]] only"
+        for key in data
+        if key != "schedules"
+    ]
+    tables = data.get("schedules", [])
+    if not isinstance(tables, list):
+        problems.append("schedules: is not an array of tables; write [[schedules]]")
+        tables = []
+    specs: list[ScheduleSpec] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(tables, start=1):
+        spec, found = check_spec(ScheduleSpec, index, raw, allow_hosts)
+        problems.extend(found)
+        if spec is not None and spec.name in seen:
+            problems.append(f"job {spec.name!r}: name {spec.name!r}: appears twice")
+        if spec is not None and not found:
+            seen.add(spec.name)
+            specs.append(spec)
+    if problems:
+        raise ConfigError([f"{path}: {line}" for line in problems])
+    return specs
+
+
+def dump_schedules(specs: list[ScheduleSpec]) -> str:
+    """The ``[[schedules]]`` TOML of ``specs`` (what ``export`` prints; ``apply`` reads it)."""
+    tables = [spec.model_dump(mode="json", exclude_defaults=True) for spec in specs]
+    return tomli_w.dumps({"schedules": tables})
