@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import anyio
 from anyio.abc import TaskGroup
 from redis.exceptions import RedisError
 
@@ -75,6 +76,7 @@ class Scheduler:
         self.observer = observer
         self._set_ready = set_ready
         self._heap: list[tuple[int, str]] = []
+        self._woken = anyio.Event()  # set by put_job: the loop looks at the heap again
         self._ambiguous: set[tuple[str, int, str | None]] = set()
         self.next_tick: dict[str, int] = {}
         # A clock whose sleepers wake exactly when it steps (the testing FakeClock) says so
@@ -94,13 +96,13 @@ class Scheduler:
         while True:
             now = self.clock.time()
             if not self._heap:
-                await self.clock.sleep(self._max_sleep_s)
+                await self._nap(self._max_sleep_s)
                 continue
             wait_s = self._heap[0][0] - now
             if wait_s > 0:
                 # Some event loops wake a little early, and the wall clock may be stepped
                 # or re-estimated meanwhile: sleep, then look at the clock again.
-                await self.clock.sleep(min(wait_s, self._max_sleep_s))
+                await self._nap(min(wait_s, self._max_sleep_s))
                 continue
             planned: dict[str, Job] = {}
             due: list[tuple[int, str]] = []
@@ -185,6 +187,20 @@ class Scheduler:
             },
         )
 
+    async def _nap(self, seconds: float) -> None:
+        """Sleep on the clock, but no longer than until :meth:`put_job` adds a tick."""
+        self._woken = anyio.Event()
+        with anyio.CancelScope() as nap:
+
+            async def wake_early() -> None:
+                await self._woken.wait()
+                nap.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wake_early)
+                await self.clock.sleep(seconds)
+                tg.cancel_scope.cancel()
+
     def put_job(self, job: Job) -> None:
         """Add a job, or replace one, while the loop runs: it fires from its next tick
         after now (every node computes the same one), not from an older watermark."""
@@ -196,6 +212,7 @@ class Scheduler:
             return
         if self.next_tick.get(job.name) != first_s:
             self._push(job.name, first_s)
+            self._woken.set()
 
     def drop_job(self, name: str) -> None:
         """Stop firing a job while the loop runs (its heap entries turn stale)."""
