@@ -65,6 +65,10 @@ class AgentSettings(BaseSettings):
     loop_lag_threshold_s: float = Field(default=5.0, gt=0)
     claim_replicas: int = Field(default=0, ge=0)
     claim_replicas_timeout_ms: int = Field(default=100, ge=1)
+    strict_handlers: bool = Field(
+        default=False,
+        description="refuse stored schedules naming a handler no live node has registered",
+    )
     log_format: str = Field(default="text", pattern="^(text|json)$")
     log_level: str = "INFO"
 
