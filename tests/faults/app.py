@@ -27,6 +27,13 @@ _witness = redis.Redis.from_url(WITNESS_URL, socket_timeout=2) if WITNESS_URL el
 SLOW_S = float(os.environ.get("FAULT_SLOW_S", "3"))
 SLOW_LEASE_S = float(os.environ.get("FAULT_SLOW_LEASE_S", "0.9"))
 
+#: Which jobs from code this process defines (default both); "" for none, when a test
+#: runs only stored schedules.
+CODE_JOBS = os.environ.get("FAULT_CODE_JOBS", "fast,slow").split(",")
+#: When set, a job "drifting" with this schedule: nodes started with different values
+#: define one job differently (the definition-drift test).
+DRIFT_SCHEDULE = os.environ.get("FAULT_DRIFT_SCHEDULE")
+
 agent = Agent()
 
 
@@ -51,13 +58,11 @@ def note(event: str, ctx: RunContext) -> None:
         os.close(fd)
 
 
-@agent.job("* * * * * *", name="fast", lease_ttl=0.9)
 async def fast(ctx: RunContext) -> None:
     note("start", ctx)
     note("end", ctx)
 
 
-@agent.job("* * * * * *", name="slow", lease_ttl=SLOW_LEASE_S)
 async def slow(ctx: RunContext) -> None:
     note("start", ctx)
     try:
@@ -67,3 +72,13 @@ async def slow(ctx: RunContext) -> None:
         note("cancelled", ctx)
         raise
     note("end", ctx)
+
+
+if "fast" in CODE_JOBS:
+    agent.add_job(fast, "* * * * * *", name="fast", lease_ttl=0.9)
+if "slow" in CODE_JOBS:
+    agent.add_job(slow, "* * * * * *", name="slow", lease_ttl=SLOW_LEASE_S)
+if DRIFT_SCHEDULE:
+    agent.add_job(fast, DRIFT_SCHEDULE, name="drifting", lease_ttl=0.9)
+# Stored schedules name this handler (cronrace schedules add NAME SCHEDULE --handler note).
+agent.add_handler("note", fast)
