@@ -9,11 +9,16 @@ from pathlib import Path
 
 import fakeredis
 import pytest
+from hypothesis import settings
 
 from cronrace.store import Store, make_client
 from tests.redis_server import RedisServer, redis_available, require_redis_in_ci
 
 _namespaces = itertools.count()
+
+# `pytest -m model --hypothesis-profile=deep`: the protocol and scheduler models (and every
+# other property test) run many more and longer examples (README, Development).
+settings.register_profile("deep", max_examples=1000, stateful_step_count=100, deadline=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,0 +1,976 @@
+"""A model of the claim / acquire / renew / release protocol, checked after every step.
+
+A hypothesis state machine drives the real Lua scripts through :class:`cronrace.store.Store`
+(one store per node, as in a fleet) and checks the contract of DESIGN.md after each step.
+Its rules are what can happen to a fleet: nodes claim ticks (on time, late, or with a clock
+so far behind that the claim key has expired), decide them, renew, finish and crash; they
+pause, are cut off from Redis, and restart; time passes (every TTL in the namespace is
+shortened, so leases and holds expire when the model says so, never by the wall clock);
+Redis is wiped, fails over to a replica that lags (a snapshot taken some steps earlier),
+loses its script cache, or finds garbage of any type under any key of a job; operators
+pause, resume and trigger jobs. There is one job per overlap policy.
+
+Time is counted in grains of ``GRAIN_MS``. A lease lives ``LEASE_TTL_MS`` (6 grains) and is
+renewed every 2 grains by a node that is up; a node gives its run up by itself 0.9 lease
+after the last renewal it sent (DESIGN.md section 4). A tick falls every ``TICK_MS``
+(3 grains); nodes attempt a tick while it is at most ``WINDOW_TICKS`` ticks old, and claims
+live longer than that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import event, note
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from cronrace.policies import Catchup, Outcome, TickPlan, plan_ticks
+from cronrace.records import RunRecord
+from cronrace.store import AcquireReply, AcquireRequest, Claim, Store
+from tests.model import redis_state
+from tests.model.mutations import apply_mutation
+
+NAMESPACE = "m"
+GRAIN_MS = 100_000
+LEASE_TTL_MS = 6 * GRAIN_MS
+RENEW_EVERY_MS = 2 * GRAIN_MS
+LOCAL_DEADLINE_MS = int(0.9 * LEASE_TTL_MS)
+TICK_MS = 3 * GRAIN_MS
+WINDOW_TICKS = 2
+CLAIM_TTL_MS = (WINDOW_TICKS + 2) * TICK_MS
+MAX_CATCHUP = 2
+
+JOBS = {
+    "j-skip": "skip",
+    "j-queue": "queue_one",
+    "j-replace": "replace",
+    "j-allow": "allow",
+}
+LEASED = {job for job, overlap in JOBS.items() if overlap != "allow"}
+NODES = ("a", "b", "c")
+KEY_KINDS = ("lease", "fence", "last", "pending", "state", "runs", "claim")
+DECISIONS = {"run", "stale", "marked", "skipped:paused", "skipped:overlap", "queued"}
+
+
+@dataclass
+class Run:
+    """A run as the model sees it: granted to a node, maybe started, then ended."""
+
+    rid: int
+    job: str
+    tick: int
+    trigger: str | None
+    node: str
+    incarnation: int
+    fence: int
+    leased: bool
+    granted_ms: int
+    start_ms: int  # the handler starts here (later than the grant while a hold lasts)
+    renewed_ms: int  # when the last successful renewal (or the grant) was sent
+    era: int  # the data-loss era of the grant
+    more_ticks: list[int] = field(default_factory=list)  # catch-up ticks still to run
+    started: bool = False
+    state: str = "active"  # active | finished | lost | orphaned
+    lease_lost_by: str | None = None  # the data loss that took its lease, if one did
+
+    def label(self) -> str:
+        what = f"trigger {self.trigger}" if self.trigger else f"tick {self.tick}"
+        return f"{self.job} {what} on {self.node} fence {self.fence}"
+
+
+@dataclass
+class Won:
+    """A claim a node won and has not decided yet."""
+
+    job: str
+    plan: TickPlan
+    trigger: str | None = None
+    skewed: bool = False
+
+
+@dataclass
+class Node:
+    name: str
+    store: Store
+    incarnation: int = 0
+    status: str = "up"  # up | paused | cut | down
+    cursor: dict[str, int] = field(default_factory=dict)  # newest tick handled, per job
+    triggers_seen: set[str] = field(default_factory=set)
+    won: list[Won] = field(default_factory=list)
+    unsent: list[RunRecord] = field(default_factory=list)  # records kept while cut off
+
+    @property
+    def owner(self) -> str:
+        return f"{self.name}:{self.incarnation}"
+
+
+@dataclass
+class Knowledge:
+    """What the model expects Redis to hold for one job; copied with snapshots."""
+
+    holder: int | None = None  # rid of the run holding the lease
+    holder_known: bool = True
+    lease_expires_ms: int = 0
+    queued: int | None = None  # the tick waiting (queue_one)
+    queued_known: bool = True
+    unreleased: int | None = None  # rid of the last leased grant not released
+    unreleased_known: bool = True
+    paused: bool = False
+
+
+class ProtocolModel(RuleBasedStateMachine):
+    """The fleet and its Redis; subclasses say which server (see ``make_client``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.elapsed_ms = 0  # time passed that Redis's TTLs have not been shortened by yet
+        self.faults_since_probe = 0
+        self.client, self.raw = self.make_clients()
+        self.reset_server()
+        self.nodes = {name: Node(name, self.new_store()) for name in NODES}
+        self.operator = self.new_store()
+        self.now_ms = 0
+        self.catchup: dict[str, Catchup] = {job: Catchup.LATEST for job in JOBS}
+        self.runs: list[Run] = []
+        self.rids = itertools.count(1)
+        self.trigger_ids = itertools.count(1)
+        self.triggers: dict[str, list[str]] = defaultdict(list)
+        self.know = {job: Knowledge() for job in JOBS}
+        self.snapshots: list[tuple[list[redis_state.KeyCopy], dict[str, Knowledge]]] = []
+        self.era = 0  # bumped by every event that loses Redis data
+        self.job_era: dict[str, int] = dict.fromkeys(JOBS, 0)
+        self.max_fence: dict[str, int] = dict.fromkeys(JOBS, 0)
+        self.fences: dict[str, list[int]] = defaultdict(list)
+        self.starts: dict[tuple[str, int | str], list[Run]] = defaultdict(list)
+        # Data-loss windows: (era, job, ticks in flight then); each excuses one more start
+        # of each of its ticks (README "Guarantees": the duplicate window).
+        self.windows: list[tuple[int, str, set[int | str]]] = []
+        self.excused: Counter[str] = Counter()
+        self.watermark_seen: dict[str, tuple[int, int | None]] = {}
+        self.records_expected: Counter[tuple[str, int]] = Counter()
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def make_clients(self) -> tuple[Any, Any]:
+        """An async client for the stores, a sync one of the same server for the model."""
+        raise NotImplementedError
+
+    def reset_server(self) -> None:
+        self.raw.flushall()
+        self.raw.script_flush()
+
+    def new_store(self) -> Store:
+        store = Store(self.client, NAMESPACE)
+        apply_mutation(store)
+        return store
+
+    def run_async(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run one call to Redis, after letting Redis see the time that has passed."""
+        self._apply_elapsed()
+        return self.loop.run_until_complete(coro)
+
+    def _apply_elapsed(self) -> None:
+        if self.elapsed_ms:
+            elapsed, self.elapsed_ms = self.elapsed_ms, 0
+            redis_state.shorten_ttls(self.raw, NAMESPACE, elapsed)
+
+    def teardown(self) -> None:
+        try:
+            self.run_async(self.client.aclose())
+            self.raw.close()
+        finally:
+            self.loop.close()
+
+    @property
+    def keys(self) -> Any:
+        return self.operator.keys
+
+    def head(self) -> int:
+        """The newest tick that has come (tick k falls at k * TICK_MS)."""
+        return self.now_ms // TICK_MS
+
+    def live_runs(self, job: str | None = None) -> list[Run]:
+        return [r for r in self.runs if r.state == "active" and (job is None or r.job == job)]
+
+    def node_runs(self, node: str, job: str) -> list[Run]:
+        return [r for r in self.live_runs(job) if r.node == node]
+
+    # -- the job definitions -------------------------------------------------------------
+
+    @initialize(catchup=st.fixed_dictionaries({job: st.sampled_from(Catchup) for job in JOBS}))
+    def define_jobs(self, catchup: dict[str, Catchup]) -> None:
+        self.catchup = dict(catchup)
+        self.now_ms = TICK_MS  # tick 1 has just come
+        for node in self.nodes.values():
+            node.cursor = dict.fromkeys(JOBS, 0)
+
+    # -- nodes race, decide, run ------------------------------------------------------------
+
+    @rule(node=st.sampled_from(NODES), job=st.sampled_from(list(JOBS)), late=st.booleans())
+    def claim(self, node: str, job: str, late: bool) -> None:
+        """A node wakes up for one job and races for what is due (ticks, new triggers)."""
+        self._claim(self.nodes[node], [job], late=late)
+
+    def _claim(self, n: Node, jobs: list[str], *, late: bool) -> None:
+        """Race for everything due of ``jobs`` in one pipeline; keep what was won."""
+        if n.status != "up":
+            return
+        claims: list[Claim] = []
+        wins: list[Won] = []
+        for job in jobs:
+            plan = self._plan(n, job, late)
+            if plan is not None:
+                claims.append(Claim(job, plan.claim_tick_s, CLAIM_TTL_MS))
+                wins.append(Won(job, plan))
+            for trigger in self.triggers[job]:
+                if trigger not in n.triggers_seen:
+                    n.triggers_seen.add(trigger)
+                    now_tick = self.head()
+                    claims.append(Claim(job, now_tick, CLAIM_TTL_MS, trigger))
+                    wins.append(Won(job, TickPlan(now_tick, now_tick, (now_tick,), 0), trigger))
+            n.cursor[job] = self.head()
+        if not claims:
+            return
+        won = self.run_async(n.store.claim(claims, n.owner))
+        n.won.extend(w for w, ok in zip(wins, won, strict=True) if ok)
+
+    def _plan(self, n: Node, job: str, late: bool) -> TickPlan | None:
+        head = self.head()
+        cutoff = head - WINDOW_TICKS
+        after = n.cursor[job]
+        due = list(range(max(after, cutoff - 1) + 1, head + 1))
+        expired = max(0, cutoff - 1 - after)
+        if not due:
+            return None
+        if len(due) == 1 and not expired and not late:
+            return TickPlan(head, head, (head,), 0)
+        return plan_ticks(
+            self.catchup[job],
+            due_ticks_s=due,
+            newest_on_time=not late,
+            expired=expired,
+            first_expired_s=after + 1 if expired else None,
+            cutoff_s=cutoff,
+            max_catchup=MAX_CATCHUP,
+        )
+
+    @rule(node=st.sampled_from(NODES), job=st.sampled_from(list(JOBS)))
+    def skewed_node_claims_an_old_tick(self, node: str, job: str) -> None:
+        """A node whose clock is far behind attempts a tick whose claim may have expired.
+
+        The scheduler never does this inside the tolerance; beyond it the watermark is the
+        second line of defence (DESIGN.md section 5): the tick must come back ``stale``.
+        """
+        n = self.nodes[node]
+        tick = self.head() - WINDOW_TICKS - 2
+        if n.status != "up" or tick < 1:
+            return
+        (won,) = self.run_async(n.store.claim([Claim(job, tick, CLAIM_TTL_MS)], n.owner))
+        if won:
+            n.won.append(Won(job, TickPlan(tick, tick, (tick,), 0), skewed=True))
+
+    @rule(node=st.sampled_from(NODES))
+    def decide(self, node: str) -> None:
+        """The node decides every claim it won, in one pipeline (``acquire.lua``)."""
+        n = self.nodes[node]
+        if n.status != "up" or not n.won:
+            return
+        wins, n.won = n.won, []
+        requests = [self._request(n, w) for w in wins]
+        replies = self.run_async(n.store.acquire(requests))
+        for w, reply in zip(wins, replies, strict=True):
+            assert not isinstance(reply, Exception), f"acquire failed for {w}: {reply!r}"
+            self._decided(n, w, reply)
+
+    def _request(self, n: Node, w: Won, mode: str | None = None) -> AcquireRequest:
+        plan = w.plan
+        if mode is None:
+            mode = "trigger" if w.trigger else ("run" if plan.fire_ticks_s else "mark")
+        values = {
+            "job": w.job,
+            "decide_tick_s": plan.claim_tick_s,
+            "mark_tick_s": plan.mark_tick_s,
+            "run_tick_s": plan.fire_ticks_s[0] if plan.fire_ticks_s else plan.claim_tick_s,
+            "owner": n.owner,
+            "lease_ttl_ms": LEASE_TTL_MS,
+            "overlap": JOBS[w.job],
+            "mode": mode,
+            "trigger_id": w.trigger,
+        }
+        names = {f.name for f in dataclasses.fields(AcquireRequest)}
+        return AcquireRequest(**{k: v for k, v in values.items() if k in names})
+
+    def _decided(self, n: Node, w: Won, reply: AcquireReply) -> None:
+        job, know = w.job, self.know[w.job]
+        assert reply.decision in DECISIONS, f"unknown decision {reply.decision!r}"
+        note(f"{n.owner} {job} {w.plan} -> {reply.decision} fence {reply.fence}")
+        if w.trigger is None:
+            if reply.decision != "stale":
+                self._check_watermark_covers(job, w.plan.mark_tick_s)
+            elif w.skewed:
+                event("a claim won after its key expired was refused as stale")
+        self._check_abandoned(job, reply)
+        self._check_superseded(job, reply)
+        if reply.decision == "queued":
+            # acquire.lua queues the run tick it was given: the oldest of a catch-up plan.
+            know.queued, know.queued_known = self._request(n, w).run_tick_s, True
+        if reply.decision == "skipped:paused" and know.paused:
+            event("paused job skipped")
+        if reply.decision != "run":
+            return
+        ticks = [
+            t
+            for t in w.plan.fire_ticks_s
+            if reply.prev_watermark_s is None or w.trigger or t > reply.prev_watermark_s
+        ] or [w.plan.claim_tick_s]
+        hold_ms = int(getattr(reply, "hold_ms", 0))
+        run = self._grant(n, job, ticks[0], w.trigger, reply.fence, hold_ms)
+        run.more_ticks = ticks[1:]
+
+    def _grant(
+        self,
+        n: Node,
+        job: str,
+        tick: int,
+        trigger: str | None,
+        fence: int,
+        hold_ms: int,
+        *,
+        orphaned: bool = False,
+    ) -> Run:
+        self._check_fence(job, fence)
+        leased = job in LEASED
+        run = Run(
+            rid=next(self.rids),
+            job=job,
+            tick=tick,
+            trigger=trigger,
+            node=n.name,
+            incarnation=n.incarnation,
+            fence=fence,
+            leased=leased,
+            granted_ms=self.now_ms,
+            start_ms=self.now_ms + hold_ms,
+            renewed_ms=self.now_ms,
+            era=self.job_era[job],
+            state="orphaned" if orphaned else "active",
+        )
+        if hold_ms:
+            event("a grant waited for the hold after lost data")
+        self.runs.append(run)
+        if leased:
+            know = self.know[job]
+            know.holder, know.holder_known = run.rid, True
+            know.lease_expires_ms = self.now_ms + LEASE_TTL_MS
+            know.unreleased, know.unreleased_known = run.rid, True
+        self._maybe_start(run)
+        return run
+
+    def _maybe_start(self, run: Run) -> None:
+        if run.started or run.state != "active" or self.now_ms < run.start_ms:
+            return
+        run.started = True
+        key: tuple[str, int | str] = (run.job, run.trigger or run.tick)
+        earlier = self.starts[key]
+        if earlier:
+            self._excuse_duplicate(run, earlier[-1])
+        earlier.append(run)
+
+    def _excuse_duplicate(self, run: Run, before: Run) -> None:
+        """A second start of one (job, tick): allowed only inside a data-loss window."""
+        what = run.trigger or run.tick
+        for index, (era, job, ticks) in enumerate(self.windows):
+            if job == run.job and what in ticks and before.era < era <= run.era:
+                ticks.discard(what)
+                self.excused["duplicate start after lost data"] += 1
+                event("duplicate start inside a data-loss window (README bound)")
+                note(f"window {index} excuses {run.label()} after {before.label()}")
+                return
+        raise AssertionError(
+            f"{run.job} {'trigger' if run.trigger else 'tick'} {what} started twice: "
+            f"{before.label()} and {run.label()}, with no data loss in between to excuse it"
+        )
+
+    @rule(node=st.sampled_from(NODES), job=st.sampled_from(list(JOBS)), ok=st.booleans())
+    def finish(self, node: str, job: str, ok: bool) -> None:
+        """The node's oldest started run of the job ends: record it and release the lease."""
+        self._finish(node, job, ok, reply_lost=False)
+
+    @rule(node=st.sampled_from(NODES), job=st.sampled_from(sorted(LEASED)))
+    def finish_but_the_reply_is_lost(self, node: str, job: str) -> None:
+        """The release runs but its reply is lost; the runner retries it."""
+        self._finish(node, job, True, reply_lost=True)
+
+    def _finish(self, node: str, job: str, ok: bool, *, reply_lost: bool) -> None:
+        n = self.nodes[node]
+        runs = [r for r in self.node_runs(node, job) if r.started]
+        if n.status != "up" or not runs:
+            return
+        run = runs[0]
+        record = RunRecord(
+            job,
+            run.tick,
+            node,
+            Outcome.OK if ok else Outcome.ERROR,
+            run.fence,
+            trigger_id=run.trigger,
+        )
+        if not run.leased:
+            self.run_async(n.store.record([record], history=1000))
+            self.records_expected[(job, run.fence)] += 1
+            run.state = "finished"
+            self._continue_allowed(n, run)
+            return
+        next_tick = run.more_ticks[0] if run.more_ticks else 0
+        finish = n.store.finish(
+            record,
+            history=1000,
+            release_fence=run.fence,
+            owner=n.owner,
+            lease_ttl_ms=LEASE_TTL_MS,
+            continue_tick_s=next_tick,
+        )
+        reply = self.run_async(finish)
+        self.records_expected[(job, run.fence)] += 1
+        run.state = "finished"
+        handed = self._check_release(run, reply, node_sees_it=not reply_lost)
+        if reply_lost:
+            again = self.run_async(
+                n.store.finish(
+                    record,
+                    history=1000,
+                    release_fence=run.fence,
+                    owner=n.owner,
+                    lease_ttl_ms=LEASE_TTL_MS,
+                    continue_tick_s=next_tick,
+                    retried=True,
+                )
+            )
+            event(f"release retried after a lost reply: first {reply.decision}")
+            if handed is not None and again.decision == "run" and again.fence == handed.fence:
+                handed.state = "active"  # the retry told the node what the first did
+                self._maybe_start(handed)
+            else:
+                assert again.decision == "not_owner", (
+                    f"a retried release of {run.label()} answered {again.decision} "
+                    f"(first: {reply.decision})"
+                )
+                if handed is not None:
+                    event("a hand-on was lost with the release's reply (orphaned)")
+        self._check_records(job, run.fence)
+
+    def _continue_allowed(self, n: Node, run: Run) -> None:
+        """Catch-up ``all`` without a lease: the next tick gets its fence from acquire."""
+        if not run.more_ticks:
+            return
+        tick, rest = run.more_ticks[0], run.more_ticks[1:]
+        plan = TickPlan(tick, tick, (tick,), 0)
+        request = self._request(n, Won(run.job, plan), mode="trigger")
+        (reply,) = self.run_async(n.store.acquire([request]))
+        assert not isinstance(reply, Exception), reply
+        if reply.decision == "run":
+            hold_ms = int(getattr(reply, "hold_ms", 0))
+            nxt = self._grant(n, run.job, tick, None, reply.fence, hold_ms)
+            nxt.more_ticks = rest
+
+    def _check_release(self, run: Run, reply: Any, *, node_sees_it: bool = True) -> Run | None:
+        """Check a release against the model; return the run it handed on, if any."""
+        know = self.know[run.job]
+        holder = know.holder == run.rid
+        if know.holder_known:
+            assert (reply.decision != "not_owner") == holder, (
+                f"release by {run.label()} answered {reply.decision}, but the model's "
+                f"lease holder is {self._run_label(know.holder)}"
+            )
+        if reply.decision == "not_owner":
+            return None
+        know.holder, know.holder_known = None, True
+        know.unreleased, know.unreleased_known = None, True
+        if reply.decision != "run":
+            if know.queued_known and not run.more_ticks:
+                assert know.queued is None, (
+                    f"release of {run.label()} left queued tick {know.queued} behind"
+                )
+            return None
+        expected = run.more_ticks[0] if run.more_ticks else know.queued
+        if run.more_ticks or know.queued_known:
+            assert reply.tick_s == expected, (
+                f"release of {run.label()} handed on tick {reply.tick_s}, expected {expected}"
+            )
+        if not run.more_ticks:
+            know.queued, know.queued_known = None, True
+        handed = self._grant(
+            self.nodes[run.node],
+            run.job,
+            reply.tick_s,
+            None,
+            reply.fence,
+            int(getattr(reply, "hold_ms", 0)),
+            orphaned=not node_sees_it,
+        )
+        handed.more_ticks = run.more_ticks[1:]
+        return handed
+
+    def _run_label(self, rid: int | None) -> str:
+        if rid is None:
+            return "nobody"
+        return next(r.label() for r in self.runs if r.rid == rid)
+
+    @rule(node=st.sampled_from(NODES))
+    def crash(self, node: str) -> None:
+        """The process dies: its runs are orphaned, its won claims forgotten."""
+        n = self.nodes[node]
+        if n.status == "down":
+            return
+        n.status, n.won, n.unsent = "down", [], []
+        self.faults_since_probe += 1
+        for run in self.live_runs():
+            if run.node == node:
+                run.state = "orphaned"
+
+    @rule(node=st.sampled_from(NODES))
+    def restart(self, node: str) -> None:
+        """A new process for the node: it starts from the watermarks (``Scheduler._seed``)."""
+        n = self.nodes[node]
+        if n.status != "down":
+            return
+        n.store = self.new_store()
+        n.incarnation += 1
+        n.status = "up"
+        marks = self.run_async(n.store.watermarks(list(JOBS)))
+        for job, mark in marks.items():
+            head = self.head()
+            n.cursor[job] = mark if mark is not None and mark < head else head
+        n.triggers_seen = {t for ts in self.triggers.values() for t in ts}
+
+    @rule(node=st.sampled_from(NODES))
+    def pause(self, node: str) -> None:
+        """The process is frozen (SIGSTOP, a VM pause): it neither renews nor notices."""
+        if self.nodes[node].status == "up":
+            self.nodes[node].status = "paused"
+            self.faults_since_probe += 1
+
+    @rule(node=st.sampled_from(NODES), notices_first=st.booleans())
+    def resume(self, node: str, notices_first: bool) -> None:
+        """The process runs again; a run whose deadline passed is cancelled at its next
+        checkpoint, which may come after it tried to release (``notices_first=False``)."""
+        n = self.nodes[node]
+        if n.status != "paused":
+            return
+        n.status = "up"
+        if notices_first:
+            self._local_deadlines(n)
+        for run in self.live_runs():
+            if run.node == node:
+                self._maybe_start(run)
+
+    @rule(node=st.sampled_from(NODES))
+    def cut_off(self, node: str) -> None:
+        """The node loses Redis (a partition): renewals fail, its deadline still runs."""
+        if self.nodes[node].status == "up":
+            self.nodes[node].status = "cut"
+            self.faults_since_probe += 1
+
+    @rule(node=st.sampled_from(NODES))
+    def reconnect(self, node: str) -> None:
+        n = self.nodes[node]
+        if n.status != "cut":
+            return
+        n.status = "up"
+        if n.unsent:
+            self.run_async(n.store.record(n.unsent, history=1000))
+            n.unsent = []
+
+    def _local_deadlines(self, n: Node) -> None:
+        for run in self.live_runs():
+            overdue = self.now_ms >= run.renewed_ms + LOCAL_DEADLINE_MS
+            if run.node == n.name and run.leased and overdue:
+                self._lose(n, run, "no successful renewal within lease_ttl")
+
+    def _lose(self, n: Node, run: Run, why: str) -> None:
+        run.state = "lost"
+        record = RunRecord(run.job, run.tick, n.name, Outcome.LEASE_LOST, run.fence, error=why)
+        if n.status == "cut":
+            n.unsent.append(record)
+        else:
+            self.run_async(n.store.record([record], history=1000))
+
+    # -- time -----------------------------------------------------------------------------
+
+    @rule(
+        grains=st.integers(1, 7),
+        awake=st.lists(st.sampled_from(NODES), unique=True),
+        replica_syncs=st.booleans(),
+    )
+    def time_passes(
+        self, grains: int, awake: list[str] | None = None, replica_syncs: bool = False
+    ) -> None:
+        """Time passes: TTLs shrink, up nodes renew every 2 grains, deadlines fall, and at
+        each tick the ``awake`` nodes (in that order) race for it and decide at once. With
+        ``replica_syncs`` the replica then copies the primary (and lags from there on)."""
+        for _ in range(grains):
+            self.now_ms += GRAIN_MS
+            self.elapsed_ms += GRAIN_MS  # applied before the next call to Redis
+            self._expire_known_leases()
+            for n in self.nodes.values():
+                if n.status == "up":
+                    self._renew_due(n)
+                if n.status in ("up", "cut"):
+                    self._local_deadlines(n)
+            for run in self.live_runs():
+                if self.nodes[run.node].status == "up":
+                    self._maybe_start(run)
+            if self.now_ms % TICK_MS == 0:
+                for name in awake or ():
+                    self._claim(self.nodes[name], list(JOBS), late=False)
+                    self.decide(name)
+        if replica_syncs:
+            self._replica_syncs()
+
+    def _expire_known_leases(self) -> None:
+        for job in LEASED:
+            know = self.know[job]
+            if know.holder is None:
+                continue
+            if self.now_ms >= know.lease_expires_ms:
+                know.holder = None  # expired in Redis; the state hash still names it
+
+    def _renew_due(self, n: Node) -> None:
+        for run in self.live_runs():
+            if run.node != n.name or not run.leased:
+                continue
+            if self.now_ms - run.renewed_ms < RENEW_EVERY_MS:
+                continue
+            answer = self.run_async(n.store.renew(run.job, run.fence, LEASE_TTL_MS))
+            know = self.know[run.job]
+            if know.holder_known:
+                expected = know.holder == run.rid
+                assert (answer == 1) == expected, (
+                    f"renewal by {run.label()} answered {answer}, but the model's lease "
+                    f"holder is {self._run_label(know.holder)}"
+                )
+            if answer == 1:
+                run.renewed_ms = self.now_ms
+                know.holder, know.holder_known = run.rid, True
+                know.lease_expires_ms = self.now_ms + LEASE_TTL_MS
+            else:
+                self._lose(n, run, "lease expired or was taken")
+
+    # -- operators ------------------------------------------------------------------------
+
+    @rule(job=st.sampled_from(list(JOBS)), paused=st.booleans())
+    def operator_pauses_or_resumes(self, job: str, paused: bool) -> None:
+        self.run_async(self.operator.set_paused(job, paused))
+        self.know[job].paused = paused
+
+    @rule(job=st.sampled_from(list(JOBS)))
+    def operator_triggers(self, job: str) -> None:
+        """A manual trigger: every node will race for it at its next wake-up."""
+        self.triggers[job].append(f"t{next(self.trigger_ids)}")
+
+    # -- Redis faults ---------------------------------------------------------------------
+
+    @rule(keeps_data=st.booleans())
+    def redis_restarts(self, keeps_data: bool) -> None:
+        """Redis restarts: with persistence only the script cache is lost; without it,
+        everything (a wipe)."""
+        if keeps_data:
+            redis_state.flush_scripts(self.raw)
+            return
+        self._data_lost(set(JOBS), "wipe")
+        self._apply_elapsed()
+        self.reset_server()
+        for job in JOBS:
+            self.know[job] = Knowledge(paused=False)
+
+    def _replica_syncs(self) -> None:
+        """The replica catches up with the primary (it lags again from here)."""
+        self._apply_elapsed()
+        copies = redis_state.snapshot(self.raw, NAMESPACE)
+        self.snapshots = [*self.snapshots[-2:], (copies, self._copy_knowledge())]
+
+    @rule(back=st.integers(0, 2))
+    def failover_to_a_lagging_replica(self, back: int) -> None:
+        """The replica that took an earlier snapshot becomes the primary."""
+        if not self.snapshots:
+            return
+        copies, know = self.snapshots[-1 - min(back, len(self.snapshots) - 1)]
+        self._data_lost(set(JOBS), "failover")
+        self._apply_elapsed()
+        redis_state.restore(self.raw, NAMESPACE, copies)
+        redis_state.flush_scripts(self.raw)
+        self.know = {job: dataclasses.replace(k) for job, k in know.items()}
+        for job in JOBS:
+            # Leases in the snapshot were renewed since: what Redis holds is uncertain.
+            self.know[job].holder_known = False
+            self.know[job].unreleased_known = False
+            self.know[job].queued_known = False
+
+    @rule(
+        job=st.sampled_from(list(JOBS)),
+        key=st.sampled_from(KEY_KINDS),
+        kind=st.sampled_from(redis_state.GARBAGE_KINDS),
+    )
+    def garbage_lands_under_a_key(self, job: str, key: str, kind: str) -> None:
+        name = {
+            "lease": self.keys.lease(job),
+            "fence": self.keys.fence(job),
+            "last": self.keys.last(job),
+            "pending": self.keys.pending(job),
+            "state": self.keys.state(job),
+            "runs": self.keys.runs(job),
+            "claim": self.keys.claim(job, self.head() + 1),
+        }[key]
+        if key != "claim":
+            self._data_lost({job}, f"garbage under {key}")
+        self._apply_elapsed()
+        redis_state.put_garbage(self.raw, name, kind)
+        know = self.know[job]
+        if key == "lease":
+            know.holder_known = False
+        if key in ("pending",):
+            know.queued_known = False
+        if key == "state":
+            know.unreleased_known = False
+            know.paused = False
+
+    def _data_lost(self, jobs: set[str], why: str) -> None:
+        """Open a duplicate window for the ticks any node may still attempt or is deciding."""
+        self.era += 1
+        self.faults_since_probe += 1
+        head = self.head()
+        for job in jobs:
+            for run in self.live_runs(job):
+                run.lease_lost_by = run.lease_lost_by or why
+            self.job_era[job] = self.era
+            in_flight: set[int | str] = set(range(max(1, head - WINDOW_TICKS - 2), head + 1))
+            in_flight |= set(self.triggers[job])
+            self.windows.append((self.era, job, in_flight))
+            self.know[job].holder_known = False
+            self.know[job].queued_known = False
+            self.know[job].unreleased_known = False
+            self.watermark_seen.pop(job, None)
+        event(f"data lost: {why}")
+
+    def _copy_knowledge(self) -> dict[str, Knowledge]:
+        return {job: dataclasses.replace(k) for job, k in self.know.items()}
+
+    # -- the contract, checked as things happen ---------------------------------------------
+
+    def _check_fence(self, job: str, fence: int) -> None:
+        """Every fence is above every fence this job had before, across wipes and failovers."""
+        assert fence > self.max_fence[job], (
+            f"{job}: fence {fence} handed out after fence {self.max_fence[job]} "
+            f"(fences so far: {self.fences[job][-5:]})"
+        )
+        self.max_fence[job] = fence
+        self.fences[job].append(fence)
+
+    def _check_watermark_covers(self, job: str, mark: int) -> None:
+        self._apply_elapsed()
+        value = self.raw.get(self.keys.last(job))
+        assert value is not None, f"{job}: decided tick {mark} but the watermark is gone"
+        assert int(value) >= mark, f"{job}: decided tick {mark} but the watermark reads {value!r}"
+
+    def _check_abandoned(self, job: str, reply: AcquireReply) -> None:
+        know = self.know[job]
+        if reply.abandoned_fence:
+            reported = [r for r in self.runs if r.job == job and r.fence == reply.abandoned_fence]
+            assert reported, f"{job}: abandoned fence {reply.abandoned_fence} was never granted"
+            if know.unreleased_known:
+                assert know.unreleased == reported[0].rid, (
+                    f"{job}: reported {reported[0].label()} abandoned, expected "
+                    f"{self._run_label(know.unreleased)}"
+                )
+            know.unreleased, know.unreleased_known = None, True
+            event("an abandoned run was reported")
+        elif (
+            reply.decision == "run"
+            and know.unreleased_known
+            and know.unreleased is not None
+            and know.holder is None
+            and know.holder_known
+        ):
+            raise AssertionError(
+                f"{job}: the lease of {self._run_label(know.unreleased)} expired without "
+                "release, and the next grant did not report it abandoned"
+            )
+
+    def _check_superseded(self, job: str, reply: AcquireReply) -> None:
+        know = self.know[job]
+        if reply.superseded_tick_s:
+            if know.queued_known:
+                assert reply.superseded_tick_s == know.queued, (
+                    f"{job}: superseded tick {reply.superseded_tick_s}, but tick "
+                    f"{know.queued} was the one queued"
+                )
+            know.queued, know.queued_known = None, True
+            event("a queued tick was superseded (and reported)")
+
+    # -- the contract, checked after every step ---------------------------------------------
+
+    @invariant()
+    def the_contract_holds(self) -> None:
+        """After every step: the lease Redis holds is the one the model expects, leased
+        runs do not overlap, the watermark has not moved back, the queued tick is there."""
+        if not hasattr(self, "loop"):
+            return
+        self._apply_elapsed()
+        leases, pttls, marks, pending = self._read_state()
+        for job in LEASED:
+            know = self.know[job]
+            if know.holder_known:
+                expected = None
+                if know.holder is not None:
+                    expected = next(r.fence for r in self.runs if r.rid == know.holder)
+                assert leases[job] == expected, (
+                    f"{job}: Redis lease fence {leases[job]}, the model expects "
+                    f"{self._run_label(know.holder)}"
+                )
+            else:
+                # After lost data whatever Redis holds is the truth from here on.
+                fence = leases[job]
+                know.holder = next(
+                    (r.rid for r in self.runs if r.job == job and r.fence == fence), None
+                )
+                know.holder_known = fence is None or know.holder is not None
+                know.lease_expires_ms = self.now_ms + max(0, pttls[job])
+            self._check_no_overlap(job)
+        for job in JOBS:
+            era, mark = self.job_era[job], marks[job]
+            seen = self.watermark_seen.get(job)
+            if seen is not None and seen[0] == era and seen[1] is not None:
+                moved_back = mark is None or mark < seen[1]
+                assert not moved_back, (
+                    f"{job}: watermark moved back from {seen[1]} to {mark} with no data lost"
+                )
+            self.watermark_seen[job] = (era, mark)
+        know = self.know["j-queue"]
+        if know.queued_known:
+            assert pending == know.queued, (
+                f"j-queue: Redis has tick {pending} queued, the model expects {know.queued}"
+            )
+        else:
+            know.queued, know.queued_known = pending, True
+
+    def _read_state(
+        self,
+    ) -> tuple[dict[str, int | None], dict[str, int], dict[str, int | None], int | None]:
+        """Every lease fence and TTL, every watermark and the queued tick: one round trip.
+
+        A key holding something else (garbage) reads as absent.
+        """
+        pipe = self.raw.pipeline(transaction=False)
+        jobs = list(JOBS)
+        # MGET reads a key of another type as nil: no error to sort out.
+        pipe.mget([self.keys.last(job) for job in jobs] + [self.keys.pending("j-queue")])
+        for job in jobs:
+            pipe.hget(self.keys.lease(job), "fence")
+        resync = [job for job in jobs if not self.know[job].holder_known]
+        for job in resync:
+            pipe.pttl(self.keys.lease(job))
+        replies = pipe.execute(raise_on_error=False)
+        values = [_int_or_none(r) for r in replies[0]]
+        marks = dict(zip(jobs, values, strict=False))
+        leases = {job: _int_or_none(r) for job, r in zip(jobs, replies[1:], strict=False)}
+        pttls = dict.fromkeys(jobs, 0)
+        for job, ttl in zip(resync, replies[1 + len(jobs) :], strict=True):
+            pttls[job] = _int_or_none(ttl) or 0
+        return leases, pttls, marks, values[-1]
+
+    def _entitled(self, run: Run) -> bool:
+        """Alive as far as its own node can tell: not crashed, its deadline not passed."""
+        return (
+            run.state == "active"
+            and self.nodes[run.node].status != "down"
+            and self.now_ms < run.renewed_ms + LOCAL_DEADLINE_MS
+        )
+
+    def _check_no_overlap(self, job: str) -> None:
+        running = [r for r in self.live_runs(job) if r.started and self._entitled(r)]
+        if len(running) < 2:
+            return
+        newest = max(running, key=lambda r: r.fence)
+        for older in running:
+            if older is newest:
+                continue
+            if JOBS[job] == "replace":
+                continue  # replaced: its next renewal fails (it is at most 2 grains away)
+            if older.lease_lost_by not in (None, "wipe"):
+                # A failover to a replica without the lease, or garbage over it: nothing in
+                # Redis says data was lost when no node remembers a higher fence.
+                self.excused["overlap after a lossy failover or garbage"] += 1
+                event("overlap after lost data (excused: asynchronous replication)")
+                continue
+            raise AssertionError(
+                f"{job} ({JOBS[job]}): {older.label()} and {newest.label()} run at once"
+            )
+
+    def _check_records(self, job: str, fence: int) -> None:
+        """A finished run's record is in the history exactly once."""
+        records = self.run_async(self.operator.history(job, 50))
+        ended = (Outcome.OK, Outcome.ERROR)
+        found = sum(1 for r in records if r.fence == fence and r.outcome in ended)
+        assert found == self.records_expected[(job, fence)] == 1, (
+            f"{job}: the record of fence {fence} is in the history {found} times"
+        )
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    @precondition(lambda self: self.faults_since_probe > 0)
+    @rule(job=st.sampled_from(list(JOBS)))
+    def a_job_never_stays_stuck(self, job: str) -> None:
+        """From any state: a lease passes, the job is resumed, ticks come; it runs again.
+
+        A job counts as running when a run of it is started and alive; the new run then
+        finishes, and its record must land.
+        """
+        self.faults_since_probe = 0
+        self.time_passes(LEASE_TTL_MS // GRAIN_MS)
+        self.operator_pauses_or_resumes(job, False)
+        probe = self.nodes["a"]
+        if probe.status == "down":
+            self.restart("a")
+        elif probe.status == "paused":
+            self.resume("a", notices_first=True)
+        elif probe.status == "cut":
+            self.reconnect("a")
+        for attempt in range(3):
+            self.time_passes(TICK_MS // GRAIN_MS)
+            before = len(self.runs)
+            self.claim("a", job, late=False)
+            self.decide("a")
+            mine = [r for r in self.runs[before:] if r.job == job and r.node == "a"]
+            if mine and not mine[0].started:
+                self.time_passes(-(-(mine[0].start_ms - self.now_ms) // GRAIN_MS))
+            if mine and mine[0].started and mine[0].state == "active":
+                self.finish("a", job, ok=True)
+                event(f"stuck probe: a new run on attempt {attempt}")
+                return
+            if any(r.started and self._entitled(r) for r in self.live_runs(job)):
+                event("stuck probe: a run is alive")
+                return
+        raise AssertionError(f"{job}: still not running after a lease and three ticks")
+
+
+def _int_or_none(raw: Any) -> int | None:
+    if isinstance(raw, Exception) or raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
