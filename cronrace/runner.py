@@ -171,6 +171,7 @@ class Runner:
             lease.rebase(reply.fence, sent)
             if not ticks or ticks[0] != reply.tick_s:
                 ticks.appendleft(reply.tick_s)
+                trigger_id = reply.trigger_id  # a queued trigger runs as that trigger
 
     async def _finish(
         self, job: Job, record: RunRecord, fence: int, next_tick_s: int

@@ -468,6 +468,7 @@ class Scheduler:
                     node,
                     Outcome.SKIPPED_OVERLAP,
                     finished_ms=now_ms,
+                    trigger_id=reply.superseded_trigger_id,
                     detail={"superseded_by": plan.claim_tick_s},
                 )
             )

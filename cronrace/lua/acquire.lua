@@ -19,15 +19,18 @@
 --                      '' when the caller never retries it (nothing is remembered)
 -- ARGV[9] known_fence  the highest fence the caller has seen for this job (0: none)
 -- ARGV[10] quarantine  prefix for keys moved aside: "<ns>:quarantine:{<job>}"
+-- ARGV[11] trigger_id  the manual trigger decided ('' for a tick): a trigger that has to
+--                      wait (queue_one) stays one, as state.pending_trigger
 --
 -- Reply: {decision, fence, prev_watermark, holder_fence, holder_owner,
 --         abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick,
---         hold_ms, data_lost, replayed, renewed}
+--         hold_ms, data_lost, superseded_trigger, replayed, renewed}
 --   decision: run | stale | marked | skipped:paused | skipped:overlap | queued
 --   prev_watermark: -1 when there was none; holder_*: the live lease met (0 / "")
 --   abandoned_*: a run whose lease expired without release (0 / "")
 --   warnings: keys moved aside, "kind|key|moved_to" items (see _lib.lua)
---   superseded_tick: a queued tick dropped by this decision (0 when none)
+--   superseded_tick: a queued tick dropped by this decision (0 when none);
+--   superseded_trigger: its trigger id when it was a manual trigger ('' otherwise)
 --   hold_ms: a granted run must wait this long before its handler starts (0: at once)
 --   data_lost: 1 when this call found Redis had lost the job's fence counter (and
 --     started the hold: one lease_ttl, honoured by every grant, allow and replace too).
@@ -54,6 +57,7 @@ local mode = ARGV[7]
 local request_id = ARGV[8]
 local known_fence = tonumber(ARGV[9]) or 0
 quarantine_prefix = ARGV[10]
+local trigger_id = ARGV[11] or ''
 
 check(hold_key, 'string', 'hold')
 if check_lease(lease_key) then
@@ -70,7 +74,7 @@ check(claim_key, 'string', 'claim')
 local prev = -1
 local holder_fence, holder_owner = 0, ''
 local ab_tick, ab_fence, ab_owner = 0, 0, ''
-local superseded = 0
+local superseded, superseded_trigger = 0, ''
 local hold_ms, data_lost = 0, 0
 
 -- A retry of a decision already made (its answer was lost) gets that answer again.
@@ -85,6 +89,7 @@ if request_id ~= '' then
     for part in string.gmatch(string.sub(claim, #memo_head + 1) .. '\n', '(.-)\n') do
       memo[#memo + 1] = part
     end
+    if #memo < 13 then memo[13] = '' end  -- remembered before superseded_trigger existed
     local held = redis.call('HGET', lease_key, 'fence')
     if memo[1] ~= 'run' or overlap == 'allow' or held then
       -- A granted run whose lease still holds its fence may start now: extend the lease
@@ -109,7 +114,7 @@ end
 
 local function reply(decision, fence)
   local out = {decision, fence, prev, holder_fence, holder_owner, ab_tick, ab_fence, ab_owner,
-    table.concat(warnings, ','), superseded, hold_ms, data_lost}
+    table.concat(warnings, ','), superseded, hold_ms, data_lost, superseded_trigger}
   if remember then
     -- Remember the answer under the claim (its TTL outlives every retry of the tick).
     local parts = {}
@@ -168,7 +173,9 @@ else
   local waiting = redis.call('GET', pending_key)
   if waiting then
     superseded = tonumber(waiting)
+    superseded_trigger = redis.call('HGET', state_key, 'pending_trigger') or ''
     redis.call('DEL', pending_key)
+    redis.call('HDEL', state_key, 'pending_trigger')
   end
 end
 
@@ -179,8 +186,17 @@ end
 if alive then
   if overlap == 'queue_one' then
     local waiting = redis.call('GET', pending_key)
-    if waiting then superseded = tonumber(waiting) end
+    if waiting then
+      superseded = tonumber(waiting)
+      superseded_trigger = redis.call('HGET', state_key, 'pending_trigger') or ''
+    end
     redis.call('SET', pending_key, int_text(run_tick))
+    -- A waiting trigger must run as that trigger (its id, its record), not as a tick.
+    if trigger_id ~= '' then
+      redis.call('HSET', state_key, 'pending_trigger', trigger_id)
+    else
+      redis.call('HDEL', state_key, 'pending_trigger')
+    end
     redis.call('HINCRBY', state_key, 'queued', 1)
     return reply('queued', 0)
   elseif overlap ~= 'replace' then

@@ -14,10 +14,11 @@
 -- ARGV[6] history  approximate MAXLEN of the history stream
 -- ARGV[7] quarantine  prefix for keys moved aside: "<ns>:quarantine:{<job>}"
 --
--- Reply: {decision, fence, tick, warnings, hold_ms}
+-- Reply: {decision, fence, tick, warnings, hold_ms, trigger}
 --   decision: released | run (the caller runs `tick` with the new `fence`) | not_owner
 --   warnings: keys moved aside, "kind|key|moved_to" items (see _lib.lua)
 --   hold_ms: the handed-on run must wait this long before its handler starts
+--   trigger: the manual trigger id when the handed-on tick is a queued trigger ('')
 --   The record is appended only when the fence matched: a retried release whose first
 --   attempt ran answers not_owner and appends nothing, so the record is written once.
 
@@ -34,27 +35,30 @@ check(hold_key, 'string', 'hold')
 
 local held = redis.call('HGET', lease_key, 'fence')
 if held ~= ARGV[1] then
-  return {'not_owner', 0, 0, table.concat(warnings, ','), 0}
+  return {'not_owner', 0, 0, table.concat(warnings, ','), 0, ''}
 end
 if ARGV[5] ~= '' then
   redis.call('XADD', runs_key, 'MAXLEN', '~', ARGV[6], '*', 'r', ARGV[5])
 end
 
 local next_tick = tonumber(ARGV[4])
+local trigger = ''
 if next_tick == 0 then
   local waiting = redis.call('GET', pending_key)
   if waiting then
     redis.call('DEL', pending_key)
     next_tick = tonumber(waiting)
+    trigger = redis.call('HGET', state_key, 'pending_trigger') or ''
+    redis.call('HDEL', state_key, 'pending_trigger')
   end
 end
 
 if next_tick ~= 0 then
   local fence = next_fence(fence_key, lease_key, 0)
   grant(lease_key, state_key, ARGV[2], fence, next_tick, tonumber(ARGV[3]))
-  return {'run', fence, next_tick, table.concat(warnings, ','), hold_left_ms(hold_key)}
+  return {'run', fence, next_tick, table.concat(warnings, ','), hold_left_ms(hold_key), trigger}
 end
 
 redis.call('DEL', lease_key)
 redis.call('HDEL', state_key, 'run_fence', 'run_tick', 'run_owner')
-return {'released', 0, 0, table.concat(warnings, ','), 0}
+return {'released', 0, 0, table.concat(warnings, ','), 0, ''}

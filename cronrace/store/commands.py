@@ -165,6 +165,7 @@ class Store(OperatorCommands):
                 req.request_id,
                 self.known_fence(req.job),
                 self.keys.quarantine(req.job),
+                req.trigger_id or "",
             )
             calls.append((keys, args))
         try:
@@ -227,6 +228,7 @@ class Store(OperatorCommands):
             warnings=tuple(q.kind for q in quarantined),
             hold_ms=int(reply[4]),
             quarantined=quarantined,
+            trigger_id=decode_text(reply[5]) or None,
         )
 
     async def finish(

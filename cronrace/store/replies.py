@@ -91,6 +91,7 @@ class AcquireReply:
     superseded_tick_s: int
     hold_ms: int = 0
     data_lost: bool = False
+    superseded_trigger_id: str | None = None
     replayed: bool = False
     renewed: bool = False
     quarantined: tuple[Quarantined, ...] = ()
@@ -106,6 +107,7 @@ class ReleaseReply:
     warnings: tuple[str, ...]
     hold_ms: int = 0
     quarantined: tuple[Quarantined, ...] = ()
+    trigger_id: str | None = None  # a handed-on queued trigger keeps its id
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +193,8 @@ def decode_acquire(reply: Any) -> AcquireReply:
         superseded_tick_s=int(reply[9]),
         hold_ms=int(reply[10]),
         data_lost=int(reply[11]) == 1,
-        replayed=int(reply[12]) == 1,
-        renewed=int(reply[13]) == 1,
+        superseded_trigger_id=decode_text(reply[12]) or None,
+        replayed=int(reply[13]) == 1,
+        renewed=int(reply[14]) == 1,
         quarantined=quarantined,
     )

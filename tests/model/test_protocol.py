@@ -5,23 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import fakeredis
 import pytest
 import redis
 from hypothesis.stateful import run_state_machine_as_test
 
 from cronrace.store import make_client
 from tests.model.profiles import model_settings
-from tests.model.protocol import ProtocolModel
+from tests.model.protocol import FakeRedisProtocolModel, ProtocolModel
 from tests.redis_server import RedisServer, redis_available
 
 pytestmark = pytest.mark.model
-
-
-class FakeRedisProtocolModel(ProtocolModel):
-    def make_clients(self) -> tuple[Any, Any]:
-        server = fakeredis.FakeServer()
-        return fakeredis.FakeAsyncRedis(server=server), fakeredis.FakeRedis(server=server)
 
 
 def test_protocol_model_on_fakeredis() -> None:

@@ -127,7 +127,7 @@ async def test_release_can_continue_a_catch_up_under_the_same_lease(store: Store
         "j", first.fence, owner="n1:x", lease_ttl_ms=5000, continue_tick_s=101
     )
     assert (reply.decision, reply.tick_s) == ("run", 101)
-    assert reply.fence == first.fence + 1
+    assert reply.fence > first.fence
 
 
 async def test_expired_lease_is_reported_abandoned_by_the_next_acquirer(store: Store) -> None:
