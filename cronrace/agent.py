@@ -103,6 +103,7 @@ class Agent:
         self._not_ready_why = "not started"
         self.watchdog = LoopWatchdog(threshold_s=self.settings.loop_lag_threshold_s)
         self._epoch: str | None = None
+        self._control_from: str | None = None
         self._beats = 0
         self._hold_until_mono = 0.0
         self.scheduler: Scheduler | None = None
@@ -414,7 +415,11 @@ class Agent:
                     await store.load_scripts()
                     # Manual triggers come through XREAD: a user who may not run it would
                     # otherwise fire every scheduled tick and silently drop every trigger.
-                    await store.read_control(await store.control_position(), block_ms=1)
+                    # The control loop reads on from here: a trigger made once this agent
+                    # reports ready is never before its position (it used to take its own
+                    # position later, and miss a trigger made in between).
+                    self._control_from = await store.control_position()
+                    await store.read_control(self._control_from, block_ms=1)
                     await self._beat(store)
                     await store.register_jobs(
                         {name: job.spec() for name, job in self._jobs.items()}
@@ -533,7 +538,7 @@ class Agent:
     async def _control_loop(self, runs: TaskGroup) -> None:
         """Read manual trigger requests and race for them like for a tick."""
         assert self.scheduler is not None
-        position: str | None = None
+        position: str | None = self._control_from
         attempt = 0
         while True:
             try:
