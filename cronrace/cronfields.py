@@ -22,6 +22,7 @@ import bisect
 import hashlib
 from dataclasses import dataclass
 from datetime import date
+from typing import TypeVar
 
 _DAY_S = 86_400
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
@@ -367,15 +368,15 @@ def parse_cron(text: str, hash_key: str | None = None) -> Cron:
     ]
     days, weekdays = readers[3], readers[5]
     cron = Cron(
-        seconds=tuple(sorted(readers[0].values)),
-        minutes=tuple(sorted(readers[1].values)),
-        hours=tuple(sorted(readers[2].values)),
-        days=frozenset(days.values),
+        seconds=_shared(tuple(sorted(readers[0].values))),
+        minutes=_shared(tuple(sorted(readers[1].values))),
+        hours=_shared(tuple(sorted(readers[2].values))),
+        days=_shared(frozenset(days.values)),
         last_day=days.last_day,
-        nearest_weekdays=frozenset(days.nearest),
-        months=frozenset(readers[4].values),
-        weekdays=frozenset(weekdays.values),
-        nth_weekdays=frozenset(weekdays.nth),
+        nearest_weekdays=_shared(frozenset(days.nearest)),
+        months=_shared(frozenset(readers[4].values)),
+        weekdays=_shared(frozenset(weekdays.values)),
+        nth_weekdays=_shared(frozenset(weekdays.nth)),
         # cronie's rule: a field beginning with '*' counts as unrestricted.
         days_and=dom.startswith(("*", "?")) or dow.startswith(("*", "?")),
         fixed_time=not minute.startswith("*") and not hour.startswith("*"),
@@ -383,4 +384,17 @@ def parse_cron(text: str, hash_key: str | None = None) -> Cron:
     )
     if not cron.fires_ever():
         raise InvalidError("it never fires: no date matches its day and month fields")
-    return cron
+    return _shared(cron)
+
+
+#: Equal field values (and equal Crons) shared between schedules: 10,000 stored schedules
+#: mostly repeat a few dozen, and a frozenset of 31 days costs a kilobyte. Bounded.
+_SHARED: dict[object, object] = {}
+_SHARED_MAX = 20_000
+_T = TypeVar("_T")
+
+
+def _shared(value: _T) -> _T:
+    if len(_SHARED) >= _SHARED_MAX:
+        _SHARED.clear()
+    return _SHARED.setdefault(value, value)  # type: ignore[return-value]

@@ -17,11 +17,14 @@ job in code already has) is not raced for; the node logs that once and publishes
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 
 from cronrace.errors import CronraceError, JobDefinitionError, UnknownJobError
 from cronrace.job import Handler, Job
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cronrace.schedules")
 
+#: Stored schedules applied between two yields to the event loop when reading them all.
+APPLY_CHUNK = 200
 #: Turns a stored schedule's target table into a handler (the sidecar sets one).
 TargetFactory = Callable[[ScheduleSpec], Handler]
 
@@ -84,6 +89,7 @@ class Schedules:
 
     def __init__(self, agent: Agent) -> None:
         self._agent = agent
+        self._live_handlers: tuple[float, set[str]] = (-math.inf, set())
 
     @property
     def _store(self) -> Store:
@@ -204,8 +210,10 @@ class Schedules:
         Raises:
             JobDefinitionError: some definition is refused (all are checked first).
         """
+        taken = await self._code_job_names()
         for spec in wanted:
-            await self._checked(spec.model_dump(mode="json", exclude_defaults=True), strict)
+            raw = spec.model_dump(mode="json", exclude_defaults=True)
+            await self._checked(raw, strict, code_jobs=taken)
         found = await self.diff(wanted, prune=prune)
         changes = [ScheduleChange("add", spec.name, spec.to_json()) for spec in found.added]
         changes += [ScheduleChange("update", new.name, new.to_json()) for _, new in found.updated]
@@ -216,10 +224,17 @@ class Schedules:
 
     # -- checks and writes -------------------------------------------------------------
 
-    async def _checked(self, raw: Mapping[str, Any], strict: bool | None) -> ScheduleSpec:
+    async def _code_job_names(self) -> set[str]:
+        return set(self._agent.jobs) | set(await self._store.known_jobs())
+
+    async def _checked(
+        self, raw: Mapping[str, Any], strict: bool | None, *, code_jobs: set[str] | None = None
+    ) -> ScheduleSpec:
         allow_hosts = list(getattr(self._agent.settings, "allow_hosts", []))
         spec = check_schedule(raw, allow_hosts=allow_hosts)
-        if spec.name in self._agent.jobs or spec.name in await self._store.known_jobs():
+        if code_jobs is None:
+            code_jobs = await self._code_job_names()
+        if spec.name in code_jobs:
             raise JobDefinitionError(
                 f"job {spec.name!r}: name {spec.name!r} is already a job defined in code or a "
                 "config file (a stored schedule of that name would fire beside it); choose "
@@ -238,7 +253,13 @@ class Schedules:
     async def _handler_known(self, handler: str) -> bool:
         if handler in self._agent.handlers:
             return True
-        return any(handler in node.handlers for node in await self._agent.fleet_details())
+        read_at, known = self._live_handlers
+        now = time.monotonic()
+        if now - read_at > self._agent.settings.heartbeat_s:  # an apply checks many at once
+            fleet = await self._agent.fleet_details()
+            known = {name for node in fleet for name in node.handlers}
+            self._live_handlers = (now, known)
+        return handler in known
 
     async def _write(self, changes: Sequence[ScheduleChange]) -> WriteReply:
         reply = await self._store.schedules.write(changes)
@@ -287,7 +308,6 @@ class ScheduleSync:
     target_factory: TargetFactory | None = None
     jobs: dict[str, Job] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)
-    specs: dict[str, ScheduleSpec] = field(default_factory=dict)
     version: int = -1
     _raw: dict[str, bytes] = field(default_factory=dict)
     _scheduler: Scheduler | None = None
@@ -304,8 +324,12 @@ class ScheduleSync:
             before = self.version
             for name in sorted(set(self._raw) - set(stored.definitions)):
                 self._apply(name, None)
-            for name, raw in stored.definitions.items():
+            for count, (name, raw) in enumerate(stored.definitions.items(), start=1):
                 self._apply(name, raw)
+                if count % APPLY_CHUNK == 0:
+                    # Building thousands of jobs takes a while: claims, renewals and
+                    # heartbeats must not wait for all of them.
+                    await anyio.lowlevel.checkpoint()
             self.version = stored.version
         if before != stored.version:
             log.info(
@@ -352,7 +376,6 @@ class ScheduleSync:
             return
         if raw is None:
             self._raw.pop(name, None)
-            self.specs.pop(name, None)
             self.refused.pop(name, None)
             if self.jobs.pop(name, None) is not None and self._scheduler is not None:
                 self._scheduler.drop_job(name)
@@ -377,11 +400,9 @@ class ScheduleSync:
 
     def _job_for(self, name: str, raw: bytes) -> tuple[Job | None, str]:
         try:
-            spec = ScheduleSpec.from_json(name, raw)
+            spec = ScheduleSpec.from_json(name, raw, parse_schedule=False)  # build_job parses
         except ValueError as exc:
-            self.specs.pop(name, None)
             return None, f"unreadable definition in Redis: {str(exc).splitlines()[0]}"
-        self.specs[name] = spec
         if name in self.code_jobs:
             return None, "a job defined in code or a config file has this name"
         if spec.handler is not None:
