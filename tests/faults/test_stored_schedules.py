@@ -24,6 +24,8 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 #: Only stored schedules run: the app's jobs from code stay off.
 NO_CODE_JOBS = {"FAULT_CODE_JOBS": ""}
 HEARTBEAT_S = 0.5
+#: A change reaches every node within a heartbeat; a loaded 2-core machine adds to that.
+PICKUP_S = HEARTBEAT_S + 1.0
 
 
 def cronrace(url: str, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -86,8 +88,9 @@ def test_stored_schedule_from_the_cli_runs_once_per_tick_across_its_changes(
         assert added.returncode == 0, added.stderr
         witness.wait_for(lambda evs: len(starts(witness, "beat")) >= 4, timeout_s=10, what="4 runs")
         first_tick = min(int(e["tick"]) for e in starts(witness, "beat"))  # type: ignore[call-overload]
-        # Picked up by the notice (or at worst the next heartbeat), then its next tick.
-        assert first_tick <= t_added + HEARTBEAT_S + 1
+        # Picked up by the notice (or at worst the next heartbeat), then its next tick;
+        # PICKUP_S allows for a loaded test machine.
+        assert first_tick <= t_added + PICKUP_S + 1
 
         sleep_until_fraction(0.3)
         updated = cronrace(
@@ -95,12 +98,14 @@ def test_stored_schedule_from_the_cli_runs_once_per_tick_across_its_changes(
         )
         assert updated.returncode == 0, updated.stderr
         t_updated = time.time()
-        time.sleep(3.0)
+        time.sleep(4.0)  # leaves an even second after the pick-up allowance
         every_second = judge(
             witness.events(), "beat", first_tick_s=first_tick, last_tick_s=int(t_added) + 3
         )
         assert (every_second.duplicates, every_second.missed) == ([], []), every_second.summary()
-        after = [int(e["tick"]) for e in starts(witness, "beat") if int(e["tick"]) > t_updated]  # type: ignore[call-overload]
+        after = [
+            int(e["tick"]) for e in starts(witness, "beat") if int(e["tick"]) > t_updated + PICKUP_S
+        ]  # type: ignore[call-overload]
         assert after, "the updated schedule did not fire"
         assert all(tick % 2 == 0 for tick in after), after
 
@@ -131,8 +136,8 @@ def test_stored_schedule_from_the_cli_runs_once_per_tick_across_its_changes(
         removed = cronrace(url, namespace, "schedules", "rm", "beat")
         assert removed.returncode == 0, removed.stderr
         t_removed = time.time()
-        time.sleep(1.5)
-        assert not [e for e in starts(witness, "beat") if int(e["tick"]) > t_removed + 0.5]  # type: ignore[call-overload]
+        time.sleep(PICKUP_S + 2.0)
+        assert not [e for e in starts(witness, "beat") if int(e["tick"]) > t_removed + PICKUP_S]  # type: ignore[call-overload]
 
         # After a wipe, stored schedules are gone with the data: the node stops firing them
         # (documented), until they are applied again.
@@ -146,8 +151,8 @@ def test_stored_schedule_from_the_cli_runs_once_per_tick_across_its_changes(
         )
         redis.Redis.from_url(url).flushall()
         t_wiped = time.time()
-        time.sleep(2.0 + 2 * HEARTBEAT_S)
-        late = [e for e in starts(witness, "wiped") if int(e["tick"]) > t_wiped + 1 + HEARTBEAT_S]  # type: ignore[call-overload]
+        time.sleep(2.0 + PICKUP_S)
+        late = [e for e in starts(witness, "wiped") if int(e["tick"]) > t_wiped + 1 + PICKUP_S]  # type: ignore[call-overload]
         assert late == []
     finally:
         stop_all(procs)
