@@ -518,7 +518,11 @@ class Agent:
             self.target_factory is not None,
             dict(self.sync.refused),
         )
-        version = await self.fleet.exchange(details, int(self.clock.time() * 1000))
+        version: int | None = None
+        try:
+            version = await self.fleet.exchange(details, int(self.clock.time() * 1000))
+        except ResponseError as exc:  # garbage under a fleet key: ticks must not care
+            log.error("fleet definitions exchange failed", extra={"error": str(exc)})
         if reconnected:
             await self.sync.reload("reconnected")
         else:

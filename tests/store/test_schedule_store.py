@@ -79,3 +79,10 @@ async def test_garbage_under_the_key_is_moved_aside_by_the_next_write(
     assert reply.status == "ok"
     assert set((await store.schedules.read_all()).definitions) == {"a"}
     assert any("garbage" in record.getMessage() for record in caplog.records)
+
+
+async def test_garbage_under_the_fleet_keys_leaves_the_exchange_working(store: Store) -> None:
+    await store.client.set(store.keys.fleet_defs, "garbage")
+    reply = await store.fleet.exchange("n1", "a b", details=b"{}", now_ms=0)
+    assert reply.fingerprints == {}
+    assert reply.schedules_version == 0
