@@ -264,6 +264,7 @@ code,.id{font-family:ui-monospace,monospace;font-size:.95em;white-space:nowrap}
 .notice{background:#e7f1ff;padding:.5em .8em;border-radius:.3em}
 .warn{background:#fff3cd;padding:.5em .8em;border-radius:.3em}
 .err{max-width:40em;overflow-wrap:anywhere;color:#9b1c1c}
+.problem{white-space:normal;overflow-wrap:anywhere;color:#9b1c1c}
 form{display:inline}button{font:inherit;padding:.1em .6em;margin-right:.2em}
 """
 
@@ -313,8 +314,11 @@ def _jobs_table(view: FleetView, token: str | None) -> str:
     rows = []
     for job in view.jobs:
         paused = '<span class="o paused">paused</span>' if job.paused else "no"
+        # A problem (nodes disagree on the job, no live node runs a stored schedule) is
+        # said under the job's name, where it cannot be missed.
+        problem = f'<br><small class="problem">{escape(job.problem)}</small>' if job.problem else ""
         cells = [
-            f'<td class="id">{escape(job.job)}</td>',
+            f'<td class="id">{escape(job.job)}{problem}</td>',
             f"<td><code>{escape(job.schedule)}</code></td>",
             f"<td>{escape(job.timezone)}</td>",
             f"<td>{_time(job.next_tick_s, view.now_s)}</td>",

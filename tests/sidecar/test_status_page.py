@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import shutil
@@ -99,6 +100,15 @@ def test_page_escapes_every_value_and_loads_nothing_from_anywhere() -> None:
     assert '<meta http-equiv="refresh" content="5">' in page
     assert "<form" not in page
     assert "read-only" in page
+
+
+def test_page_says_under_a_job_what_is_wrong_with_it() -> None:
+    view = _view()
+    problem = f"live nodes define it differently: a: '*/5 * * * *' UTC; {HOSTILE}"
+    view = dataclasses.replace(view, jobs=(dataclasses.replace(view.jobs[0], problem=problem),))
+    page = render(view, actions_token=None, refresh_s=5)
+    assert '<small class="problem">live nodes define it differently: a: ' in page
+    assert "<img" not in page
 
 
 def test_page_shows_buttons_with_the_form_token_only_when_enabled() -> None:
