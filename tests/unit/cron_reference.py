@@ -95,8 +95,13 @@ def expand(text: str, index: int, key: str) -> set[int]:
 
 def weekdays_of(day: date) -> list[date]:
     """Monday to Friday of the month of ``day``."""
-    length = calendar.monthrange(day.year, day.month)[1]
-    every = [day.replace(day=n) for n in range(1, length + 1)]
+    return _weekdays(day.year, day.month)
+
+
+@functools.cache
+def _weekdays(year: int, month: int) -> list[date]:
+    length = calendar.monthrange(year, month)[1]
+    every = [date(year, month, n) for n in range(1, length + 1)]
     return [d for d in every if d.weekday() < 5]
 
 

@@ -58,7 +58,7 @@ def test_hash_picks_the_pinned_values_for_a_job_name(expr: str, expected: list[s
 def test_hash_in_day_fields_stays_where_every_month_and_week_has_it() -> None:
     days = collections.Counter()
     weekdays = collections.Counter()
-    for index in range(2000):
+    for index in range(700):
         name = f"report-{index}"
         day = Schedule.parse("0 0 H * *", job=name).next_tick(JUNE_2024_S)
         weekday = Schedule.parse("0 0 * * H", job=name).next_tick(JUNE_2024_S)
@@ -74,12 +74,12 @@ def test_thousands_of_hashed_jobs_spread_over_the_hour() -> None:
             Schedule.parse("H * * * *", job=f"customer-{index}.report").next_tick(JUNE_2024_S),
             UTC,
         ).minute
-        for index in range(6000)
+        for index in range(3000)
     )
-    # 100 a minute on average; a uniform hash stays within +-35% (about 3.5 standard
-    # deviations), where ":00 for everyone" would put all 6000 in one minute.
+    # 50 a minute on average; a uniform hash stays within +-50% (about 3.5 standard
+    # deviations), where ":00 for everyone" would put all 3000 in one minute.
     assert len(minutes) == 60
-    assert 65 <= min(minutes.values()) <= max(minutes.values()) <= 135
+    assert 25 <= min(minutes.values()) <= max(minutes.values()) <= 75
 
 
 def test_hashed_minute_and_hour_are_chosen_independently() -> None:
@@ -102,17 +102,16 @@ def test_every_process_computes_the_same_hashed_tick() -> None:
         "from cronrace.schedule import Schedule;"
         f"print(Schedule.parse('H H * * *', job='nightly').next_tick({JUNE_2024_S}))"
     )
-    answers = {
-        subprocess.run(
-            [sys.executable, "-c", code],
-            env={**os.environ, "PYTHONHASHSEED": seed},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        for seed in ("1", "2")
-    }
-    assert answers == {f"{Schedule.parse('H H * * *', job='nightly').next_tick(JUNE_2024_S)}\n"}
+    # This process hashes strings with another seed (random, or the one it was given).
+    seed = "1" if os.environ.get("PYTHONHASHSEED") != "1" else "2"
+    answer = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONHASHSEED": seed},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert answer == f"{Schedule.parse('H H * * *', job='nightly').next_tick(JUNE_2024_S)}\n"
 
 
 def test_same_hashed_expression_means_different_ticks_for_different_jobs() -> None:
@@ -340,7 +339,7 @@ def extended_cases(draw: st.DrawFn) -> tuple[str, str, int, str]:
     return draw(extended_expressions), zone, draw(starts(zone)), name
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(extended_cases())
 def test_hash_weekday_and_wrapping_ticks_match_the_reference(
     case: tuple[str, str, int, str],
