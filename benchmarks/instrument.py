@@ -34,6 +34,7 @@ PHASE: ContextVar[str] = ContextVar("cronrace_bench_phase", default="other")
 #: Per-node background: heartbeat, control (the manual-trigger reader), renew.
 STORE_PHASES = {
     "claim": "claim",
+    "claim_each": "claim",
     "resolve_claims": "claim",
     "acquire": "acquire",
     "finish": "finish",
@@ -163,7 +164,7 @@ def instrument(store: Store) -> None:
     store.client.connection_pool.connection_class = CountingConnection
     for name, phase in STORE_PHASES.items():
         method = getattr(store, name)
-        if name in ("claim", "resolve_claims"):
+        if name == "claim_each":  # claim and resolve_claims call it: count once
             method = _counting_claim(method)
         elif name == "acquire":
             method = _timed_acquire(method)

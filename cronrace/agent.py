@@ -45,7 +45,7 @@ from cronrace.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runner import Runner
 from cronrace.scheduler import Scheduler, backoff_s
 from cronrace.schedules import Schedules, ScheduleSync, TargetFactory
-from cronrace.store import Store
+from cronrace.store import TRANSIENT_ERRORS, Store
 from cronrace.watchdog import LoopWatchdog
 
 log = logging.getLogger("cronrace.agent")
@@ -430,9 +430,13 @@ class Agent:
                 except RedisAccessError:
                     raise
                 except ResponseError as exc:
-                    raise RedisUnavailableError(
-                        f"Redis at {self._redacted_url()} refused: {exc}"
-                    ) from exc
+                    if not isinstance(exc, TRANSIENT_ERRORS):  # a failover passes; these not
+                        raise RedisUnavailableError(
+                            f"Redis at {self._redacted_url()} refused: {exc}"
+                        ) from exc
+                    log.warning("Redis not ready yet", extra={"error": str(exc)})
+                    await anyio.sleep(backoff_s(attempt))
+                    attempt += 1
                 except (RedisError, OSError) as exc:
                     last_error = str(exc) or type(exc).__name__
                     log.warning("Redis not reachable yet", extra={"error": last_error})

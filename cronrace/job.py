@@ -191,8 +191,9 @@ class RunContext:
     async def fenced_set(self, key: str, value: str | bytes, *, ttl_ms: int = 0) -> bool:
         """Write ``value`` under ``key`` in the agent's Redis unless a newer run already did.
 
-        The highest fence that wrote ``key`` is kept beside it (``<key>:cronrace-fence``);
-        on Redis Cluster give ``key`` a hash tag so both land in one slot.
+        The highest fence that wrote ``key`` is kept beside it, in the same Cluster slot:
+        ``<key>:cronrace-fence`` when ``key`` has a hash tag, else
+        ``<key>{<key>}:cronrace-fence``.
 
         Returns:
             True when written; False when a run with a higher fence wrote first.

@@ -28,7 +28,14 @@ from cronrace.observer import Observer
 from cronrace.policies import Outcome, Overlap, TickPlan, plan_ticks
 from cronrace.records import RunRecord
 from cronrace.runner import Runner
-from cronrace.store import AcquireReply, AcquireRequest, Claim, NotReplicatedError, Store
+from cronrace.store import (
+    AcquireReply,
+    AcquireRequest,
+    Claim,
+    ClaimOutcome,
+    ClaimReply,
+    Store,
+)
 
 log = logging.getLogger("cronrace.scheduler")
 
@@ -75,7 +82,10 @@ class Scheduler:
         self.runner = runner
         self.observer = observer
         self._set_ready = set_ready
-        self._heap: list[tuple[int, str]] = []
+        #: (when to wake for it, tick, job): a job whose claim got no answer wakes later
+        #: than its tick (backoff), and only the entry matching ``next_tick`` counts.
+        self._heap: list[tuple[float, int, str]] = []
+        self._unanswered: dict[str, int] = {}
         self._woken = anyio.Event()  # set by put_job: the loop looks at the heap again
         self._ambiguous: set[tuple[str, int, str | None]] = set()
         self.next_tick: dict[str, int] = {}
@@ -92,7 +102,6 @@ class Scheduler:
     async def run(self, runs: TaskGroup) -> None:
         """Run the tick loop until cancelled."""
         await self._seed()
-        failures = 0
         while True:
             now = self.clock.time()
             if not self._heap:
@@ -107,7 +116,7 @@ class Scheduler:
             planned: dict[str, Job] = {}
             due: list[tuple[int, str]] = []
             while self._heap and self._heap[0][0] <= now:
-                first_due, name = heapq.heappop(self._heap)
+                _wake_s, first_due, name = heapq.heappop(self._heap)
                 # Entries of a job replaced or removed at runtime (stored schedules) are
                 # stale: only the one matching its current next tick counts, once.
                 if self.next_tick.get(name) == first_due and name not in planned:
@@ -125,28 +134,29 @@ class Scheduler:
                 if plan is not None:
                     plans.append(_Decided(job, plan))
             try:
-                decided = not plans or await self.race(plans, runs)
+                unanswered = await self.race(plans, runs) if plans else set()
             except Exception:  # the outermost loop: one job's surprise must not stop the rest
                 log.exception(
                     "unexpected error deciding ticks; moving on",
                     extra={"jobs": [d.job.name for d in plans]},
                 )
-                decided = True
+                unanswered = set()
             # A job replaced or removed while its claims were out has its new next tick
             # already (put_job, drop_job): the old definition's must not overwrite it.
             following = {n: s for n, s in following.items() if self.jobs.get(n) is planned[n]}
-            if decided:
-                failures = 0
-                for name, next_s in following.items():
-                    self._push(name, next_s)
-                continue
-            # Redis did not answer: nothing was decided. Put the ticks back; the next
-            # attempt plans them again, as a backlog for the catch-up policy if late.
             for first_due, name in due:
-                if name in following:  # not the jobs dropped by _unschedule
-                    self._push(name, first_due)
-            await self.clock.sleep(backoff_s(failures))
-            failures += 1
+                if name not in following:  # dropped by _unschedule, replaced or removed
+                    continue
+                if name not in unanswered:
+                    self._unanswered.pop(name, None)
+                    self._push(name, following[name])
+                    continue
+                # Redis (or this job's shard) did not answer: nothing was decided. Put the
+                # tick back and back off; the next attempt plans it again, as a backlog
+                # for the catch-up policy if late. Other shards' jobs go on meanwhile.
+                attempt = self._unanswered.get(name, 0)
+                self._unanswered[name] = attempt + 1
+                self._push(name, first_due, wake_s=self.clock.time() + backoff_s(attempt))
 
     async def _seed(self) -> None:
         """Start each job from its watermark, or from now when it has none."""
@@ -219,9 +229,9 @@ class Scheduler:
         self.jobs.pop(name, None)
         self.next_tick.pop(name, None)
 
-    def _push(self, name: str, tick_s: int) -> None:
+    def _push(self, name: str, tick_s: int, *, wake_s: float | None = None) -> None:
         self.next_tick[name] = tick_s
-        heapq.heappush(self._heap, (tick_s, name))
+        heapq.heappush(self._heap, (tick_s if wake_s is None else wake_s, tick_s, name))
 
     def _plan(self, job: Job, first_due_s: int, now: float) -> tuple[TickPlan | None, int]:
         """Classify a job's due ticks: expired, late (a backlog) or on time."""
@@ -264,32 +274,35 @@ class Scheduler:
 
     # -- race and decide -----------------------------------------------------------------
 
-    async def race(self, decided: Sequence[_Decided], runs: TaskGroup) -> bool:
-        """Claim every plan in one pipeline, then decide the won ones in another.
+    async def race(self, decided: Sequence[_Decided], runs: TaskGroup) -> set[str]:
+        """Claim every plan (one pipeline per shard), then decide the won ones.
 
         Returns:
-            False when Redis did not answer the claims (nothing was decided).
+            The jobs whose claims got no answer: nothing was decided for them.
         """
         claims = [
             Claim(d.job.name, d.plan.claim_tick_s, self.claim_ttl_ms(d.job), d.trigger_id)
             for d in decided
         ]
-        try:
-            won = await self._claim(claims)
-        except NotReplicatedError as exc:
-            await self._not_replicated(decided, exc)
-            return True
-        if won is None:
-            return False
-        winners = [d for d, ok in zip(decided, won, strict=True) if ok]
-        self.observer.claims(len(winners), len(decided) - len(winners))
+        replies = await self._claim(claims)
+        by_outcome: dict[ClaimOutcome, list[tuple[_Decided, ClaimReply]]] = {}
+        for d, reply in zip(decided, replies, strict=True):
+            by_outcome.setdefault(reply.outcome, []).append((d, reply))
+        winners = [d for d, _reply in by_outcome.get(ClaimOutcome.WON, [])]
+        short = by_outcome.get(ClaimOutcome.NOT_REPLICATED, [])
+        lost = by_outcome.get(ClaimOutcome.LOST, [])
+        if winners or short or lost:
+            self.observer.claims(len(winners) + len(short), len(lost))
+        if short:
+            await self._not_replicated(short)
         if winners:
             await self._decide(winners, runs)
-        return True
+        return {d.job.name for d, _reply in by_outcome.get(ClaimOutcome.UNKNOWN, [])}
 
-    async def _not_replicated(self, decided: Sequence[_Decided], exc: NotReplicatedError) -> None:
+    async def _not_replicated(self, short: Sequence[tuple[_Decided, ClaimReply]]) -> None:
         """Won claims that too few replicas confirmed are skipped, and recorded as such."""
         now_ms = int(self.clock.time() * 1000)
+        wanted = self.settings.claim_replicas
         records = [
             RunRecord(
                 d.job.name,
@@ -297,51 +310,56 @@ class Scheduler:
                 self.settings.node_id,
                 Outcome.NOT_REPLICATED,
                 finished_ms=now_ms,
-                error=f"{exc.acked} of {self.settings.claim_replicas} replicas confirmed",
+                error=f"{reply.acked} of {wanted} replicas confirmed",
             )
-            for d, won in zip(decided, exc.won, strict=True)
-            if won
+            for d, reply in short
         ]
         log.error(
             "won claims not replicated in time; not running them",
             extra={
                 "jobs": [r.job for r in records],
-                "acked": exc.acked,
-                "wanted": self.settings.claim_replicas,
+                "acked": min(reply.acked for _d, reply in short),
+                "wanted": wanted,
             },
         )
         for record in records:
             self.observer.decision(record.job, record.outcome.value)
         try:
-            await self.store.record(records, history=max(d.job.history for d in decided))
+            await self.store.record(records, history=max(d.job.history for d, _reply in short))
         except (RedisError, OSError) as err:
             log.error("could not write decision records", extra={"error": str(err)})
 
-    async def _claim(self, claims: list[Claim]) -> list[bool] | None:
-        """Send the claims; None when Redis did not answer.
+    async def _claim(self, claims: list[Claim]) -> list[ClaimReply]:
+        """Send the claims; ``UNKNOWN`` for those Redis (or their shard) did not answer.
 
         A claim whose reply was lost may have been written. Such claims are remembered,
         and the next attempt at the same key reads it back instead of trusting ``NX``.
         """
-        keys = {(c.job, c.tick_s, c.trigger_id) for c in claims}
+        keys = [(c.job, c.tick_s, c.trigger_id) for c in claims]
         try:
-            claim = self.store.resolve_claims if keys & self._ambiguous else self.store.claim
-            won = await claim(
+            replies = await self.store.claim_each(
                 claims,
                 self.owner,
+                read_back=not self._ambiguous.isdisjoint(keys),
                 wait_replicas=self.settings.claim_replicas,
                 wait_ms=self.settings.claim_replicas_timeout_ms,
             )
         except (RedisError, OSError, RedisUnavailableError) as exc:
-            self._ambiguous |= keys
-            self._set_ready(False)
-            self.observer.redis_error("claim")
             log.error("claims failed; will retry and read back", extra={"error": str(exc)})
-            return None
+            replies = [ClaimReply(ClaimOutcome.UNKNOWN)] * len(claims)
+        unknown = {
+            key
+            for key, reply in zip(keys, replies, strict=True)
+            if reply.outcome is ClaimOutcome.UNKNOWN
+        }
         oldest_s = int(self.clock.time()) - 3600
-        self._ambiguous = {key for key in self._ambiguous - keys if key[1] >= oldest_s}
-        self._set_ready(True)
-        return won
+        self._ambiguous = {
+            key for key in (self._ambiguous - set(keys)) | unknown if key[1] >= oldest_s
+        }
+        if unknown:
+            self.observer.redis_error("claim")
+        self._set_ready(not unknown)
+        return replies
 
     async def _decide(self, winners: list[_Decided], runs: TaskGroup) -> None:
         requests = []
@@ -528,7 +546,7 @@ class Scheduler:
         """Race for a manual trigger: its own claim key, the same lease and overlap policy."""
         now_s = int(self.clock.time())
         plan = TickPlan(now_s, now_s, (now_s,), 0)
-        if not await self.race([_Decided(job, plan, trigger_id)], runs):
+        if await self.race([_Decided(job, plan, trigger_id)], runs):
             log.error(
                 "manual trigger dropped: Redis did not answer",
                 extra={"job": job.name, "trigger": trigger_id},

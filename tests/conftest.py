@@ -13,6 +13,7 @@ from hypothesis import settings
 
 from cronrace.store import Store, make_client
 from tests.redis_server import RedisServer, redis_available, require_redis_in_ci
+from tests.topology import REDIS_CLI, ClusterSet
 
 _namespaces = itertools.count()
 
@@ -62,11 +63,35 @@ def fresh_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterSet]:
+    """One real Redis Cluster for the session: three shards, one replica each."""
+    if not redis_available() or REDIS_CLI is None:
+        pytest.skip("redis-server or redis-cli not installed")
+    cluster = ClusterSet(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.redis)])
 def redis_url(request: pytest.FixtureRequest, namespace: str) -> str:
-    """The same test on fakeredis (with Lua) and on a real redis-server."""
+    """The same test on fakeredis (with Lua) and on a real redis-server.
+
+    tests/store adds a real Redis Cluster (its conftest.py).
+    """
+    return url_for(request, namespace)
+
+
+def url_for(request: pytest.FixtureRequest, namespace: str) -> str:
+    """The URL of ``request.param``: fake, real or cluster."""
     if request.param == "fake":
         return f"memory://{namespace}"
+    if request.param == "cluster":
+        cluster: ClusterSet = request.getfixturevalue("redis_cluster")
+        return cluster.url
     server: RedisServer = request.getfixturevalue("redis_server")
     return server.url
 

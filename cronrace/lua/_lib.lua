@@ -15,6 +15,11 @@
 -- number of grants made since (fewer than one grant per microsecond per job). Milliseconds
 -- were not enough: a grant, a wipe and a new grant fit in one millisecond (a test caught
 -- it). Microseconds since 1970 stay below 2^53, exact in Lua's doubles, until 2255.
+-- A counter that is present but behind is the same danger: replication is asynchronous,
+-- so a promoted replica may lack the last grants. Every new fence is therefore also at
+-- least the server's TIME in microseconds (the counter still counts with INCR): a fence
+-- handed out after a failover is above every fence handed out before it, as long as the
+-- servers' clocks agree within the time the failover took (seconds, against NTP's ms).
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
@@ -93,8 +98,9 @@ local function check_lease(key)
   return false
 end
 
--- A new fence, strictly above every fence this job has had and above `known`, the
--- highest fence the caller has seen for it (0 when none). Also returns whether Redis was
+-- A new fence: at least the server's TIME in microseconds, and strictly above every fence
+-- the job's counter has had and above `known`, the highest fence the caller has seen for
+-- it (0 when none). Also returns whether Redis was
 -- found to have lost this job's counter: missing although the caller knows a fence
 -- (`known` > 0), or below a fence the caller has seen (a lossy failover). A brand-new job
 -- has neither, so its first grant is never held.

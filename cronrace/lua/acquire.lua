@@ -190,7 +190,11 @@ if alive then
       superseded = tonumber(waiting)
       superseded_trigger = redis.call('HGET', state_key, 'pending_trigger') or ''
     end
-    redis.call('SET', pending_key, int_text(run_tick))
+    -- The newest tick waits: a catch-up's first tick (run_tick) may be one the holder is
+    -- running already, as part of its own catch-up (seen after a failover).
+    local queued = run_tick
+    if mode ~= 'trigger' and decide_tick > queued then queued = decide_tick end
+    redis.call('SET', pending_key, int_text(queued))
     -- A waiting trigger must run as that trigger (its id, its record), not as a tick.
     if trigger_id ~= '' then
       redis.call('HSET', state_key, 'pending_trigger', trigger_id)

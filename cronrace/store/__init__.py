@@ -5,13 +5,15 @@ keys, ``commands`` holds :class:`Store` with every command and script call, ``re
 typed arguments and answers, ``client`` the connection pools.
 """
 
-from cronrace.store.client import AMBIGUOUS_ERRORS, make_client
+from cronrace.store.client import AMBIGUOUS_ERRORS, TRANSIENT_ERRORS, make_client
 from cronrace.store.commands import Store
 from cronrace.store.keys import Keys
 from cronrace.store.replies import (
     AcquireReply,
     AcquireRequest,
     Claim,
+    ClaimOutcome,
+    ClaimReply,
     HeartbeatReply,
     NotReplicatedError,
     ReleaseReply,
@@ -19,9 +21,12 @@ from cronrace.store.replies import (
 
 __all__ = [
     "AMBIGUOUS_ERRORS",
+    "TRANSIENT_ERRORS",
     "AcquireReply",
     "AcquireRequest",
     "Claim",
+    "ClaimOutcome",
+    "ClaimReply",
     "HeartbeatReply",
     "Keys",
     "NotReplicatedError",

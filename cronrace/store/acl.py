@@ -11,6 +11,7 @@ from __future__ import annotations
 
 #: Sent by Store (store/commands.py, garbage.py, scripts.py).
 CLIENT_COMMANDS = (
+    "eval",  # a call answered NOSCRIPT is sent again with its source (scripts.py)
     "evalsha",
     "get",
     "hdel",

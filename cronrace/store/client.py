@@ -12,8 +12,11 @@ that does not verify) into cronrace's errors for every command and pipeline, and
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -23,21 +26,16 @@ from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import (
+    RedisError,
+)
 
 from cronrace.store.access import AccessWatch
+from cronrace.store.shards import AMBIGUOUS_ERRORS as AMBIGUOUS_ERRORS
+from cronrace.store.shards import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from cronrace.store.urls import Deployment, RedisTarget, parse_redis_url
 
 log = logging.getLogger("cronrace.store")
-
-#: Errors after which a command may or may not have run on the server.
-AMBIGUOUS_ERRORS: tuple[type[BaseException], ...] = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    OSError,
-)
 
 _MEMORY_SERVERS: dict[str, Any] = {}
 
@@ -74,10 +72,12 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
         options.pop("db")
         cluster = _WatchedCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in target.hosts],
-            max_connections=max_connections,
+            # Per node; the calls in flight are bounded by ``max_connections`` (below).
+            max_connections=2 * max_connections,
             **options,
         )
         cluster.access = access
+        cluster.in_flight = asyncio.Semaphore(max_connections)
         return cluster
     tls = options.pop("ssl", False)
     if target.unix_path is not None:
@@ -159,8 +159,33 @@ class WatchedRedis(aioredis.Redis):
         return pipe
 
 
+#: Set while a call holds one of its cluster client's ``in_flight`` permits: calls that
+#: redis-py makes from inside another (a pipeline's redirections) take none.
+_HOLDS_PERMIT: ContextVar[bool] = ContextVar("cronrace_holds_permit", default=False)
+
+
+@asynccontextmanager
+async def _permit(in_flight: asyncio.Semaphore) -> AsyncIterator[None]:
+    """Wait for a free connection's worth of room instead of failing without one.
+
+    A cluster node's pool does not wait: past its size it raises ``MaxConnectionsError``
+    (seen when fifty runs finished at once). Bounding the calls in flight by the pool size
+    makes a burst queue up, as the single-primary pool does.
+    """
+    if _HOLDS_PERMIT.get():
+        yield
+        return
+    async with in_flight:
+        token = _HOLDS_PERMIT.set(True)
+        try:
+            yield
+        finally:
+            _HOLDS_PERMIT.reset(token)
+
+
 class _WatchedClusterPipeline(ClusterPipeline):
     access: AccessWatch
+    in_flight: asyncio.Semaphore
     _sent: list[tuple[Any, ...]]
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
@@ -172,20 +197,48 @@ class _WatchedClusterPipeline(ClusterPipeline):
     ) -> list[Any]:
         commands, self._sent = self._sent, []
         try:
-            replies = await super().execute(False, allow_redirections)
+            async with _permit(self.in_flight):
+                replies = await super().execute(False, allow_redirections)
         except RedisError as exc:
             _raise_translated(self.access, exc, commands[0] if commands else ())
         return _pipeline_replies(self.access, commands, replies, raise_on_error)
 
 
 class _WatchedCluster(RedisCluster):
-    """redis-py's cluster client, translating refusals like :class:`WatchedRedis`."""
+    """redis-py's cluster client, translating refusals like :class:`WatchedRedis`.
+
+    Once started, it re-reads only the slot map. redis-py (8.1) re-runs ``COMMAND`` on the
+    first primary of the slot map each time it re-reads the map, and when that fails it
+    closes every connection of the client. While a killed primary is still listed (until
+    its replica is promoted), every re-read after an error would then fail all shards, and
+    a dead shard must cost only its own jobs. ``COMMAND`` answers the same on every node:
+    it is read once, at the first start.
+    """
 
     access: AccessWatch
+    in_flight: asyncio.Semaphore
+
+    async def initialize(
+        self,
+        additional_startup_nodes_info: list[tuple[str, int]] | None = None,
+        last_failed_node_name: str | None = None,
+    ) -> RedisCluster:
+        if not self._initialize or not getattr(self.commands_parser, "commands", None):
+            return await super().initialize(additional_startup_nodes_info, last_failed_node_name)
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._initialize:
+                await self.nodes_manager.initialize(
+                    additional_startup_nodes_info, last_failed_node_name
+                )
+                self._initialize = False
+        return self
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            reply = await super().execute_command(*args, **kwargs)
+            async with _permit(self.in_flight):
+                reply = await super().execute_command(*args, **kwargs)
         except RedisError as exc:
             _raise_translated(self.access, exc, args)
         self.access.went_through((args,))
@@ -196,6 +249,7 @@ class _WatchedCluster(RedisCluster):
     ) -> ClusterPipeline:
         pipe = _WatchedClusterPipeline(self, transaction)  # type: ignore[abstract]
         pipe.access = self.access
+        pipe.in_flight = self.in_flight
         pipe._sent = []
         return pipe
 

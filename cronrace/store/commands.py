@@ -14,20 +14,23 @@ from typing import Any, cast
 
 from redis.exceptions import RedisError
 
-from cronrace.errors import RedisUnavailableError, StoreError
+from cronrace.errors import RedisAccessError, RedisUnavailableError, StoreError
 from cronrace.records import RunRecord
-from cronrace.store.client import AMBIGUOUS_ERRORS, follow_primary
+from cronrace.store.client import follow_primary
 from cronrace.store.garbage import (
     TRANSIENT_REPLY_ERRORS,
     Command,
     is_wrong_type,
     report_quarantined,
 )
+from cronrace.store.keys import fence_key
 from cronrace.store.operator import OperatorCommands
 from cronrace.store.replies import (
     AcquireReply,
     AcquireRequest,
     Claim,
+    ClaimOutcome,
+    ClaimReply,
     HeartbeatReply,
     NotReplicatedError,
     ReleaseReply,
@@ -37,6 +40,7 @@ from cronrace.store.replies import (
     int_or_none,
 )
 from cronrace.store.scripts import locate_lines
+from cronrace.store.shards import TRANSIENT_ERRORS, per_shard
 
 log = logging.getLogger("cronrace.store")
 
@@ -55,77 +59,103 @@ class Store(OperatorCommands):
             return self.keys.trigger_claim(claim.job, claim.trigger_id)
         return self.keys.claim(claim.job, claim.tick_s)
 
-    async def claim(
-        self, claims: Sequence[Claim], value: str, *, wait_replicas: int = 0, wait_ms: int = 0
-    ) -> list[bool]:
-        """Race for every claim in one pipeline; True where this node won.
+    async def claim_each(
+        self,
+        claims: Sequence[Claim],
+        value: str,
+        *,
+        read_back: bool = False,
+        wait_replicas: int = 0,
+        wait_ms: int = 0,
+    ) -> list[ClaimReply]:
+        """Race for every claim: one pipeline per shard, in parallel, decided per shard.
 
         Args:
             claims: the ticks (or triggers) to race for.
             value: this process's claim value, ``<node_id>:<nonce>``.
-            wait_replicas: when > 0, end the pipeline with ``WAIT`` so that a won claim
-                counts only once that many replicas have it (a failover could otherwise
-                lose it and let another node win the same tick).
+            read_back: read each key back after claiming it, for claims that may have been
+                written by an attempt whose reply was lost: the value is unique to this
+                process, so finding it means this node won, whichever attempt set it
+                (DESIGN.md section 8).
+            wait_replicas: when > 0, each shard's pipeline ends with ``WAIT``, so that a
+                won claim counts only once that many replicas have it (a failover could
+                otherwise lose it and let another node win the same tick).
             wait_ms: how long ``WAIT`` may block.
 
+        Returns:
+            One reply per claim; ``UNKNOWN`` where its shard did not answer.
+
         Raises:
-            RedisUnavailableError: Redis did not answer; the claims are ambiguous and the
-                caller must call :meth:`resolve_claims` before deciding anything.
+            RedisUnavailableError: no shard answered; every claim is ambiguous.
+        """
+        keys = [self._claim_key(claim) for claim in claims]
+
+        def add(pipe: Any, index: int) -> None:
+            pipe.set(keys[index], value, nx=True, px=claims[index].ttl_ms)
+            if read_back:
+                pipe.get(keys[index])
+
+        replies = await per_shard(
+            self.client, keys, add, wait_replicas=wait_replicas, wait_ms=wait_ms
+        )
+        out: list[ClaimReply] = []
+        errors: list[BaseException] = []
+        for claim, reply in zip(claims, replies, strict=True):
+            answers = reply.replies
+            failed = next((a for a in _as_list(answers) if isinstance(a, BaseException)), None)
+            if failed is not None:
+                errors.append(failed)
+                out.append(ClaimReply(ClaimOutcome.UNKNOWN))
+                continue
+            assert isinstance(answers, list)
+            # acquire.lua appends its answer to the claim value ("<value>\n..."), so a won
+            # claim that was already decided still reads as won.
+            won = (
+                decode_text(answers[1]).split("\n", 1)[0] == value
+                if read_back
+                else bool(answers[0])
+            )
+            if not won:
+                # Lost to another node: the job has been decided, almost always with a
+                # fence: evidence (1) that a missing counter is a wipe, not a new job.
+                self._saw_fence(claim.job, 1)
+                out.append(ClaimReply(ClaimOutcome.LOST, reply.acked))
+            elif wait_replicas > 0 and reply.acked < wait_replicas:
+                out.append(ClaimReply(ClaimOutcome.NOT_REPLICATED, reply.acked))
+            else:
+                out.append(ClaimReply(ClaimOutcome.WON, reply.acked))
+        if errors and len(errors) == len(out):
+            if isinstance(errors[0], RedisAccessError):
+                raise errors[0]  # refused, not unavailable: the access watch has it
+            raise RedisUnavailableError(f"claim failed: {errors[0]}") from errors[0]
+        if errors:
+            log.error(
+                "claims on some shards were not answered; they will be read back",
+                extra={"unanswered": len(errors), "claims": len(out), "error": str(errors[0])},
+            )
+        return out
+
+    async def claim(
+        self, claims: Sequence[Claim], value: str, *, wait_replicas: int = 0, wait_ms: int = 0
+    ) -> list[bool]:
+        """Race for every claim (see :meth:`claim_each`); True where this node won.
+
+        Raises:
+            RedisUnavailableError: some shard did not answer; the claims are ambiguous and
+                the caller must call :meth:`resolve_claims` before deciding anything.
             NotReplicatedError: claims were won but fewer replicas confirmed them.
         """
-        pipe = self.client.pipeline(transaction=False)
-        for claim in claims:
-            pipe.set(self._claim_key(claim), value, nx=True, px=claim.ttl_ms)
-        won = await self._execute_claims(pipe, wait_replicas, wait_ms, lambda r: list(r))
-        self._saw_claims(claims, won)
-        return won
-
-    def _saw_claims(self, claims: Sequence[Claim], won: Sequence[bool]) -> None:
-        # A claim lost to another node means the job has been decided, almost always with
-        # a fence: evidence (1) that a missing counter is a wipe, not a brand-new job.
-        for claim, ok in zip(claims, won, strict=True):
-            if not ok:
-                self._saw_fence(claim.job, 1)
-
-    async def _execute_claims(
-        self, pipe: Any, wait_replicas: int, wait_ms: int, decode: Any
-    ) -> list[bool]:
-        if wait_replicas > 0:
-            # WAIT covers the writes of this connection only: it must share the pipeline.
-            pipe.execute_command("WAIT", wait_replicas, wait_ms)
-        try:
-            replies = await pipe.execute()
-        except AMBIGUOUS_ERRORS as exc:
-            raise RedisUnavailableError(f"claim failed: {exc}") from exc
-        acked = int(replies.pop()) if wait_replicas > 0 else 0
-        won = [bool(reply) for reply in decode(replies)]
-        if wait_replicas > 0 and any(won) and acked < wait_replicas:
-            raise NotReplicatedError(won, acked)
-        return won
+        replies = await self.claim_each(claims, value, wait_replicas=wait_replicas, wait_ms=wait_ms)
+        return _won(replies)
 
     async def resolve_claims(
         self, claims: Sequence[Claim], value: str, *, wait_replicas: int = 0, wait_ms: int = 0
     ) -> list[bool]:
-        """Claim again and read each key back: a claim whose reply was lost may have won.
-
-        The claim value is unique to this process, so finding it under the key means this
-        node won, whichever attempt set it (DESIGN.md section 8).
-        """
-        pipe = self.client.pipeline(transaction=False)
-        for claim in claims:
-            key = self._claim_key(claim)
-            pipe.set(key, value, nx=True, px=claim.ttl_ms)
-            pipe.get(key)
-        # acquire.lua appends its answer to the claim value ("<value>\n..."), so a won
-        # claim that was already decided still reads as won.
-        won = await self._execute_claims(
-            pipe,
-            wait_replicas,
-            wait_ms,
-            lambda r: [decode_text(found).split("\n", 1)[0] == value for found in r[1::2]],
+        """Claim again and read each key back: a claim whose reply was lost may have won."""
+        replies = await self.claim_each(
+            claims, value, read_back=True, wait_replicas=wait_replicas, wait_ms=wait_ms
         )
-        self._saw_claims(claims, won)
-        return won
+        return _won(replies)
 
     async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
         """Decide every won claim in one pipeline (``acquire.lua``).
@@ -170,12 +200,15 @@ class Store(OperatorCommands):
             calls.append((keys, args))
         try:
             replies = await self.scripts.eval_many("acquire", calls)
-        except AMBIGUOUS_ERRORS as exc:
+        except TRANSIENT_ERRORS as exc:
             raise RedisUnavailableError(f"acquire failed: {exc}") from exc
         out: list[AcquireReply | Exception] = []
         for req, reply in zip(requests, replies, strict=True):
             if isinstance(reply, TRANSIENT_REPLY_ERRORS):
                 out.append(RedisUnavailableError(f"acquire did not run: {reply}"))
+                continue
+            if isinstance(reply, TRANSIENT_ERRORS):  # its shard did not answer (Cluster)
+                out.append(RedisUnavailableError(f"acquire failed on its shard: {reply}"))
                 continue
             if isinstance(reply, Exception):
                 where = locate_lines("acquire", str(reply))
@@ -377,10 +410,16 @@ class Store(OperatorCommands):
     # -- what handlers and targets write --------------------------------------------
 
     async def fenced_set(self, key: str, value: str | bytes, fence: int, ttl_ms: int = 0) -> bool:
-        """Write ``value`` under ``key`` unless a higher fence wrote it before."""
-        reply = await self._eval(
-            "fenced_set", [key, f"{key}:cronrace-fence"], [fence, value, ttl_ms]
-        )
+        """Write ``value`` under ``key`` unless a higher fence wrote it before.
+
+        The highest fence is kept under :func:`~cronrace.store.keys.fence_key`, in the same
+        Cluster slot as ``key``.
+
+        Raises:
+            StoreError: ``key`` has braces but no hash tag, so no key in its slot can be
+                named for the fence.
+        """
+        reply = await self._eval("fenced_set", [key, fence_key(key)], [fence, value, ttl_ms])
         report_quarantined(decode_quarantined(reply[1]), script="fenced_set", fence=fence)
         return bool(int(reply[0]))
 
@@ -397,3 +436,18 @@ class Store(OperatorCommands):
             return bool(await self.client.ping())
         except (RedisError, OSError):
             return False
+
+
+def _as_list(answers: list[Any] | BaseException) -> list[Any]:
+    return [answers] if isinstance(answers, BaseException) else answers
+
+
+def _won(replies: Sequence[ClaimReply]) -> list[bool]:
+    """The all-or-nothing view of :meth:`Store.claim_each` that ``claim`` has always had."""
+    if any(reply.outcome is ClaimOutcome.UNKNOWN for reply in replies):
+        raise RedisUnavailableError("claim failed: some shard did not answer")
+    short = [reply for reply in replies if reply.outcome is ClaimOutcome.NOT_REPLICATED]
+    if short:
+        won = [reply.outcome is not ClaimOutcome.LOST for reply in replies]
+        raise NotReplicatedError(won, min(reply.acked for reply in short))
+    return [reply.outcome is ClaimOutcome.WON for reply in replies]

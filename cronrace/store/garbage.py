@@ -92,7 +92,7 @@ async def send_repairing(
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
         if time_first:
-            pipe.time()
+            pipe.execute_command("TIME")  # a cluster pipeline refuses pipe.time()
         for index in todo:
             commands[index].queue(pipe)
         replies = await pipe.execute(raise_on_error=False)

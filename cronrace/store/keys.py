@@ -5,6 +5,8 @@ All keys of one job share the hash tag ``{<job>}``, so every script touches one 
 
 from __future__ import annotations
 
+from cronrace.errors import StoreError
+
 
 class Keys:
     """The spelling of every key of one namespace."""
@@ -79,3 +81,39 @@ class Keys:
     def fleet_details(self) -> str:
         """What each node runs, in detail: hash node -> JSON (job digests, handlers)."""
         return f"{self.ns}:fleet:details"
+
+
+def hash_tag(key: str) -> str | None:
+    """The part of ``key`` Redis Cluster hashes when it is not the whole key, or None.
+
+    Cluster's rule: the text between the first ``{`` and the first ``}`` after it, when
+    that text is not empty.
+    """
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    if end <= start + 1:
+        return None
+    return key[start + 1 : end]
+
+
+def fence_key(key: str) -> str:
+    """The key keeping the highest fence that wrote ``key`` (``fenced_set``).
+
+    It must live in ``key``'s Cluster slot, so that one script can touch both, and start
+    with ``key``, so that an ACL key pattern granting ``key`` grants it too: a key with a
+    hash tag keeps ``<key>:cronrace-fence`` (same tag); a key without braces gets itself as
+    the tag, ``<key>{<key>}:cronrace-fence``.
+
+    Raises:
+        StoreError: ``key`` has braces but no hash tag: no such name shares its slot.
+    """
+    if hash_tag(key) is not None:
+        return f"{key}:cronrace-fence"
+    if "{" in key or "}" in key:
+        raise StoreError(
+            f"fenced_set key {key!r} has braces but no hash tag: no key in its Cluster slot "
+            "can hold the fence; give it a hash tag, e.g. '{reports}:latest'"
+        )
+    return f"{key}{{{key}}}:cronrace-fence"

@@ -6,6 +6,7 @@ UTF-8 (garbage under one of our keys) is reported by the caller, never a crash i
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,26 @@ class NotReplicatedError(StoreError):
         super().__init__(f"claims confirmed by {acked} replicas only")
         self.won = won
         self.acked = acked
+
+
+class ClaimOutcome(enum.Enum):
+    """How one claim of a wake-up came out."""
+
+    WON = "won"
+    LOST = "lost"
+    #: Its shard did not answer: the claim may or may not have been written. The next
+    #: attempt at the same key reads it back (DESIGN.md section 8).
+    UNKNOWN = "unknown"
+    #: Won, but fewer replicas than asked confirmed its shard's writes in time.
+    NOT_REPLICATED = "not_replicated"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReply:
+    """One claim's outcome, and how many replicas confirmed its shard's writes."""
+
+    outcome: ClaimOutcome
+    acked: int = 0
 
 
 @dataclass(frozen=True, slots=True)

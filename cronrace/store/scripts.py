@@ -1,13 +1,16 @@
-"""The Lua scripts: loaded once, called by SHA, reloaded after ``NOSCRIPT``.
+"""The Lua scripts: loaded once, called by SHA, sent again after ``NOSCRIPT``.
 
 Each script in ``cronrace/lua`` is sent with ``_lib.lua`` in front of it (helpers, and
-the type checks that move garbage aside before any write). ``NOSCRIPT`` (a restart, a
-failover, ``SCRIPT FLUSH``) is answered by loading them again and repeating the calls that
-did not run, also inside pipelines.
+the type checks that move garbage aside before any write). Calls go out one pipeline per
+shard (one pipeline on a single primary). ``NOSCRIPT`` (a restart, a failover, ``SCRIPT
+FLUSH``) is answered by repeating the calls that did not run with the script's source
+(``EVAL``), which caches it again on exactly the server that lacked it: on a cluster,
+``SCRIPT LOAD`` goes to every primary and would fail while any one is down.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Sequence
@@ -16,8 +19,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from cronrace.errors import StoreError
 from cronrace.store.replies import decode_text
+from cronrace.store.shards import TRANSIENT_ERRORS, per_shard
 
 log = logging.getLogger("cronrace.store")
 
@@ -64,42 +67,57 @@ class Scripts:
         self._shas: dict[str, str] = {}
 
     async def load(self) -> None:
-        """Load every script into the server's script cache."""
+        """Load every script into the server's script cache (every primary's)."""
         for name, source in self._sources.items():
             self._shas[name] = decode_text(await self.client.script_load(source))
 
-    async def _sha(self, name: str) -> str:
+    def _sha(self, name: str) -> str:
         if name not in self._shas:
-            await self.load()
+            digest = hashlib.sha1(self._sources[name].encode(), usedforsecurity=False)
+            self._shas[name] = digest.hexdigest()
         return self._shas[name]
 
     async def eval_many(
         self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
     ) -> list[Any]:
-        """Run one script many times in one pipeline; each result or its exception."""
+        """Run one script many times, one pipeline per shard; each result or its exception.
+
+        A shard that did not answer fails its own calls only (their exception is its
+        error). When no call got an answer, that error is raised.
+        """
         results: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
-        for _attempt in range(3):
-            sha = await self._sha(name)
-            pipe = self.client.pipeline(transaction=False)
-            for index in todo:
-                keys, args = calls[index]
-                pipe.evalsha(sha, len(keys), *keys, *args)
-            replies = await pipe.execute(raise_on_error=False)
+        for by_source in (False, True):
+            replies = await self._round(name, [calls[i] for i in todo], by_source=by_source)
             retry: list[int] = []
             for index, reply in zip(todo, replies, strict=True):
-                if isinstance(reply, NoScriptError) or (
-                    isinstance(reply, ResponseError) and "NOSCRIPT" in str(reply)
-                ):
+                if _is_noscript(reply) and not by_source:
                     retry.append(index)
                 else:
                     results[index] = reply
             if not retry:
-                return results
-            log.warning("script cache was flushed; reloading", extra={"script": name})
-            await self.load()
+                break
+            log.warning(
+                "script cache was flushed; sending the script again", extra={"script": name}
+            )
             todo = retry
-        raise StoreError(f"script {name!r} kept answering NOSCRIPT after reloading")
+        unanswered = [reply for reply in results if isinstance(reply, TRANSIENT_ERRORS)]
+        if unanswered and len(unanswered) == len(results):
+            raise unanswered[0]
+        return results
+
+    async def _round(
+        self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]], *, by_source: bool
+    ) -> list[Any]:
+        command = ("EVAL", self._sources[name]) if by_source else ("EVALSHA", self._sha(name))
+
+        def add(pipe: Any, index: int) -> None:
+            keys, args = calls[index]
+            # A cluster pipeline refuses pipe.evalsha(); the raw command goes everywhere.
+            pipe.execute_command(*command, len(keys), *keys, *args)
+
+        replies = await per_shard(self.client, [keys[0] for keys, _args in calls], add)
+        return [_first(reply.replies) for reply in replies]
 
     async def eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run one script once; raise its error."""
@@ -109,3 +127,13 @@ class Scripts:
         if isinstance(reply, BaseException):
             raise reply
         return reply
+
+
+def _is_noscript(reply: Any) -> bool:
+    return isinstance(reply, NoScriptError) or (
+        isinstance(reply, ResponseError) and "NOSCRIPT" in str(reply)
+    )
+
+
+def _first(answers: list[Any] | BaseException) -> Any:
+    return answers if isinstance(answers, BaseException) else answers[0]

@@ -26,6 +26,13 @@ WITNESS_KEY = os.environ.get("FAULT_WITNESS_KEY", "witness")
 _witness = redis.Redis.from_url(WITNESS_URL, socket_timeout=2) if WITNESS_URL else None
 SLOW_S = float(os.environ.get("FAULT_SLOW_S", "3"))
 SLOW_LEASE_S = float(os.environ.get("FAULT_SLOW_LEASE_S", "0.9"))
+#: How many more 1-second jobs to define (``extra000``, ``extra001``, ...), and their
+#: policies: the cluster test spreads them over every shard. ``queue_one``: a tick that
+#: comes while a catch-up of the same job still runs waits for it instead of being skipped.
+EXTRA_JOBS = int(os.environ.get("FAULT_EXTRA_JOBS", "0"))
+EXTRA_CATCHUP = os.environ.get("FAULT_EXTRA_CATCHUP", "all")
+EXTRA_OVERLAP = os.environ.get("FAULT_EXTRA_OVERLAP", "queue_one")
+EXTRA_LEASE_S = float(os.environ.get("FAULT_EXTRA_LEASE_S", "0.9"))
 
 #: Which jobs from code this process defines (default both); "" for none, when a test
 #: runs only stored schedules.
@@ -82,3 +89,19 @@ if DRIFT_SCHEDULE:
     agent.add_job(fast, DRIFT_SCHEDULE, name="drifting", lease_ttl=0.9)
 # Stored schedules name this handler (cronrace schedules add NAME SCHEDULE --handler note).
 agent.add_handler("note", fast)
+
+
+async def extra(ctx: RunContext) -> None:
+    note("start", ctx)
+    note("end", ctx)
+
+
+for _index in range(EXTRA_JOBS):
+    agent.add_job(
+        extra,
+        "* * * * * *",
+        name=f"extra{_index:03d}",
+        lease_ttl=EXTRA_LEASE_S,
+        catchup=EXTRA_CATCHUP,
+        overlap=EXTRA_OVERLAP,
+    )

@@ -121,6 +121,20 @@ async def test_release_deletes_the_lease_only_for_its_fence(store: Store) -> Non
     assert await store.renew("j", first.fence, 5000) == 0
 
 
+async def test_a_queued_catch_up_waits_with_its_newest_tick(store: Store) -> None:
+    # Node A runs the backlog 101..103 under one lease; node B, whose own backlog is
+    # 101..104, finds the lease held: 104 must wait, not 101 (which A runs already).
+    first = await acquire_one(
+        store, AcquireRequest("j", 103, 103, 101, "n1:x", 5000, "queue_one", "run")
+    )
+    queued = await acquire_one(
+        store, AcquireRequest("j", 104, 104, 101, "n2:y", 5000, "queue_one", "run")
+    )
+    assert queued.decision == "queued"
+    reply = await store.release("j", first.fence, owner="n1:x", lease_ttl_ms=5000)
+    assert (reply.decision, reply.tick_s) == ("run", 104)
+
+
 async def test_release_can_continue_a_catch_up_under_the_same_lease(store: Store) -> None:
     first = await acquire_one(store, request(tick=100))
     reply = await store.release(
@@ -145,6 +159,30 @@ async def test_fence_survives_a_wiped_counter(store: Store) -> None:
     await store.client.delete(store.keys.fence("j"), store.keys.last("j"))
     second = await acquire_one(store, request(tick=100))
     assert second.fence > first.fence
+
+
+async def test_a_counter_behind_its_last_grants_never_hands_out_a_fence_again(
+    store: Store,
+) -> None:
+    # A promoted replica may lack the last grants: its counter is behind them. A node that
+    # never saw those fences (known 0) must still get a higher one.
+    first = await acquire_one(store, request(tick=100))
+    await store.release("j", first.fence, owner="n1:x", lease_ttl_ms=5000)
+    await store.client.set(store.keys.fence("j"), first.fence - 1_000)
+    fresh = Store(store.client, store.keys.ns)
+    second = await acquire_one(fresh, request(tick=101))
+    assert second.fence > first.fence
+
+
+async def test_every_fence_is_at_least_the_server_time_in_microseconds(store: Store) -> None:
+    await store.client.set(store.keys.fence("j"), 5)
+    seconds, micros = await store.client.time()
+    reply = await acquire_one(store, request(tick=100))
+    assert reply.fence >= int(seconds) * 1_000_000 + int(micros)
+    released = await store.release(
+        "j", reply.fence, owner="n1:x", lease_ttl_ms=5000, continue_tick_s=101
+    )
+    assert released.fence > reply.fence
 
 
 async def test_garbage_fence_and_watermark_are_repaired_and_reported(store: Store) -> None:

@@ -1,0 +1,125 @@
+"""Pipelines, one per shard: how a batch of commands reaches the deployment.
+
+On one primary (Sentinel included) a batch is one pipeline. On a cluster it is one
+pipeline per primary that holds some of its keys, all sent at once: a wake-up costs one
+round trip per shard, and a shard that does not answer fails only its own items. This and
+``client.py`` are the only modules that know which deployment is in use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import (
+    ClusterDownError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+#: Errors after which a command may or may not have run on the server.
+AMBIGUOUS_ERRORS: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    OSError,
+)
+
+#: Errors that pass with a failover or a reconnect (DESIGN.md section 11): a demoted
+#: primary (``READONLY``), a cluster re-electing a primary (``CLUSTERDOWN``, ``TRYAGAIN``,
+#: slots not covered yet) as well as the ambiguous ones. Retried with backoff, never
+#: reported as a refusal.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    *AMBIGUOUS_ERRORS,
+    ReadOnlyError,
+    ClusterDownError,
+    TryAgainError,
+    RedisClusterException,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardReply:
+    """What one item's commands got back from the shard that holds its key.
+
+    Attributes:
+        replies: the item's replies in order (each a value, or the error Redis answered
+            for that command), or the exception that failed its shard's whole pipeline:
+            then the item's writes may or may not have happened.
+        acked: replicas that confirmed the shard's writes (``WAIT``), when asked for;
+            0 when the shard could not say.
+    """
+
+    replies: list[Any] | BaseException
+    acked: int = 0
+
+
+#: Errors that fail one shard's pipeline as a whole (redis-py's cluster errors that are not
+#: RedisError subclasses included).
+SHARD_ERRORS: tuple[type[BaseException], ...] = (RedisError, RedisClusterException, OSError)
+
+
+async def per_shard(
+    client: Any,
+    keys: Sequence[str],
+    add: Callable[[Any, int], object],
+    *,
+    wait_replicas: int = 0,
+    wait_ms: int = 0,
+) -> list[ShardReply]:
+    """Send item ``i``'s commands (``add(pipe, i)``) in one pipeline per shard, in parallel.
+
+    On one primary (Sentinel included) that is one pipeline; on a cluster, one per primary
+    that holds some ``keys[i]``, so a wake-up costs one round trip per shard and a shard
+    that does not answer fails only its own items. With ``wait_replicas``, each pipeline
+    ends with ``WAIT`` on the connection that wrote the shard's items: ``WAIT`` covers
+    the writes of its own connection only.
+    """
+    groups: dict[Any, list[int]] = {}
+    if isinstance(client, RedisCluster):
+        try:
+            await client.initialize()
+        except SHARD_ERRORS as exc:
+            return [ShardReply(exc) for _ in keys]
+        for index, key in enumerate(keys):
+            groups.setdefault(client.get_node_from_key(key), []).append(index)
+    elif keys:
+        groups[None] = list(range(len(keys)))
+    out: list[ShardReply | None] = [None] * len(keys)
+
+    async def one_shard(node: Any, indexes: list[int]) -> None:
+        pipe = client.pipeline(transaction=False)
+        spans = []
+        for index in indexes:
+            start = len(pipe)
+            add(pipe, index)
+            spans.append((index, start, len(pipe)))
+        if wait_replicas > 0:
+            target = {} if node is None else {"target_nodes": node}
+            pipe.execute_command("WAIT", wait_replicas, wait_ms, **target)
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except SHARD_ERRORS as exc:
+            if isinstance(client, RedisCluster):
+                # redis-py re-reads the slot map only when a single command fails, never
+                # after a pipeline: ask for it, so that the next call finds a promoted
+                # replica (the attribute redis-py's own error handling sets).
+                client._initialize = True
+            for index in indexes:
+                out[index] = ShardReply(exc)
+            return
+        acked = replies[-1] if wait_replicas > 0 else 0
+        acked = acked if isinstance(acked, int) else 0
+        for index, start, end in spans:
+            out[index] = ShardReply(list(replies[start:end]), acked)
+
+    async with anyio.create_task_group() as tg:
+        for node, indexes in groups.items():
+            tg.start_soon(one_shard, node, indexes)
+    return [reply for reply in out if reply is not None]
