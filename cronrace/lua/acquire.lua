@@ -190,10 +190,11 @@ if alive then
       superseded = tonumber(waiting)
       superseded_trigger = redis.call('HGET', state_key, 'pending_trigger') or ''
     end
-    -- The newest tick waits: a catch-up's first tick (run_tick) may be one the holder is
-    -- running already, as part of its own catch-up (seen after a failover).
+    -- A catch-up's first tick (run_tick) may be at or below the watermark: one the holder
+    -- is running already, as part of its own catch-up (seen after a failover). Then its
+    -- newest tick waits instead, which no one has run.
     local queued = run_tick
-    if mode ~= 'trigger' and decide_tick > queued then queued = decide_tick end
+    if mode ~= 'trigger' and queued <= prev then queued = decide_tick end
     redis.call('SET', pending_key, int_text(queued))
     -- A waiting trigger must run as that trigger (its id, its record), not as a tick.
     if trigger_id ~= '' then

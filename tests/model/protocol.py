@@ -414,8 +414,15 @@ class ProtocolModel(RuleBasedStateMachine):
         self._check_abandoned(job, reply)
         self._check_superseded(job, reply)
         if reply.decision == "queued":
-            # acquire.lua queues the run tick it was given: the oldest of a catch-up plan.
-            know.queued, know.queued_known = self._request(n, w).run_tick_s, True
+            # acquire.lua queues the run tick it was given, the oldest of a catch-up plan,
+            # unless that one is decided already (at or below the watermark): then the
+            # plan's newest, which nobody has run.
+            request = self._request(n, w)
+            queued = request.run_tick_s
+            prev = reply.prev_watermark_s
+            if w.trigger is None and prev is not None and queued <= prev:
+                queued = request.decide_tick_s
+            know.queued, know.queued_known = queued, True
         if reply.decision == "skipped:paused" and know.paused:
             _event("paused job skipped")
         if reply.decision != "run":

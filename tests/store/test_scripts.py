@@ -121,7 +121,7 @@ async def test_release_deletes_the_lease_only_for_its_fence(store: Store) -> Non
     assert await store.renew("j", first.fence, 5000) == 0
 
 
-async def test_a_queued_catch_up_waits_with_its_newest_tick(store: Store) -> None:
+async def test_a_queued_catch_up_never_waits_with_a_tick_already_decided(store: Store) -> None:
     # Node A runs the backlog 101..103 under one lease; node B, whose own backlog is
     # 101..104, finds the lease held: 104 must wait, not 101 (which A runs already).
     first = await acquire_one(
