@@ -207,6 +207,19 @@ class SidecarSettings(AgentSettings):
     status_page_actions: bool = Field(
         default=False, description="show pause, resume and trigger buttons on the status page"
     )
+    stored_targets: list[str] = Field(
+        default_factory=lambda: ["http", "stream"],
+        description="target kinds stored schedules (in Redis) may use here; 'command' lets "
+        "whoever writes to Redis run programs on this host, so it must be listed",
+    )
+
+    @field_validator("stored_targets")
+    @classmethod
+    def _check_stored_targets(cls, value: list[str]) -> list[str]:
+        for kind in value:
+            if kind not in ("http", "command", "stream"):
+                raise ValueError(f"{kind!r} is not a target kind: use http, command, stream")
+        return value
 
     @classmethod
     def settings_customise_sources(

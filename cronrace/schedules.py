@@ -232,6 +232,12 @@ class Schedules:
     ) -> ScheduleSpec:
         allow_hosts = list(getattr(self._agent.settings, "allow_hosts", []))
         spec = check_schedule(raw, allow_hosts=allow_hosts)
+        allowed = getattr(self._agent.settings, "stored_targets", None)  # a sidecar's file
+        if allowed is not None and spec.handler is None and spec.target_kind not in allowed:
+            raise JobDefinitionError(
+                f"job {spec.name!r}: {spec.target_kind} targets from stored schedules are off "
+                f"in this config (stored_targets = {allowed}); the sidecars would refuse it"
+            )
         if code_jobs is None:
             code_jobs = await self._code_job_names()
         if spec.name in code_jobs:

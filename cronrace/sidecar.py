@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from cronrace.agent import Agent
 from cronrace.config import SidecarSettings, settings_problems
-from cronrace.errors import ConfigError, CronraceError
+from cronrace.errors import ConfigError, CronraceError, TargetError
 from cronrace.job import Handler
 from cronrace.jobspec import JobSpec, check_spec
 from cronrace.metrics import MetricsServer, PrometheusObserver
@@ -136,13 +136,28 @@ def make_target(spec: JobSpec, agent: Agent, settings: SidecarSettings) -> Handl
     raise ConfigError(f"job {spec.name!r}: needs exactly one target")
 
 
+def make_stored_target(spec: JobSpec, agent: Agent, settings: SidecarSettings) -> Handler:
+    """Build a stored schedule's target, if this sidecar lets stored schedules use its kind.
+
+    Raises:
+        TargetError: the kind is not in ``stored_targets``, or the target is refused.
+    """
+    if spec.target_kind not in settings.stored_targets:
+        raise TargetError(
+            f"{spec.target_kind} targets from stored schedules are off on this sidecar "
+            f"(whoever can write to Redis could use them); add {spec.target_kind!r} to "
+            "[agent] stored_targets to allow them"
+        )
+    return make_target(spec, agent, settings)
+
+
 def build_agent(config: SidecarConfig, observer: PrometheusObserver | None = None) -> Agent:
     """Create an agent with every job of ``config``."""
     agent = Agent(settings=config.agent, observer=observer)
     for spec in config.jobs:
         agent.add_job(make_target(spec, agent, config.agent), spec.schedule, **spec.job_options())
     # Stored schedules with a target table run here too, checked by this file's allow_hosts.
-    agent.target_factory = lambda spec: make_target(spec, agent, config.agent)
+    agent.target_factory = lambda spec: make_stored_target(spec, agent, config.agent)
     return agent
 
 

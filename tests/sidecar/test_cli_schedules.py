@@ -9,6 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cronrace.cli import EXIT_INVALID, EXIT_USAGE, app
+from cronrace.errors import TargetError
+from cronrace.sidecar import Sidecar
+from cronrace.stored import ScheduleSpec
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -117,3 +120,33 @@ def test_bad_input_is_one_line_per_problem_and_writes_nothing(
     assert "job 'b': http.url 'http://169.254.169.254/': host" in lines[1]
     assert "job 'c': targets [schedules.command], handler: a job has exactly one" in lines[2]
     assert json.loads(cli(redis_server, namespace, "ls", "--json")[1]) == []
+
+
+def test_command_targets_from_redis_need_the_sidecars_consent(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f"[agent]\nredis_url = '{redis_server.url}'\nnamespace = '{namespace}'\n"
+        "[[jobs]]\nname = 'j'\nschedule = '@hourly'\n[jobs.command]\nargv = ['true']\n"
+    )
+    argv = '["/bin/echo", "hi"]'
+    result = CliRunner().invoke(
+        app, ["schedules", "add", "run-it", "@hourly", "--command", argv, "--config", str(config)]
+    )
+    assert result.exit_code == EXIT_INVALID
+    assert "command targets from stored schedules are off in this config" in result.stderr
+    sidecar = Sidecar.from_file(config)
+    factory = sidecar.agent.target_factory
+    assert factory is not None
+    spec = ScheduleSpec(name="run-it", schedule="@hourly", command={"argv": ["/bin/echo"]})
+    with pytest.raises(TargetError, match="add 'command' to \\[agent\\] stored_targets"):
+        factory(spec)
+    config.write_text(
+        config.read_text().replace("[[jobs]]", "stored_targets = ['command']\n[[jobs]]")
+    )
+    assert callable(Sidecar.from_file(config).agent.target_factory(spec))  # type: ignore[misc]
+    result = CliRunner().invoke(
+        app, ["schedules", "add", "run-it", "@hourly", "--command", argv, "--config", str(config)]
+    )
+    assert result.exit_code == 0, result.stderr
