@@ -74,7 +74,7 @@ class CellSpec:
 class Context:
     """What every cell of one run shares."""
 
-    server: BenchServer
+    server: BenchServer  # or a BenchCluster (benchmarks/cluster.py): the same interface
     workdir: Path
     loop: str
     peer_python: Path | None = None
@@ -185,7 +185,6 @@ def _run(
     bad_run = 0
     reasons: list[str] = []
     snapshots: dict[str, InfoSnapshot] = {}
-    info_client = ctx.server.client()
     # A process too busy to report a tick for this long has a blocked event loop.
     last_report = dict.fromkeys(range(len(fleet.procs)), time.time())
     judged: set[int] = set()
@@ -233,7 +232,7 @@ def _run(
                 reasons.append(f"tick {tick - t0:+d}: {bad}")
             if bad_run >= BAD_TICKS_TO_ABORT:
                 return _exceeds(fleet, row, reasons[-BAD_TICKS_TO_ABORT:], ticks)
-        snapshots[name] = InfoSnapshot.take(info_client)
+        snapshots[name] = ctx.server.snapshot()
     # The last tick of the window may still be running: give it time before stopping,
     # or a slow cell's last tick would count as missed (a stopping agent claims nothing).
     status(f"{spec.label}: letting the last tick finish", 1.0)
@@ -325,6 +324,8 @@ async def _read_records(url: str, namespace: str, jobs: int) -> dict[tuple[int, 
     try:
         names = [f"j{index:04d}" for index in range(jobs)]
         limiter = asyncio.Semaphore(16)
+        # One call first: redis-py's cluster client fails calls that race its first start.
+        await store.history(names[0], 1)
 
         async def one(name: str) -> None:
             async with limiter:
@@ -419,6 +420,8 @@ def measure(
         "client_cpu_cores": round(fleet_cpu_s / wall_s, 3),
         "client_cpu_us_per_job_tick": round(fleet_cpu_s / (j * ticks) * 1e6, 1),
     }
+    if snapshots["start"].shards:
+        row["shards"] = _by_shard(snapshots, wall_s, ticks)
     if spec.system == "arq":
         row["redis_cmds_sent_per_tick"] = row["redis_cmds_executed_per_tick"]
         return row
@@ -506,6 +509,22 @@ def measure(
         }
     )
     return row
+
+
+def _by_shard(
+    snapshots: dict[str, InfoSnapshot], wall_s: float, ticks: int
+) -> dict[str, dict[str, float]]:
+    """Per primary of a cluster: SET calls per second (claims, and the scripts' writes),
+    commands per tick, Redis CPU."""
+    out = {}
+    for name, start in sorted(snapshots["start"].shards.items()):
+        _wall, cpu_s, calls = start.delta(snapshots["end"].shards[name])
+        out[name] = {
+            "sets_per_s": round(calls.get("set", 0) / wall_s, 1),
+            "cmds_per_tick": round(sum(calls.values()) / ticks, 1),
+            "redis_cpu_s_per_s": round(cpu_s / wall_s, 4),
+        }
+    return out
 
 
 def _loser_cmds(spec: CellSpec, claim_sets: int, ticks: int) -> float | None:

@@ -161,7 +161,11 @@ def _timed_acquire(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def instrument(store: Store) -> None:
     """Count ``store``'s traffic in :data:`COUNTERS`; call before its first command."""
-    store.client.connection_pool.connection_class = CountingConnection
+    pool = getattr(store.client, "connection_pool", None)
+    if pool is not None:
+        pool.connection_class = CountingConnection
+    else:  # a cluster client: every node it discovers makes its connections from these
+        store.client.nodes_manager.connection_kwargs["connection_class"] = CountingConnection
     for name, phase in STORE_PHASES.items():
         method = getattr(store, name)
         if name == "claim_each":  # claim and resolve_claims call it: count once

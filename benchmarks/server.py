@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,10 @@ class BenchServer(RedisServer):
     def flush(self) -> None:
         self.client().flushall()
 
+    def snapshot(self) -> InfoSnapshot:
+        """Redis's own counters now."""
+        return InfoSnapshot.take(self.client())
+
     def __enter__(self) -> BenchServer:
         return self.start()
 
@@ -52,6 +56,21 @@ class InfoSnapshot:
     cpu_s: float
     commands: dict[str, int]
     usec: dict[str, int]
+    #: A cluster's snapshot: each primary's own, by ``host:port`` (the totals are sums).
+    shards: dict[str, InfoSnapshot] = field(default_factory=dict)
+
+    @classmethod
+    def combine(cls, shards: dict[str, InfoSnapshot]) -> InfoSnapshot:
+        """One snapshot of several servers: CPU and calls summed, each kept in ``shards``."""
+        commands: dict[str, int] = {}
+        usec: dict[str, int] = {}
+        for part in shards.values():
+            for name, calls in part.commands.items():
+                commands[name] = commands.get(name, 0) + calls
+                usec[name] = usec.get(name, 0) + part.usec.get(name, 0)
+        wall = max(part.wall_s for part in shards.values())
+        cpu = sum(part.cpu_s for part in shards.values())
+        return cls(wall, cpu, commands, usec, dict(shards))
 
     @classmethod
     def take(cls, client: redis.Redis) -> InfoSnapshot:
