@@ -1,9 +1,15 @@
 """The agent: the job registry, its lifecycle, and the operator controls.
 
 ``Agent.run()`` owns every task it starts (anyio task groups): the heartbeat (server clock
-offset, node registration, the Redis epoch), the control reader (manual triggers), the
-tick loop, and the runs. Shutdown stops claiming first, waits for runs up to a grace
-period, then cancels them; cancelled runs record ``cancelled`` and release their leases.
+offset, node registration, the Redis epoch), the outbox writer (records Redis could not
+take yet), the control reader (manual triggers), the tick loop, and the runs.
+
+Stopping (the first :meth:`Agent.stop`, or SIGTERM) starts no new wake-up, but a wake-up
+whose claims were sent decides its ticks and starts their runs; the runs then get
+``shutdown_grace_s``, and are cancelled after it (they record ``cancelled`` and release
+their leases). A second stop (or signal), or cancelling ``run()``, cuts all of that short:
+every tick won but not yet decided or started is still recorded, and a lease granted to
+a run that never started is released.
 """
 
 from __future__ import annotations
@@ -40,9 +46,10 @@ from cronrace.fleetdefs import (
 from cronrace.job import Handler, Job, validate_job_name
 from cronrace.logs import configure_logging
 from cronrace.observer import Observer
+from cronrace.outbox import Outbox
 from cronrace.policies import Catchup, Overlap
 from cronrace.records import JobStatus, NodeInfo, RunRecord
-from cronrace.runner import Runner
+from cronrace.runner import CLEANUP_TIMEOUT_S, Runner
 from cronrace.scheduler import Scheduler, backoff_s
 from cronrace.schedules import Schedules, ScheduleSync, TargetFactory
 from cronrace.store import TRANSIENT_ERRORS, Store
@@ -97,6 +104,8 @@ class Agent:
         self._store: Store | None = None
         self._stop_requested = False
         self._stop_event: anyio.Event | None = None
+        self._forced = False
+        self._force_scopes: list[anyio.CancelScope] = []
         self._ready = False
         self._reachable = False
         self._unreachable_why = "Redis unreachable"
@@ -310,7 +319,17 @@ class Agent:
         return self._store
 
     def stop(self) -> None:
-        """Ask :meth:`run` to stop claiming, let runs finish (up to the grace), and return."""
+        """Ask :meth:`run` to stop: the first call gracefully, a second one at once.
+
+        The first call starts no new wake-up; a wake-up whose claims were sent still
+        decides its ticks and starts their runs, which then get ``shutdown_grace_s``. A
+        second call cancels whatever is left (still recording every won tick).
+        """
+        if self._stop_requested:
+            self._forced = True
+            for scope in self._force_scopes:
+                scope.cancel()
+            return
         self._stop_requested = True
         if self._stop_event is not None:
             self._stop_event.set()
@@ -334,24 +353,27 @@ class Agent:
         )
         self.fleet = FleetDefinitions(store, self.node_id, self.observer)
         self._definitions = {name: job_definition(job) for name, job in self._jobs.items()}
+        outbox = Outbox(store, self.clock, retry_delay_s=backoff_s, observer=self.observer)
+        self.runner = runner = Runner(
+            store=store,
+            clock=self.clock,
+            node_id=self.node_id,
+            owner=self.owner,
+            observer=self.observer,
+            outbox=outbox,
+            hold_s=self.hold_s,
+            sync_threads=self.settings.sync_handler_threads,
+        )
         try:
             await self._connect(store)
-            self.runner = Runner(
-                store=store,
-                clock=self.clock,
-                node_id=self.node_id,
-                owner=self.owner,
-                observer=self.observer,
-                hold_s=self.hold_s,
-                sync_threads=self.settings.sync_handler_threads,
-            )
             self.scheduler = Scheduler(
                 jobs={**self._jobs, **self.sync.jobs},
                 store=store,
                 clock=self.clock,
                 settings=self.settings,
                 owner=self.owner,
-                runner=self.runner,
+                runner=runner,
+                outbox=outbox,
                 observer=self.observer,
                 set_ready=self._set_ready,
             )
@@ -369,25 +391,15 @@ class Agent:
                 for service in self._services:
                     services.start_soon(self._run_service, service)
                 services.start_soon(self._watch_loop)
-                async with anyio.create_task_group() as runs:
-                    async with anyio.create_task_group() as loops:
-                        loops.start_soon(self.scheduler.run, runs)
-                        loops.start_soon(self._control_loop, runs)
-                        await self._stop_event.wait()
-                        loops.cancel_scope.cancel()
-                    log.info(
-                        "stopping: no new claims; waiting for runs",
-                        extra={
-                            "node": self.node_id,
-                            "running": self.runner.active,
-                            "grace_s": self.settings.shutdown_grace_s,
-                        },
-                    )
-                    with anyio.move_on_after(self.settings.shutdown_grace_s):
-                        await self.runner.wait_idle()
-                    runs.cancel_scope.cancel()
+                services.start_soon(outbox.run)
+                await self._lifecycle(self.scheduler, runner)
                 services.cancel_scope.cancel()
         finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
+                # Only a forced stop leaves runs granted but never started.
+                await runner.release_unstarted()
+                await outbox.flush()
+            outbox.give_up("Redis did not take it before the agent exited")
             with (
                 anyio.CancelScope(shield=True),
                 anyio.move_on_after(2),
@@ -399,6 +411,42 @@ class Agent:
             self._ready = False
             self.observer.ready(False)
             log.info("agent stopped", extra={"node": self.node_id})
+
+    async def _lifecycle(self, scheduler: Scheduler, runner: Runner) -> None:
+        """Run the loops until a stop, finish the wake-up in hand, then the runs' grace.
+
+        ``shutdown_grace_s`` bounds both: a wake-up still deciding when it is over (its
+        acquire retried while Redis is away) is cut short like a forced stop.
+        """
+        assert self._stop_event is not None
+        async with anyio.create_task_group() as runs:
+            self._force_scopes.append(runs.cancel_scope)
+            async with anyio.create_task_group() as loops:
+                self._force_scopes.append(loops.cancel_scope)
+                if self._forced:
+                    runs.cancel_scope.cancel()
+                loops.start_soon(scheduler.run, runs)
+                loops.start_soon(self._control_loop, runs)
+                await self._stop_event.wait()
+                grace_over = anyio.current_time() + self.settings.shutdown_grace_s
+                log.info(
+                    "stopping: no new wake-ups; deciding the one in hand",
+                    extra={"node": self.node_id},
+                )
+                loops.cancel_scope.deadline = grace_over
+                scheduler.stop()
+            log.info(
+                "stopping: no new claims; waiting for runs",
+                extra={
+                    "node": self.node_id,
+                    "running": runner.active,
+                    "grace_s": round(max(0.0, grace_over - anyio.current_time()), 3),
+                },
+            )
+            with anyio.move_on_after(max(0.0, grace_over - anyio.current_time())):
+                await runner.wait_idle()
+            runs.cancel_scope.cancel()
+        self._force_scopes.clear()
 
     async def _connect(self, store: Store) -> None:
         """Load the scripts, take the first heartbeat and publish the jobs; or give up.
@@ -546,22 +594,26 @@ class Agent:
     async def _control_loop(self, runs: TaskGroup) -> None:
         """Read manual trigger requests and race for them like for a tick."""
         assert self.scheduler is not None
+        gate = self.scheduler.gate
         position: str | None = self._control_from
         attempt = 0
-        while True:
+        while not gate.stopping:
+            entries: list[tuple[str, dict[str, str]]] = []
             try:
-                if position is None:
-                    position = await self.store.control_position()
-                # Block as long as the socket timeout allows: each wait costs Redis one
-                # command per node, and a trigger wakes it at once anyway.
-                block_ms = max(500, int((self.settings.redis_timeout_s - 1) * 1000))
-                entries = await self.store.read_control(position, block_ms=block_ms)
+                with gate.waiting():
+                    if position is None:
+                        position = await self.store.control_position()
+                    # Block as long as the socket timeout allows: each wait costs Redis one
+                    # command per node, and a trigger wakes it at once anyway.
+                    block_ms = max(500, int((self.settings.redis_timeout_s - 1) * 1000))
+                    entries = await self.store.read_control(position, block_ms=block_ms)
                 attempt = 0
             except RedisAccessError:
                 # Logged, counted and made readiness fail where it was translated: manual
                 # triggers cannot run while Redis refuses this, and /readyz says so.
                 self.observer.redis_error("control")
-                await self.clock.sleep(backoff_s(BACKOFF_ATTEMPTS_MAX))
+                with gate.waiting():
+                    await self.clock.sleep(backoff_s(BACKOFF_ATTEMPTS_MAX))
                 continue
             except (RedisError, OSError) as exc:
                 attempt += 1
@@ -571,8 +623,12 @@ class Agent:
                         "control read failed; manual triggers wait until it works",
                         extra={"node": self.node_id, "error": str(exc)},
                     )
-                await self.clock.sleep(backoff_s(attempt))
+                with gate.waiting():
+                    await self.clock.sleep(backoff_s(attempt))
                 continue
+            if gate.stopping:
+                # Every node reads every trigger: the ones still running race for these.
+                return
             for entry_id, fields in entries:
                 position = entry_id
                 if fields.get("op") == "schedules" and self.sync is not None:
@@ -584,7 +640,7 @@ class Agent:
                     await self.scheduler.fire_trigger(job, fields.get("id", entry_id), runs)
 
     def run_sync(self) -> None:
-        """Run until SIGTERM or SIGINT (a second signal cancels runs without waiting).
+        """Run until SIGTERM or SIGINT; a second signal stops at once, as a second :meth:`stop`.
 
         Logs go to stderr (``log_format``, ``log_level``) unless the program configured
         logging itself: a script that only calls ``run_sync()`` still shows its ticks.
@@ -611,13 +667,15 @@ class Agent:
                     task_status.started()
                     async for signum in signals:
                         if self._stop_requested:
-                            log.warning("second signal: cancelling runs now")
-                            tg.cancel_scope.cancel()
-                            return
-                        log.info(
-                            "signal received; shutting down gracefully",
-                            extra={"signal": signal.Signals(signum).name},
-                        )
+                            log.warning(
+                                "second signal: cancelling now; won ticks are still recorded",
+                                extra={"signal": signal.Signals(signum).name},
+                            )
+                        else:
+                            log.info(
+                                "signal received; shutting down gracefully",
+                                extra={"signal": signal.Signals(signum).name},
+                            )
                         self.stop()
 
             await tg.start(watch)

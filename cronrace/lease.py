@@ -10,6 +10,7 @@ expire and granted it to another node.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 
 import anyio
@@ -32,6 +33,9 @@ class Lease:
     Attributes:
         granted_mono: when the acquire request was sent (monotonic seconds): the lease
             cannot have started earlier, so deadlines measured from it are conservative.
+        expiry_mono: by when Redis has surely let the lease expire (monotonic seconds):
+            ``lease_ttl`` after the last grant or renewal was *answered*. Releasing later
+            is pointless (the fence no longer matches anything).
     """
 
     store: Store
@@ -45,10 +49,13 @@ class Lease:
     lost_reason: str | None = None
     slowest_renewal_s: float = 0.0
     observer: Observer = field(default_factory=Observer)
+    expiry_mono: float = field(init=False)
     _deadline_mono: float = field(init=False)
 
     def __post_init__(self) -> None:
         self._deadline_mono = self.granted_mono + self.ttl_s * (1 - SAFETY_MARGIN)
+        # Created once the grant was answered: Redis started the lease before now.
+        self.expiry_mono = self.clock.monotonic() + self.ttl_s
 
     @property
     def deadline_mono(self) -> float:
@@ -64,15 +71,37 @@ class Lease:
         self.fence = fence
         self.granted_mono = granted_mono
         self._deadline_mono = granted_mono + self.ttl_s * (1 - SAFETY_MARGIN)
+        self.expiry_mono = self.clock.monotonic() + self.ttl_s
 
-    async def keep(self, victim: anyio.CancelScope) -> None:
-        """Renew every ``ttl/3`` until cancelled; cancel ``victim`` when the lease is lost."""
+    def check_deadline(self) -> bool:
+        """Count the lease as lost if its deadline has passed; return whether it is lost.
+
+        The renewal task notices a passed deadline only when it gets to run: a handler that
+        blocked the event loop past the deadline may return first. Its run is no less
+        unprotected, so whoever looks at the lease after the handler asks here.
+        """
+        if not self.lost and self.clock.monotonic() >= self._deadline_mono:
+            self.lost_reason = "no successful renewal within lease_ttl (was the loop blocked?)"
+            log.warning(
+                "lease lost while the handler ran",
+                extra={"job": self.job, "fence": self.fence, "reason": self.lost_reason},
+            )
+        return self.lost
+
+    async def keep(
+        self, victim: anyio.CancelScope, lost_flag: threading.Event | None = None
+    ) -> None:
+        """Renew every ``ttl/3`` until cancelled; cancel ``victim`` when the lease is lost.
+
+        ``lost_flag`` (the run context's) is set *before* the victim is cancelled, so that
+        a handler sees ``ctx.lease_lost`` when the cancellation reaches it.
+        """
         interval_s = self.ttl_s / 3
         next_renewal = self.granted_mono + interval_s
         while True:
             now = self.clock.monotonic()
             if now >= self._deadline_mono:
-                self._lose("no successful renewal within lease_ttl", victim)
+                self._lose("no successful renewal within lease_ttl", victim, lost_flag)
                 return
             if now < next_renewal:
                 # Wake for the renewal or the deadline, whichever is first; then look again
@@ -101,15 +130,20 @@ class Lease:
                 self.renewals += 1
                 self.slowest_renewal_s = max(self.slowest_renewal_s, self.clock.monotonic() - sent)
                 self._deadline_mono = sent + self.ttl_s * (1 - SAFETY_MARGIN)
+                self.expiry_mono = self.clock.monotonic() + self.ttl_s
             elif answer == 0:
-                self._lose("lease expired or was released under us", victim)
+                self._lose("lease expired or was released under us", victim, lost_flag)
                 return
             elif answer == -1:
-                self._lose("lease was taken by a newer fence", victim)
+                self._lose("lease was taken by a newer fence", victim, lost_flag)
                 return
 
-    def _lose(self, reason: str, victim: anyio.CancelScope) -> None:
+    def _lose(
+        self, reason: str, victim: anyio.CancelScope, lost_flag: threading.Event | None
+    ) -> None:
         self.lost_reason = reason
+        if lost_flag is not None:
+            lost_flag.set()
         log.warning(
             "lease lost; cancelling the run",
             extra={"job": self.job, "fence": self.fence, "reason": reason},

@@ -30,6 +30,9 @@ class Observer:
     def redis_error(self, operation: str) -> None:
         """A Redis call failed."""
 
+    def record_dropped(self, job: str, outcome: str) -> None:
+        """A run record was given up unwritten (outbox full, or still unwritten at exit)."""
+
     def ready(self, ready: bool) -> None:
         """Readiness changed (Redis reachable and scripts loaded)."""
 

@@ -9,22 +9,23 @@ each with its own new fence.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from redis.exceptions import RedisError
+import anyio.lowlevel
 
 from cronrace.clock import Clock
-from cronrace.errors import CronraceError
 from cronrace.job import Job, RunContext
 from cronrace.lease import Lease
 from cronrace.observer import Observer
+from cronrace.outbox import Outbox
 from cronrace.policies import Outcome, Overlap
 from cronrace.records import RunRecord
-from cronrace.store import AcquireReply, AcquireRequest, ReleaseReply, Store
+from cronrace.releases import Releases
+from cronrace.store import STORE_FAILURES, AcquireReply, AcquireRequest, Store
 
 log = logging.getLogger("cronrace.run")
 
@@ -32,8 +33,19 @@ log = logging.getLogger("cronrace.run")
 CLEANUP_TIMEOUT_S = 5.0
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+@dataclass(slots=True, eq=False)
+class Grant:
+    """A decided run that holds a fence (and a lease, unless overlap is ``allow``).
+
+    Registered by the scheduler before the run's task is started, so that a run which
+    never got to start (the agent was stopped by force) is still released and recorded.
+    """
+
+    job: Job
+    ticks: list[int]
+    fence: int
+    granted_mono: float
+    trigger_id: str | None = None
 
 
 def _error_text(exc: BaseException) -> str:
@@ -52,6 +64,7 @@ class Runner:
         node_id: str,
         owner: str,
         observer: Observer,
+        outbox: Outbox,
         hold_s: Callable[[], float],
         sync_threads: int = 2,
     ) -> None:
@@ -60,10 +73,13 @@ class Runner:
         self.node_id = node_id
         self.owner = owner
         self.observer = observer
+        self.outbox = outbox
         self._hold_s = hold_s
         self._job_hold_until_mono: dict[str, float] = {}
         self.active = 0
         self._idle: anyio.Event | None = None
+        self._unstarted: set[Grant] = set()
+        self.releases = Releases(store, clock, owner, outbox)
         self.last_ratio: dict[str, float] = {}
         # Busy sync handlers hold the GIL in turns with the event loop, which then waits a
         # switch interval (5 ms) at every wake-up. Measured per loop wake-up with N
@@ -97,17 +113,110 @@ class Runner:
                 self._idle = anyio.Event()
             await self._idle.wait()
 
-    async def run_sequence(
-        self, job: Job, ticks: list[int], fence: int, granted_mono: float, trigger_id: str | None
+    def _now_ms(self) -> int:
+        # The shared clock, as everywhere else: a node whose wall clock is off must not
+        # write records that are off.
+        return int(self.clock.time() * 1000)
+
+    def admit(
+        self,
+        job: Job,
+        ticks: list[int],
+        fence: int,
+        granted_mono: float,
+        trigger_id: str | None = None,
+    ) -> Grant:
+        """Register a granted run before its task starts (see :class:`Grant`)."""
+        grant = Grant(job, ticks, fence, granted_mono, trigger_id)
+        self._unstarted.add(grant)
+        return grant
+
+    async def release_unstarted(self) -> None:
+        """Record and release every granted run whose task never started.
+
+        Called by the agent after its run group ended: only a forced stop leaves any.
+        """
+        while self._unstarted:
+            grant = self._unstarted.pop()
+            log.warning(
+                "granted run never started (the agent was stopped by force); releasing it",
+                extra={"job": grant.job.name, "tick": grant.ticks[0], "fence": grant.fence},
+            )
+            await self.release_unrun(
+                grant.job,
+                grant.ticks,
+                grant.fence,
+                Outcome.CANCELLED,
+                "the agent was stopped before the run started",
+                trigger_id=grant.trigger_id,
+                retry_s=grant.job.lease_ttl_s,
+            )
+
+    async def release_unrun(
+        self,
+        job: Job,
+        ticks: list[int],
+        fence: int,
+        outcome: Outcome,
+        why: str,
+        *,
+        trigger_id: str | None,
+        retry_s: float,
     ) -> None:
-        """Run ``ticks`` in order, the first with ``fence``; hand-ons extend the queue."""
+        """Record a granted run that will not start, and release its lease.
+
+        The release is retried for ``retry_s`` at most (0: once); a record Redis did not
+        take goes to the outbox. Further ticks of a catch-up sequence are recorded too.
+        """
+        record = RunRecord(
+            job.name,
+            ticks[0],
+            self.node_id,
+            outcome,
+            fence,
+            finished_ms=self._now_ms(),
+            error=why,
+            trigger_id=trigger_id,
+        )
+        self._keep_unrun(job, ticks[1:])
+        if job.overlap is Overlap.ALLOW:
+            await self.outbox.write([record], history=job.history)
+        else:
+            until = self.clock.monotonic() + retry_s
+            await self.releases.finish(job, record, fence, until_mono=until)
+
+    def _keep_unrun(self, job: Job, ticks: Iterable[int]) -> None:
+        """Record ticks of a catch-up sequence that will not run (the agent stopped)."""
+        now_ms = self._now_ms()
+        records = [
+            RunRecord(
+                job.name,
+                tick_s,
+                self.node_id,
+                Outcome.CANCELLED,
+                finished_ms=now_ms,
+                error="the agent stopped before this catch-up tick ran",
+            )
+            for tick_s in ticks
+        ]
+        if records:
+            self.outbox.keep(records, history=job.history, maybe_written=False)
+
+    async def run_sequence(self, grant: Grant) -> None:
+        """Run the grant's ticks in order, the first with its fence; hand-ons extend them."""
+        if grant not in self._unstarted:
+            return  # a forced stop got to it first: released and recorded as never started
+        self._unstarted.discard(grant)
         self.active += 1
+        job = grant.job
         try:
-            await self._sequence(job, deque(ticks), fence, granted_mono, trigger_id)
+            await self._sequence(
+                job, deque(grant.ticks), grant.fence, grant.granted_mono, grant.trigger_id
+            )
         except Exception:  # the outermost frame of a run: log it, keep the agent alive
             log.exception(
                 "unexpected error around a run",
-                extra={"job": job.name, "ticks": ticks, "fence": fence},
+                extra={"job": job.name, "ticks": grant.ticks, "fence": grant.fence},
             )
         finally:
             self.active -= 1
@@ -134,85 +243,68 @@ class Runner:
             observer=self.observer,
         )
         backlog, done = len(ticks), 0
-        while ticks:
-            tick_s = ticks.popleft()
-            if backlog > 1:
-                # A catch-up of many ticks can take long: say how far it is.
-                done += 1
-                log.info(
-                    "catch-up progress",
-                    extra={"job": job.name, "tick": tick_s, "run": done, "of": backlog},
-                )
-            record = await self._run_once(job, tick_s, lease, trigger_id, renew=leased)
-            trigger_id = None
-            if not leased:
-                await self._record(job, record)
-                if ticks:
-                    next_fence = await self._fence_for_allowed_run(job, ticks[0])
-                    if next_fence is None:
-                        return
-                    lease.rebase(next_fence, self.clock.monotonic())
-                continue
-            if lease.lost:
-                await self._record(job, record)
-                return
-            next_tick = ticks[0] if ticks else 0
-            sent = self.clock.monotonic()
-            reply = await self._finish(job, record, lease.fence, next_tick)
-            if reply is None or reply.decision != "run":
-                if reply is not None and reply.decision == "not_owner":
-                    log.warning(
-                        "release refused: the lease had moved on",
-                        extra={"job": job.name, "tick": tick_s, "fence": lease.fence},
+        try:
+            while ticks:
+                tick_s = ticks.popleft()
+                if backlog > 1:
+                    # A catch-up of many ticks can take long: say how far it is.
+                    done += 1
+                    log.info(
+                        "catch-up progress",
+                        extra={"job": job.name, "tick": tick_s, "run": done, "of": backlog},
                     )
-                return
-            if reply.hold_ms:
-                self.hold_job(job.name, reply.hold_ms / 1000)
-            lease.rebase(reply.fence, sent)
-            if not ticks or ticks[0] != reply.tick_s:
-                ticks.appendleft(reply.tick_s)
-                trigger_id = reply.trigger_id  # a queued trigger runs as that trigger
+                record = await self._run_once(job, tick_s, lease, trigger_id, renew=leased)
+                go_on, trigger_id = await self._after_run(job, record, lease, ticks, leased=leased)
+                if not go_on:
+                    return
+        except anyio.get_cancelled_exc_class():
+            self._keep_unrun(job, ticks)
+            raise
 
-    async def _finish(
-        self, job: Job, record: RunRecord, fence: int, next_tick_s: int
-    ) -> ReleaseReply | None:
-        """Record the run and release its lease, retrying through a passing Redis error.
+    async def _after_run(
+        self, job: Job, record: RunRecord, lease: Lease, ticks: deque[int], *, leased: bool
+    ) -> tuple[bool, str | None]:
+        """Record a run, release or hand on its lease.
 
-        Without the retry one stale pooled connection (Redis just restarted) would leave
-        the lease to expire by itself and block the job for a whole ``lease_ttl``. A retry
-        is safe: the release compares the fence, and writes the record only with it.
+        Returns:
+            Whether the sequence goes on, and the trigger id of its next run (a queued
+            trigger handed on by the release runs as that trigger).
         """
-        attempt = 0
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
-            while True:
-                try:
-                    return await self.store.finish(
-                        record,
-                        history=job.history,
-                        release_fence=fence,
-                        owner=self.owner,
-                        lease_ttl_ms=job.lease_ttl_ms,
-                        continue_tick_s=next_tick_s,
-                        retried=attempt > 0,
-                    )
-                except (RedisError, OSError, CronraceError) as exc:
-                    attempt += 1
-                    log.warning(
-                        "could not record or release a run; retrying",
-                        extra={
-                            "job": job.name,
-                            "tick": record.tick_s,
-                            "fence": fence,
-                            "attempt": attempt,
-                            "error": str(exc),
-                        },
-                    )
-                    await anyio.sleep(min(1.0, 0.05 * 2**attempt))
-        log.error(
-            "gave up recording and releasing a run; the lease will expire by itself",
-            extra={"job": job.name, "tick": record.tick_s, "fence": fence},
+        if not leased:
+            await self.outbox.write([record], history=job.history)
+            if ticks:
+                next_fence = await self._fence_for_allowed_run(job, ticks[0])
+                if next_fence is None:
+                    self._keep_unrun(job, ticks)
+                    return False, None
+                lease.rebase(next_fence, self.clock.monotonic())
+            return True, None
+        if lease.lost:
+            # Not released: a sync handler's thread may still be running, and the lease
+            # expires by itself within the safety margin anyway.
+            await self.outbox.write([record], history=job.history)
+            self._keep_unrun(job, ticks)
+            return False, None
+        next_tick = ticks[0] if ticks else 0
+        sent = self.clock.monotonic()
+        reply = await self.releases.finish(
+            job, record, lease.fence, next_tick_s=next_tick, until_mono=lease.expiry_mono
         )
-        return None
+        if reply is None or reply.decision != "run":
+            if reply is not None and reply.decision == "not_owner":
+                log.warning(
+                    "release refused: the lease had moved on",
+                    extra={"job": job.name, "tick": record.tick_s, "fence": lease.fence},
+                )
+            self._keep_unrun(job, ticks)
+            return False, None
+        if reply.hold_ms:
+            self.hold_job(job.name, reply.hold_ms / 1000)
+        lease.rebase(reply.fence, sent)
+        if not ticks or ticks[0] != reply.tick_s:
+            ticks.appendleft(reply.tick_s)
+            return True, reply.trigger_id  # a queued trigger runs as that trigger
+        return True, None
 
     async def _fence_for_allowed_run(self, job: Job, tick_s: int) -> int | None:
         request = AcquireRequest(
@@ -227,21 +319,12 @@ class Runner:
         )
         try:
             (reply,) = await self.store.acquire([request])
-        except (RedisError, OSError, CronraceError) as exc:
+        except STORE_FAILURES as exc:
             log.error("catch-up stopped: Redis failed", extra={"job": job.name, "error": str(exc)})
             return None
         if isinstance(reply, AcquireReply) and reply.decision == "run":
             return reply.fence
         return None
-
-    async def _record(self, job: Job, record: RunRecord) -> None:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
-            try:
-                await self.store.record([record], history=job.history)
-            except (RedisError, OSError) as exc:
-                log.error(
-                    "could not write a run record", extra={"job": job.name, "error": str(exc)}
-                )
 
     async def _run_once(
         self, job: Job, tick_s: int, lease: Lease, trigger_id: str | None, *, renew: bool
@@ -256,7 +339,7 @@ class Runner:
             _store=self.store,
         )
         outcome, error, detail = Outcome.OK, None, None
-        started_ms = _now_ms()
+        started_ms = self._now_ms()
         lag_s = self.clock.time() - tick_s
         log.info(
             "run started",
@@ -274,7 +357,7 @@ class Runner:
             async with anyio.create_task_group() as tg:
                 handler_scope = anyio.CancelScope()
                 if renew:
-                    tg.start_soon(lease.keep, handler_scope)
+                    tg.start_soon(lease.keep, handler_scope, ctx._lost)
                 with handler_scope:
                     hold_s = self._job_hold_s(job.name)
                     if hold_s > 0:
@@ -287,21 +370,25 @@ class Runner:
                         detail = await self._call(job, ctx)
                     except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's outcome
                         outcome, error = Outcome.ERROR, _error_text(exc)
-                if lease.lost:
-                    # Also when the handler returned: it finished after the lease was gone
-                    # (a paused process resumes and runs on until its next checkpoint).
-                    ctx._lost.set()
-                    outcome, error = Outcome.LEASE_LOST, lease.lost_reason
                 tg.cancel_scope.cancel()
+            # Looked at once the renewal task has stopped, so that its verdict is in; and
+            # whatever the handler did: a handler that blocked the event loop past the
+            # deadline, or a paused process that resumed, ran without a lease.
+            if renew and lease.check_deadline():
+                ctx._lost.set()
+                outcome, error = Outcome.LEASE_LOST, lease.lost_reason
         except anyio.get_cancelled_exc_class():
             ctx._lost.set()
             record = self._make_record(
                 job, ctx, Outcome.CANCELLED, started_ms, "agent shut down", None
             )
-            if renew and not lease.lost:
-                await self._finish(job, record, lease.fence, 0)
-            else:
-                await self._record(job, record)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
+                if renew and not lease.lost:
+                    await self.releases.finish(
+                        job, record, lease.fence, until_mono=lease.expiry_mono
+                    )
+                else:
+                    await self.outbox.write([record], history=job.history)
             raise
         if lease.renewals:
             log.debug(
@@ -324,7 +411,7 @@ class Runner:
         error: str | None,
         detail: Any,
     ) -> RunRecord:
-        finished_ms = _now_ms()
+        finished_ms = self._now_ms()
         duration_s = (finished_ms - started_ms) / 1000
         interval_s = job.schedule.interval_s(ctx.tick_s)
         ratio = duration_s / interval_s if interval_s > 0 else 0.0

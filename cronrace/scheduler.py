@@ -12,7 +12,6 @@ import heapq
 import logging
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskGroup
@@ -21,14 +20,17 @@ from redis.exceptions import RedisError
 from cronrace.acquiring import acquire_retrying
 from cronrace.clock import Clock
 from cronrace.config import AgentSettings
+from cronrace.decisions import decision_records, not_replicated_records
 from cronrace.errors import CronraceError, RedisUnavailableError
 from cronrace.job import Job
 from cronrace.lease import SAFETY_MARGIN
 from cronrace.observer import Observer
+from cronrace.outbox import Outbox
 from cronrace.policies import Outcome, Overlap, TickPlan, plan_ticks
-from cronrace.records import RunRecord
+from cronrace.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
 from cronrace.runner import Runner
 from cronrace.store import (
+    STORE_FAILURES,
     AcquireReply,
     AcquireRequest,
     Claim,
@@ -36,6 +38,7 @@ from cronrace.store import (
     ClaimReply,
     Store,
 )
+from cronrace.wakeup import ABORT_TIMEOUT_S, Decided, StopGate, WakeUp, account_for_cut_wakeup
 
 log = logging.getLogger("cronrace.scheduler")
 
@@ -45,13 +48,11 @@ EXPIRED_COUNT_CAP = 100_000
 MAX_SLEEP_S = 1.0
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 2.0
-
-
-@dataclass(slots=True)
-class _Decided:
-    job: Job
-    plan: TickPlan
-    trigger_id: str | None = None
+#: Claims failing for this long make an outage (not a blip: a restart, a stale connection)
+#: after which runs on other nodes may have finished with their releases still pending.
+LONG_OUTAGE_S = 0.5
+#: The longest a decision waits for this node's own pending releases of the same jobs.
+RELEASE_FIRST_TIMEOUT_S = 1.0
 
 
 def backoff_s(attempt: int) -> float:
@@ -71,6 +72,7 @@ class Scheduler:
         settings: AgentSettings,
         owner: str,
         runner: Runner,
+        outbox: Outbox,
         observer: Observer,
         set_ready: Callable[[bool], None],
     ) -> None:
@@ -80,6 +82,7 @@ class Scheduler:
         self.settings = settings
         self.owner = owner
         self.runner = runner
+        self.outbox = outbox
         self.observer = observer
         self._set_ready = set_ready
         #: (when to wake for it, tick, job): a job whose claim got no answer wakes later
@@ -89,6 +92,9 @@ class Scheduler:
         self._woken = anyio.Event()  # set by put_job: the loop looks at the heap again
         self._ambiguous: set[tuple[str, int, str | None]] = set()
         self.next_tick: dict[str, int] = {}
+        self.gate = StopGate()
+        self._unreachable_since: float | None = None
+        self._recovered_mono = float("-inf")  # when claims went through after an outage
         # A clock whose sleepers wake exactly when it steps (the testing FakeClock) says so
         # with max_sleep_s; re-checking it every second would only cost its users time.
         self._max_sleep_s = float(getattr(clock, "max_sleep_s", MAX_SLEEP_S))
@@ -99,19 +105,26 @@ class Scheduler:
 
     # -- the loop --------------------------------------------------------------------
 
+    def stop(self) -> None:
+        """Start no new wake-up; the one in hand decides its ticks and starts their runs."""
+        self.gate.stop()
+
     async def run(self, runs: TaskGroup) -> None:
-        """Run the tick loop until cancelled."""
-        await self._seed()
-        while True:
+        """Run the tick loop until :meth:`stop` (then return) or until cancelled."""
+        with self.gate.waiting():
+            await self._seed()
+        while not self.gate.stopping:
             now = self.clock.time()
             if not self._heap:
-                await self._nap(self._max_sleep_s)
+                with self.gate.waiting():
+                    await self._nap(self._max_sleep_s)
                 continue
             wait_s = self._heap[0][0] - now
             if wait_s > 0:
                 # Some event loops wake a little early, and the wall clock may be stepped
                 # or re-estimated meanwhile: sleep, then look at the clock again.
-                await self._nap(min(wait_s, self._max_sleep_s))
+                with self.gate.waiting():
+                    await self._nap(min(wait_s, self._max_sleep_s))
                 continue
             planned: dict[str, Job] = {}
             due: list[tuple[int, str]] = []
@@ -122,7 +135,7 @@ class Scheduler:
                 if self.next_tick.get(name) == first_due and name not in planned:
                     planned[name] = self.jobs[name]
                     due.append((first_due, name))
-            plans: list[_Decided] = []
+            plans: list[Decided] = []
             following: dict[str, int] = {}
             for first_due, name in due:
                 job = planned[name]
@@ -132,7 +145,7 @@ class Scheduler:
                     self._unschedule(job, exc)
                     continue
                 if plan is not None:
-                    plans.append(_Decided(job, plan))
+                    plans.append(Decided(job, plan))
             try:
                 unanswered = await self.race(plans, runs) if plans else set()
             except Exception:  # the outermost loop: one job's surprise must not stop the rest
@@ -166,7 +179,7 @@ class Scheduler:
             try:
                 marks = await self.store.watermarks(names)
                 break
-            except (RedisError, OSError) as exc:
+            except STORE_FAILURES as exc:
                 self._set_ready(False)
                 log.warning("cannot read watermarks yet", extra={"error": str(exc)})
                 await self.clock.sleep(backoff_s(attempt))
@@ -274,8 +287,11 @@ class Scheduler:
 
     # -- race and decide -----------------------------------------------------------------
 
-    async def race(self, decided: Sequence[_Decided], runs: TaskGroup) -> set[str]:
+    async def race(self, decided: Sequence[Decided], runs: TaskGroup) -> set[str]:
         """Claim every plan (one pipeline per shard), then decide the won ones.
+
+        A graceful stop never cuts this short; a forced one (cancellation) leaves what it
+        may have won to :func:`~cronrace.wakeup.account_for_cut_wakeup`.
 
         Returns:
             The jobs whose claims got no answer: nothing was decided for them.
@@ -284,50 +300,62 @@ class Scheduler:
             Claim(d.job.name, d.plan.claim_tick_s, self.claim_ttl_ms(d.job), d.trigger_id)
             for d in decided
         ]
-        replies = await self._claim(claims)
-        by_outcome: dict[ClaimOutcome, list[tuple[_Decided, ClaimReply]]] = {}
+        wakeup = WakeUp(decided, claims)
+        try:
+            return await self._race(wakeup, runs)
+        except anyio.get_cancelled_exc_class():
+            if not wakeup.decided:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_TIMEOUT_S):
+                    await account_for_cut_wakeup(
+                        wakeup,
+                        store=self.store,
+                        runner=self.runner,
+                        outbox=self.outbox,
+                        owner=self.owner,
+                        node_id=self.settings.node_id,
+                        clock=self.clock,
+                    )
+            raise
+
+    async def _race(self, wakeup: WakeUp, runs: TaskGroup) -> set[str]:
+        decided = wakeup.plans
+        replies = await self._claim(wakeup.claims)
+        by_outcome: dict[ClaimOutcome, list[tuple[Decided, ClaimReply]]] = {}
         for d, reply in zip(decided, replies, strict=True):
             by_outcome.setdefault(reply.outcome, []).append((d, reply))
         winners = [d for d, _reply in by_outcome.get(ClaimOutcome.WON, [])]
         short = by_outcome.get(ClaimOutcome.NOT_REPLICATED, [])
         lost = by_outcome.get(ClaimOutcome.LOST, [])
+        wakeup.winners = winners
         if winners or short or lost:
             self.observer.claims(len(winners) + len(short), len(lost))
         if short:
-            await self._not_replicated(short)
+            records = not_replicated_records(short, self.settings, self.clock, self.observer)
+            await self.outbox.write(records, history=max(d.job.history for d, _r in short))
         if winners:
-            await self._decide(winners, runs)
+            await self._releases_first(winners)
+            await self._decide(wakeup, runs)
+        wakeup.decided = True
         return {d.job.name for d, _reply in by_outcome.get(ClaimOutcome.UNKNOWN, [])}
 
-    async def _not_replicated(self, short: Sequence[tuple[_Decided, ClaimReply]]) -> None:
-        """Won claims that too few replicas confirmed are skipped, and recorded as such."""
-        now_ms = int(self.clock.time() * 1000)
-        wanted = self.settings.claim_replicas
-        records = [
-            RunRecord(
-                d.job.name,
-                d.plan.claim_tick_s,
-                self.settings.node_id,
-                Outcome.NOT_REPLICATED,
-                finished_ms=now_ms,
-                error=f"{reply.acked} of {wanted} replicas confirmed",
+    async def _releases_first(self, winners: list[Decided]) -> None:
+        """Let finished runs' releases reach Redis before their jobs' decision (releases.py).
+
+        This node's own are sent at once and awaited (bounded); after an outage, a lease
+        another node holds is given a moment to go.
+        """
+        self.runner.releases.retry_now()
+        with anyio.move_on_after(RELEASE_FIRST_TIMEOUT_S):
+            await self.runner.releases.settled({d.job.name for d in winners})
+        until_mono = self._recovered_mono + FOREIGN_RELEASE_WAIT_S
+        if self.clock.monotonic() < until_mono:
+            await let_others_release(
+                self.store,
+                [d.job.name for d in winners if d.job.overlap is not Overlap.ALLOW],
+                owner=self.owner,
+                clock=self.clock,
+                until_mono=until_mono,
             )
-            for d, reply in short
-        ]
-        log.error(
-            "won claims not replicated in time; not running them",
-            extra={
-                "jobs": [r.job for r in records],
-                "acked": min(reply.acked for _d, reply in short),
-                "wanted": wanted,
-            },
-        )
-        for record in records:
-            self.observer.decision(record.job, record.outcome.value)
-        try:
-            await self.store.record(records, history=max(d.job.history for d, _reply in short))
-        except (RedisError, OSError) as err:
-            log.error("could not write decision records", extra={"error": str(err)})
 
     async def _claim(self, claims: list[Claim]) -> list[ClaimReply]:
         """Send the claims; ``UNKNOWN`` for those Redis (or their shard) did not answer.
@@ -358,10 +386,21 @@ class Scheduler:
         }
         if unknown:
             self.observer.redis_error("claim")
+        if len(unknown) < len(keys):
+            if self._after_long_outage():
+                self._recovered_mono = self.clock.monotonic()
+            self._unreachable_since = None
+        elif self._unreachable_since is None:
+            self._unreachable_since = self.clock.monotonic()
         self._set_ready(not unknown)
         return replies
 
-    async def _decide(self, winners: list[_Decided], runs: TaskGroup) -> None:
+    def _after_long_outage(self) -> bool:
+        since = self._unreachable_since
+        return since is not None and self.clock.monotonic() - since >= LONG_OUTAGE_S
+
+    async def _decide(self, wakeup: WakeUp, runs: TaskGroup) -> None:
+        winners = wakeup.winners or []
         requests = []
         for d in winners:
             plan = d.plan
@@ -379,7 +418,6 @@ class Scheduler:
                     trigger_id=d.trigger_id,
                 )
             )
-        records: list[RunRecord] = []
         answers = await acquire_retrying(
             self.store,
             self.clock,
@@ -389,10 +427,19 @@ class Scheduler:
             set_ready=self._set_ready,
             backoff_s=backoff_s,
         )
+        # From here on nothing awaits until every run is registered with the runner: a
+        # forced stop finds each one there (started or not) and none in between.
+        wakeup.decided = True
+        records = wakeup.records
+        ran_out: list[tuple[Decided, AcquireReply]] = []
+        now_ms = int(self.clock.time() * 1000)
         for d, (reply, granted_mono) in zip(winners, answers, strict=True):
             if isinstance(reply, Exception):
                 continue
-            records.extend(self._records_for(d, reply))
+            node = self.settings.node_id
+            records += decision_records(
+                d, reply, node_id=node, now_ms=now_ms, observer=self.observer
+            )
             if reply.decision != "run":
                 continue
             deadline_mono = granted_mono + d.job.lease_ttl_s * (1 - SAFETY_MARGIN)
@@ -401,7 +448,7 @@ class Scheduler:
             ):
                 # The answer came back after the lease had moved on or run out (a retry
                 # after a lost answer, a very slow Redis): running now could overlap.
-                await self._lease_ran_out(d, reply)
+                ran_out.append((d, reply))
                 continue
             if reply.hold_ms:
                 self.runner.hold_job(d.job.name, reply.hold_ms / 1000)
@@ -410,143 +457,37 @@ class Scheduler:
                 for t in d.plan.fire_ticks_s
                 if reply.prev_watermark_s is None or d.trigger_id or t > reply.prev_watermark_s
             ]
-            runs.start_soon(
-                self.runner.run_sequence,
-                d.job,
-                ticks or [d.plan.claim_tick_s],
-                reply.fence,
-                granted_mono,
-                d.trigger_id,
-                name=f"cronrace run {d.job.name}",
+            grant = self.runner.admit(
+                d.job, ticks or [d.plan.claim_tick_s], reply.fence, granted_mono, d.trigger_id
             )
+            runs.start_soon(self.runner.run_sequence, grant, name=f"cronrace run {d.job.name}")
+        for d, reply in ran_out:
+            await self._lease_ran_out(d, reply)
         if records:
-            try:
-                await self.store.record(records, history=max(d.job.history for d in winners))
-            except (RedisError, OSError) as exc:
-                self.observer.redis_error("record")
-                log.error("could not write decision records", extra={"error": str(exc)})
+            await self.outbox.write(records, history=max(d.job.history for d in winners))
 
-    async def _lease_ran_out(self, d: _Decided, reply: AcquireReply) -> None:
+    async def _lease_ran_out(self, d: Decided, reply: AcquireReply) -> None:
         tick = d.plan.fire_ticks_s[0] if d.plan.fire_ticks_s else d.plan.claim_tick_s
-        now_ms = int(self.clock.time() * 1000)
-        record = RunRecord(
-            d.job.name,
-            tick,
-            self.settings.node_id,
-            Outcome.LEASE_LOST,
-            reply.fence,
-            finished_ms=now_ms,
-            error="the grant's answer came back after its lease had run out; not run",
-            trigger_id=d.trigger_id,
-        )
         log.warning(
             "granted run not started: its lease ran out before the answer came back",
             extra={"job": d.job.name, "tick": tick, "fence": reply.fence},
         )
         self.observer.decision(d.job.name, Outcome.LEASE_LOST.value)
-        try:
-            await self.store.finish(
-                record,
-                history=d.job.history,
-                release_fence=reply.fence,
-                owner=self.owner,
-                lease_ttl_ms=d.job.lease_ttl_ms,
-            )
-        except (RedisError, OSError, CronraceError) as exc:
-            log.error("could not record a run not started", extra={"error": str(exc)})
-
-    def _records_for(self, d: _Decided, reply: AcquireReply) -> list[RunRecord]:
-        """Log a decision and return the run records it calls for (none for a run)."""
-        # Garbage moved aside by the script (reply.quarantined) was logged by the store.
-        job, plan, node = d.job.name, d.plan, self.settings.node_id
-        out: list[RunRecord] = []
-        now_ms = int(self.clock.time() * 1000)
-        if reply.abandoned_fence:
-            out.append(
-                RunRecord(
-                    job,
-                    reply.abandoned_tick_s,
-                    reply.abandoned_owner.split(":")[0],
-                    Outcome.ABANDONED,
-                    reply.abandoned_fence,
-                    finished_ms=now_ms,
-                    error="lease expired without release",
-                )
-            )
-            log.warning(
-                "previous run was abandoned",
-                extra={"job": job, "tick": reply.abandoned_tick_s, "fence": reply.abandoned_fence},
-            )
-            self.observer.decision(job, Outcome.ABANDONED.value)
-        if reply.superseded_tick_s:
-            out.append(
-                RunRecord(
-                    job,
-                    reply.superseded_tick_s,
-                    node,
-                    Outcome.SKIPPED_OVERLAP,
-                    finished_ms=now_ms,
-                    trigger_id=reply.superseded_trigger_id,
-                    detail={"superseded_by": plan.claim_tick_s},
-                )
-            )
-            self.observer.decision(job, Outcome.SKIPPED_OVERLAP.value)
-        if reply.decision == "stale":
-            out.append(RunRecord(job, plan.claim_tick_s, node, Outcome.STALE, finished_ms=now_ms))
-            log.warning(
-                "tick already decided (stale claim)",
-                extra={"job": job, "tick": plan.claim_tick_s, "watermark": reply.prev_watermark_s},
-            )
-            self.observer.decision(job, Outcome.STALE.value)
-            return out
-        if plan.missed:
-            out.append(
-                RunRecord(
-                    job,
-                    plan.mark_tick_s,
-                    node,
-                    Outcome.MISSED,
-                    finished_ms=now_ms,
-                    count=plan.missed,
-                )
-            )
-            self.observer.decision(job, Outcome.MISSED.value, plan.missed)
-        outcome = {
-            "skipped:overlap": Outcome.SKIPPED_OVERLAP,
-            "skipped:paused": Outcome.SKIPPED_PAUSED,
-            "queued": Outcome.QUEUED,
-        }.get(reply.decision)
-        if outcome is not None:
-            tick = plan.fire_ticks_s[-1] if plan.fire_ticks_s else plan.claim_tick_s
-            out.append(
-                RunRecord(
-                    job,
-                    tick,
-                    node,
-                    outcome,
-                    finished_ms=now_ms,
-                    trigger_id=d.trigger_id,
-                    detail={"holder_fence": reply.holder_fence} if reply.holder_fence else None,
-                )
-            )
-            log.info(
-                "tick decided",
-                extra={
-                    "job": job,
-                    "tick": tick,
-                    "node": node,
-                    "outcome": outcome.value,
-                    "holder_fence": reply.holder_fence,
-                },
-            )
-            self.observer.decision(job, outcome.value)
-        return out
+        await self.runner.release_unrun(
+            d.job,
+            [tick],
+            reply.fence,
+            Outcome.LEASE_LOST,
+            "the grant's answer came back after its lease had run out; not run",
+            trigger_id=d.trigger_id,
+            retry_s=0,
+        )
 
     async def fire_trigger(self, job: Job, trigger_id: str, runs: TaskGroup) -> None:
         """Race for a manual trigger: its own claim key, the same lease and overlap policy."""
         now_s = int(self.clock.time())
         plan = TickPlan(now_s, now_s, (now_s,), 0)
-        if await self.race([_Decided(job, plan, trigger_id)], runs):
+        if await self.race([Decided(job, plan, trigger_id)], runs):
             log.error(
                 "manual trigger dropped: Redis did not answer",
                 extra={"job": job.name, "trigger": trigger_id},

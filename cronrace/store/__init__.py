@@ -18,9 +18,11 @@ from cronrace.store.replies import (
     NotReplicatedError,
     ReleaseReply,
 )
+from cronrace.store.shards import STORE_FAILURES
 
 __all__ = [
     "AMBIGUOUS_ERRORS",
+    "STORE_FAILURES",
     "TRANSIENT_ERRORS",
     "AcquireReply",
     "AcquireRequest",

@@ -30,6 +30,7 @@ CLIENT_COMMANDS = (
     "time",
     "wait",
     "xadd",
+    "xrange",
     "xread",
     "xrevrange",
     "zadd",

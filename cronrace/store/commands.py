@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, cast
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from cronrace.errors import RedisAccessError, RedisUnavailableError, StoreError
 from cronrace.records import RunRecord
@@ -36,6 +36,7 @@ from cronrace.store.replies import (
     ReleaseReply,
     decode_acquire,
     decode_quarantined,
+    decode_run_entries,
     decode_text,
     int_or_none,
 )
@@ -156,6 +157,16 @@ class Store(OperatorCommands):
             claims, value, read_back=True, wait_replicas=wait_replicas, wait_ms=wait_ms
         )
         return _won(replies)
+
+    async def read_claims(self, claims: Sequence[Claim], value: str) -> list[bool]:
+        """Read claim keys back without claiming: True where one holds ``value`` (ours)."""
+        if not claims:
+            return []
+        pipe = self.client.pipeline(transaction=False)  # GETs, not MGET: one slot per job
+        for claim in claims:
+            pipe.get(self._claim_key(claim))
+        found = await pipe.execute()
+        return [raw is not None and decode_text(raw).split("\n", 1)[0] == value for raw in found]
 
     async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
         """Decide every won claim in one pipeline (``acquire.lua``).
@@ -325,6 +336,22 @@ class Store(OperatorCommands):
                     self._command(record.job, "state", "hincrby", "missed", record.count)
                 )
         await self._pipeline_repairing(commands)
+
+    async def records_since(self, job: str, since_ms: int, limit: int) -> list[RunRecord]:
+        """Return up to ``limit`` records of ``job`` appended since ``since_ms``, oldest first.
+
+        Stream entry ids are the server's clock in milliseconds, so this finds every record
+        written after that instant (a retry reads it so as not to write a record twice).
+        """
+        try:
+            entries = await self.client.xrange(
+                self.keys.runs(job), min=f"{max(0, since_ms)}-0", count=limit
+            )
+        except ResponseError as exc:
+            if not is_wrong_type(exc):
+                raise
+            return []  # garbage: nothing of ours is there; the next record moves it aside
+        return decode_run_entries(job, entries)
 
     # -- node bookkeeping ------------------------------------------------------------
 

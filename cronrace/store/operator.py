@@ -15,7 +15,7 @@ from redis.exceptions import ResponseError
 from cronrace.records import JobState, NodeInfo, RunRecord
 from cronrace.store.base import StoreBase
 from cronrace.store.garbage import is_wrong_type, quarantine
-from cronrace.store.replies import decode_job_state, decode_text
+from cronrace.store.replies import decode_job_state, decode_run_entries, decode_text
 
 log = logging.getLogger("cronrace.store")
 
@@ -136,14 +136,4 @@ class OperatorCommands(StoreBase):
                 extra={"job": job, "key": self.keys.runs(job), "error": str(exc)},
             )
             return []
-        out = []
-        for entry_id, fields in entries:
-            raw = fields.get(b"r", fields.get("r"))
-            try:
-                out.append(RunRecord.from_json(raw or b"", record_id=decode_text(entry_id)))
-            except ValueError as exc:
-                log.warning(
-                    "unreadable run record skipped",
-                    extra={"job": job, "record_id": decode_text(entry_id), "error": str(exc)},
-                )
-        return out
+        return decode_run_entries(job, entries)

@@ -7,11 +7,14 @@ UTF-8 (garbage under one of our keys) is reported by the caller, never a crash i
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from cronrace.errors import StoreError
-from cronrace.records import JobState, LeaseInfo
+from cronrace.records import JobState, LeaseInfo, RunRecord
+
+log = logging.getLogger("cronrace.store")
 
 
 class NotReplicatedError(StoreError):
@@ -219,3 +222,18 @@ def decode_acquire(reply: Any) -> AcquireReply:
         renewed=int(reply[14]) == 1,
         quarantined=quarantined,
     )
+
+
+def decode_run_entries(job: str, entries: Any) -> list[RunRecord]:
+    """Decode history stream entries; an unreadable one is logged and skipped."""
+    out = []
+    for entry_id, fields in entries:
+        raw = fields.get(b"r", fields.get("r"))
+        try:
+            out.append(RunRecord.from_json(raw or b"", record_id=decode_text(entry_id)))
+        except ValueError as exc:
+            log.warning(
+                "unreadable run record skipped",
+                extra={"job": job, "record_id": decode_text(entry_id), "error": str(exc)},
+            )
+    return out

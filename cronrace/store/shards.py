@@ -24,6 +24,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from cronrace.errors import StoreError
+
 #: Errors after which a command may or may not have run on the server.
 AMBIGUOUS_ERRORS: tuple[type[BaseException], ...] = (
     RedisConnectionError,
@@ -42,6 +44,10 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     TryAgainError,
     RedisClusterException,
 )
+
+#: Every failure of a Redis call that a caller should survive and retry later: the layers
+#: above catch this tuple instead of importing redis-py's exceptions.
+STORE_FAILURES: tuple[type[BaseException], ...] = (RedisError, OSError, StoreError)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,9 @@ CODE_JOBS = os.environ.get("FAULT_CODE_JOBS", "fast,slow").split(",")
 #: When set, a job "drifting" with this schedule: nodes started with different values
 #: define one job differently (the definition-drift test).
 DRIFT_SCHEDULE = os.environ.get("FAULT_DRIFT_SCHEDULE")
+#: When set, a job "held": a 0.3 s run under a lease this long. A run that finishes while
+#: Redis is away must get its lease released when Redis returns, or the job stays blocked.
+HELD_LEASE_S = os.environ.get("FAULT_HELD_LEASE_S")
 
 agent = Agent()
 
@@ -81,6 +84,12 @@ async def slow(ctx: RunContext) -> None:
     note("end", ctx)
 
 
+async def held(ctx: RunContext) -> None:
+    note("start", ctx)
+    await anyio.sleep(0.3)
+    note("end", ctx)
+
+
 if "fast" in CODE_JOBS:
     agent.add_job(fast, "* * * * * *", name="fast", lease_ttl=0.9)
 if "slow" in CODE_JOBS:
@@ -89,6 +98,8 @@ if DRIFT_SCHEDULE:
     agent.add_job(fast, DRIFT_SCHEDULE, name="drifting", lease_ttl=0.9)
 # Stored schedules name this handler (cronrace schedules add NAME SCHEDULE --handler note).
 agent.add_handler("note", fast)
+if HELD_LEASE_S:
+    agent.add_job(held, "* * * * * *", name="held", lease_ttl=float(HELD_LEASE_S))
 
 
 async def extra(ctx: RunContext) -> None:

@@ -33,8 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 import redis
+
+from cronrace.records import RunRecord
+from cronrace.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -207,3 +211,63 @@ def judge(
                 if newer > fence and start + OVERLAP_SLACK_S < end and began.get(fence, 0) < start:
                     verdict.overlaps.append((fence, newer))
     return verdict
+
+
+def log_lines(stderr_dir: Path, ticks: Iterable[int], limit: int = 60) -> str:
+    """The agents' log lines (``<node>.err`` in ``stderr_dir``) that name one of ``ticks``.
+
+    For assertion messages: a failed verdict then shows what the nodes said about the ticks
+    in question, since the temporary directory may be gone by the time anyone looks.
+    """
+    wanted = {f"tick={tick}" for tick in ticks}
+    found = [
+        f"{path.stem}: {line}"
+        for path in sorted(stderr_dir.glob("*.err"))
+        for line in path.read_text(errors="replace").splitlines()
+        if any(word in line for word in wanted)
+    ]
+    return "\n".join(found[:limit])
+
+
+def run_records(url: str, namespace: str, job: str, limit: int = 500) -> list[RunRecord]:
+    """The newest ``limit`` run records of ``job`` in the fleet's Redis, newest first."""
+
+    async def read() -> list[RunRecord]:
+        store = Store.from_url(url, namespace)
+        try:
+            return await store.history(job, limit)
+        finally:
+            await store.aclose()
+
+    return anyio.run(read)
+
+
+def decided_late_or_overlapping(
+    records: Iterable[RunRecord],
+    events: list[dict[str, Any]],
+    job: str,
+    *,
+    release_slack_s: float = 1.0,
+) -> set[int]:
+    """Ticks of ``job`` not run, but decided so under its policies (recorded, not lost).
+
+    - ``missed``: the nodes came to the tick too late and the catch-up policy (``latest``)
+      fired a newer one; the record names the newest and counts the ones before it.
+    - ``skipped:overlap`` for a run still going at the decision, or one that had ended at
+      most ``release_slack_s`` before it (its release on the wire; a loaded machine).
+
+    Anything else missing was lost. A skip for a run that had ended long before its
+    decision (a release that never came) is not excused here.
+    """
+    ended = {e["fence"]: e["wall"] for e in events if e["job"] == job and e["event"] == "end"}
+    excused: set[int] = set()
+    for record in records:
+        if record.job != job:
+            continue
+        if record.outcome == "missed":
+            excused |= set(range(record.tick_s - record.count, record.tick_s))
+        elif record.outcome == "skipped:overlap" and isinstance(record.detail, dict):
+            holder_end_s = ended.get(record.detail.get("holder_fence"), float("inf"))
+            if holder_end_s >= record.finished_ms / 1000 - release_slack_s:
+                excused.add(record.tick_s)
+    return excused

@@ -8,12 +8,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cronrace import Agent, AgentSettings, RunContext
-from tests.helpers import wait_for
+from cronrace import runner as runner_module
+from cronrace.testing import FakeClock, memory_agent
+from tests.helpers import running, settings, wait_for
 from tests.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,3 +106,122 @@ def test_sigterm_stops_the_cli_cleanly_and_leaves_the_node_set(
 async def test_wait_for_helper_reports_what_it_waited_for() -> None:
     with pytest.raises(AssertionError, match="the impossible"):
         await wait_for(lambda: False, timeout_s=0.05, what="the impossible")
+
+
+def fleet_of_one(clock: FakeClock) -> tuple[Agent, list[int]]:
+    ran: list[int] = []
+    agent = memory_agent(clock)
+    agent.add_job(lambda ctx: ran.append(ctx.tick_s), "* * * * * *", name="job", lease_ttl=30)
+    return agent, ran
+
+
+async def run_one_wakeup(agent: Agent, clock: FakeClock) -> None:
+    """Run the agent until its first wake-up stopped it (the stop is in the store hook)."""
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent.run)
+            await wait_for(lambda: agent.ready, timeout_s=5, what="ready")
+            await clock.advance(2)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("during", ["claim_each", "acquire"])
+async def test_stop_while_a_wakeup_is_in_flight_still_decides_and_runs_its_won_tick(
+    during: str,
+) -> None:
+    clock = FakeClock()
+    agent, ran = fleet_of_one(clock)
+    store = agent.store
+    real = getattr(store, during)
+
+    async def stop_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        agent.stop()  # SIGTERM lands while the request is on the wire
+        return await real(*args, **kwargs)
+
+    setattr(store, during, stop_meanwhile)
+    await run_one_wakeup(agent, clock)
+    assert len(ran) == 1
+    (record,) = await agent.history("job", 10)
+    assert (record.tick_s, record.outcome) == (ran[0], "ok")
+    (state,) = await agent.store.job_states(["job"])
+    assert state.lease is None
+    await agent.aclose()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("during", ["claim_each", "acquire"])
+async def test_second_stop_inside_a_wakeup_records_the_won_tick_and_releases_its_lease(
+    during: str,
+) -> None:
+    clock = FakeClock()
+    agent, ran = fleet_of_one(clock)
+    store = agent.store
+    real = getattr(store, during)
+
+    async def reply_lost_to_a_forced_stop(*args: Any, **kwargs: Any) -> Any:
+        reply = await real(*args, **kwargs)  # Redis did it...
+        agent.stop()
+        agent.stop()
+        await anyio.lowlevel.checkpoint()  # ...the forced stop cancels before it is read
+        return reply
+
+    setattr(store, during, reply_lost_to_a_forced_stop)
+    await run_one_wakeup(agent, clock)
+    assert ran == []
+    (record,) = await agent.history("job", 10)
+    assert record.outcome == "cancelled"
+    assert "stopped by force" in (record.error or "") or "before the run started" in (
+        record.error or ""
+    )
+    (state,) = await agent.store.job_states(["job"])
+    # A lease granted to the run that never started is released, not left for lease_ttl.
+    assert state.lease is None
+    if during == "acquire":
+        assert record.fence == state.last_fence
+    await agent.aclose()
+
+
+@pytest.mark.timeout(30)
+async def test_finished_runs_release_outlasts_the_cleanup_timeout_and_goes_out_first(
+    monkeypatch: pytest.MonkeyPatch, namespace: str
+) -> None:
+    # Redis is unreachable for the run's release (and the next claims) for longer than
+    # the clean-up timeout; the lease (30 s) is far from expiring.
+    monkeypatch.setattr(runner_module, "CLEANUP_TIMEOUT_S", 0.3)
+    ran: list[int] = []
+    outage = {"on": False}
+    agent = Agent(settings=settings(f"memory://{namespace}", namespace, "n0"))
+
+    def job(ctx: RunContext) -> None:
+        ran.append(ctx.tick_s)
+        if len(ran) == 1:
+            outage["on"] = True
+
+    agent.add_job(job, "* * * * * *", name="job", lease_ttl=30)
+    store = agent.store
+    for name in ("finish", "claim_each"):
+        real = getattr(store, name)
+
+        async def down(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            if outage["on"]:
+                raise RedisConnectionError("Connection refused")
+            return await _real(*args, **kwargs)
+
+        setattr(store, name, down)
+    async with running(agent):
+        await wait_for(lambda: outage["on"], timeout_s=10, what="the first run")
+        await anyio.sleep(1.5)
+        outage["on"] = False
+        await wait_for(lambda: len(ran) >= 3, timeout_s=10, what="runs after the outage")
+    records = await agent.history("job", 20)
+    (first,) = [r for r in records if r.tick_s == ran[0]]
+    assert first.outcome == "ok"
+    # No tick was skipped for an overlap with the run that had finished during the outage.
+    blocked = [
+        r.tick_s
+        for r in records
+        if r.outcome == "skipped:overlap" and (r.detail or {}).get("holder_fence") == first.fence
+    ]
+    assert blocked == []
+    assert [r.outcome.value for r in records].count("ok") == len(ran)
+    await agent.aclose()

@@ -1,0 +1,160 @@
+"""Releasing finished runs' leases: retried until they expire, and before the next decision.
+
+A run's record and its release go out in one ``release.lua`` call. When Redis cannot be
+reached (down, restarting, a stale pooled connection) the release is retried, safely (the
+script compares the fence and writes the record only with it), until the lease has surely
+expired: given up earlier, a finished run's lease would block its job for the rest of
+``lease_ttl``. And it must reach Redis before the job's next decision, or that decision
+meets the finished run's lease and skips its tick:
+
+- on the node that ran it, :class:`Releases` tells the scheduler which jobs still have a
+  release pending, and sends them at once when asked (:meth:`Releases.retry_now`);
+- on other nodes, :func:`let_others_release` gives a lease another node holds a moment to
+  go before the first decision after an outage.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import Counter
+from collections.abc import Collection
+
+import anyio
+import anyio.lowlevel
+
+from cronrace.clock import Clock
+from cronrace.job import Job
+from cronrace.outbox import Outbox
+from cronrace.records import RunRecord
+from cronrace.store import STORE_FAILURES, ReleaseReply, Store
+
+log = logging.getLogger("cronrace.run")
+
+#: The longest pause between attempts to release a finished run's lease: when Redis
+#: returns, the release must go out before anyone decides the job's next tick.
+RELEASE_RETRY_S = 0.1
+#: Retries of a release sent at once, before the pauses begin: after Redis restarted every
+#: pooled connection fails once, and going through them must not let a decision go first.
+IMMEDIATE_RETRIES = 3
+#: After an outage, a won tick whose job's lease another node holds waits up to this long
+#: for that lease to go (polled every FOREIGN_RELEASE_POLL_S) before it is decided: a run
+#: that finished while Redis was away releases it as soon as it gets through (it retries
+#: every RELEASE_RETRY_S), while a run still going keeps it and the tick is then decided
+#: under the overlap policy as usual.
+FOREIGN_RELEASE_WAIT_S = 10 * RELEASE_RETRY_S
+FOREIGN_RELEASE_POLL_S = RELEASE_RETRY_S / 2
+
+
+class Releases:
+    """The releases one agent has in flight, by job."""
+
+    def __init__(self, store: Store, clock: Clock, owner: str, outbox: Outbox) -> None:
+        self.store = store
+        self.clock = clock
+        self.owner = owner
+        self.outbox = outbox
+        self._pending: Counter[str] = Counter()
+        self._settled = anyio.Event()
+        self._retry_now = anyio.Event()
+
+    def retry_now(self) -> None:
+        """Redis answers again: releases waiting to retry go out at once."""
+        self._retry_now.set()
+        self._retry_now = anyio.Event()
+
+    async def settled(self, jobs: Collection[str]) -> None:
+        """Return once no finished run of ``jobs`` is still trying to release its lease."""
+        while any(self._pending[name] for name in jobs):
+            await self._settled.wait()
+
+    async def finish(
+        self,
+        job: Job,
+        record: RunRecord,
+        fence: int,
+        *,
+        next_tick_s: int = 0,
+        until_mono: float,
+    ) -> ReleaseReply | None:
+        """Record the run and release its lease (or hand it on), retrying until ``until_mono``.
+
+        Returns:
+            The release's answer, or None when Redis did not answer by ``until_mono`` (the
+            lease has expired by then; the record waits in the outbox). A record not
+            confirmed by the end, also when cancelled, goes to the outbox.
+        """
+        attempt = 0
+        confirmed = False
+        self._pending[job.name] += 1
+        try:
+            while True:
+                try:
+                    reply = await self.store.finish(
+                        record,
+                        history=job.history,
+                        release_fence=fence,
+                        owner=self.owner,
+                        lease_ttl_ms=job.lease_ttl_ms,
+                        continue_tick_s=next_tick_s,
+                        retried=attempt > 0,
+                    )
+                    confirmed = True
+                    return reply
+                except STORE_FAILURES as exc:
+                    attempt += 1
+                    if attempt == 1 or attempt % 50 == 0:
+                        log.warning(
+                            "could not record or release a run; retrying until its lease expires",
+                            extra={
+                                "job": job.name,
+                                "tick": record.tick_s,
+                                "fence": fence,
+                                "attempt": attempt,
+                                "error": str(exc),
+                            },
+                        )
+                if self.clock.monotonic() >= until_mono:
+                    log.error(
+                        "the lease expired before it could be released; the record waits "
+                        "in the outbox",
+                        extra={"job": job.name, "tick": record.tick_s, "fence": fence},
+                    )
+                    return None
+                if attempt <= IMMEDIATE_RETRIES:
+                    await anyio.lowlevel.checkpoint()
+                    continue
+                with anyio.move_on_after(min(RELEASE_RETRY_S, 0.01 * 2**attempt)):
+                    await self._retry_now.wait()
+        finally:
+            if not confirmed:
+                self.outbox.keep([record], history=job.history, maybe_written=True)
+            self._pending[job.name] -= 1
+            if not self._pending[job.name]:
+                del self._pending[job.name]
+                self._settled.set()
+                self._settled = anyio.Event()
+
+
+async def let_others_release(
+    store: Store, jobs: list[str], *, owner: str, clock: Clock, until_mono: float
+) -> None:
+    """Give leases other nodes hold on ``jobs`` until ``until_mono`` to go.
+
+    The scheduler calls this for FOREIGN_RELEASE_WAIT_S after its claims go through again
+    after an outage, whichever wake-up first wins a claim of the job in that time.
+    """
+    for poll in itertools.count():
+        try:
+            states = await store.job_states(jobs)
+        except STORE_FAILURES:
+            return  # the decision meets the same trouble and is retried there
+        jobs = [s.job for s in states if s.lease is not None and s.lease.owner != owner]
+        if not jobs or clock.monotonic() >= until_mono:
+            return
+        if not poll:
+            log.info(
+                "after the outage: letting other nodes release their leases first",
+                extra={"jobs": jobs, "node": owner.split(":")[0]},
+            )
+        await clock.sleep(FOREIGN_RELEASE_POLL_S)
