@@ -155,6 +155,12 @@ class PrometheusObserver(Observer):
             ["operation"],
             registry=registry,
         )
+        self.records_dropped_total = Counter(
+            "cronrace_records_dropped",
+            "Run records given up unwritten (the outbox full, or Redis away at exit).",
+            ["job", "outcome"],
+            registry=registry,
+        )
         self.running = Gauge(
             "cronrace_running_runs", "Handlers running on this node now.", registry=registry
         )
@@ -259,6 +265,9 @@ class PrometheusObserver(Observer):
 
     def redis_error(self, operation: str) -> None:
         self.redis_errors_total.labels(operation=operation).inc()
+
+    def record_dropped(self, job: str, outcome: str) -> None:
+        self.records_dropped_total.labels(job=job, outcome=outcome).inc()
 
     def ready(self, ready: bool) -> None:
         self.ready_gauge.set(1 if ready else 0)

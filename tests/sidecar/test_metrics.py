@@ -120,6 +120,7 @@ def test_observer_counts_decisions_by_reason_and_keeps_registries_apart() -> Non
     first.claims(won=1, lost=2)
     first.run_started("backup", 0.01)
     first.run_finished("backup", "lease_lost", 2.0, 0.5)
+    first.record_dropped("backup", "lease_lost")
     sample = first.registry.get_sample_value
     assert sample("cronrace_skipped_ticks_total", {"job": "backup", "reason": "overlap"}) == 1
     assert sample("cronrace_skipped_ticks_total", {"job": "backup", "reason": "missed"}) == 4
@@ -127,6 +128,8 @@ def test_observer_counts_decisions_by_reason_and_keeps_registries_apart() -> Non
     assert sample("cronrace_runs_total", {"job": "backup", "outcome": "abandoned"}) == 1
     assert sample("cronrace_runs_total", {"job": "backup", "outcome": "lease_lost"}) == 1
     assert sample("cronrace_lease_losses_total", {"job": "backup"}) == 1
+    dropped = {"job": "backup", "outcome": "lease_lost"}
+    assert sample("cronrace_records_dropped_total", dropped) == 1
     assert sample("cronrace_claims_total", {"result": "lost"}) == 2
     assert sample("cronrace_running_runs") == 0
     assert second.registry.get_sample_value("cronrace_claims_total", {"result": "lost"}) is None
