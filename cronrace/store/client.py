@@ -162,6 +162,8 @@ class WatchedRedis(aioredis.Redis):
 #: Set while a call holds one of its cluster client's ``in_flight`` permits: calls that
 #: redis-py makes from inside another (a pipeline's redirections) take none.
 _HOLDS_PERMIT: ContextVar[bool] = ContextVar("cronrace_holds_permit", default=False)
+#: Set while redis-py runs one command of a cluster client (its error handling inside).
+_IN_ONE_COMMAND: ContextVar[bool] = ContextVar("cronrace_in_one_command", default=False)
 
 
 @asynccontextmanager
@@ -234,6 +236,26 @@ class _WatchedCluster(RedisCluster):
                 )
                 self._initialize = False
         return self
+
+    async def _execute_command(self, target_node: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _IN_ONE_COMMAND.set(True)
+        try:
+            return await super()._execute_command(target_node, *args, **kwargs)
+        finally:
+            _IN_ONE_COMMAND.reset(token)
+
+    async def aclose(self) -> None:
+        """Close every connection (the store is closing).
+
+        redis-py also calls this from inside a command that met ``CLUSTERDOWN`` (every
+        shard answers it while a failed primary is being replaced), only to re-read the
+        slot map; closing then would cut the calls in flight on every shard, their replies
+        lost after they ran. Such a call only asks for the re-read.
+        """
+        if _IN_ONE_COMMAND.get():
+            self._initialize = True
+            return
+        await super().aclose()
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
