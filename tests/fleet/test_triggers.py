@@ -37,6 +37,13 @@ async def test_a_trigger_queued_behind_a_run_runs_as_that_trigger() -> None:
         await wait_for(queued, timeout_s=5, what="the second trigger queued")
         release_first.set()
         await wait_for(lambda: len(ran) == 2, timeout_s=5, what="the queued trigger's run")
+
+        async def both_recorded() -> bool:
+            records = await agent.history("report", 10)
+            return sum(r.outcome == "ok" for r in records) >= 2
+
+        # The second run's record is written as it finishes, after its handler returned.
+        await wait_for(both_recorded, timeout_s=5, what="both runs recorded")
         records = await agent.history("report", 10)
         agent.stop()
     assert ran == [first, second]
