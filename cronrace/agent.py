@@ -338,8 +338,16 @@ class Agent:
         """Seconds new runs must still wait after Redis was found to have lost its data."""
         return max(0.0, self._hold_until_mono - self.clock.monotonic())
 
-    async def run(self) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until :meth:`stop` is called or the task is cancelled.
+
+        Start it with ``await task_group.start(agent.run)`` to wait until it is ready: the
+        scripts are loaded, the first heartbeat is taken, the jobs are published, and a
+        manual trigger made from then on is seen.
+
+        Args:
+            task_status: anyio's ``TaskGroup.start`` protocol; ``started()`` is called once
+                the agent is connected and its loops are about to start.
 
         Raises:
             RedisUnavailableError: Redis could not be reached within the start-up timeout.
@@ -392,6 +400,7 @@ class Agent:
                     services.start_soon(self._run_service, service)
                 services.start_soon(self._watch_loop)
                 services.start_soon(outbox.run)
+                task_status.started()
                 await self._lifecycle(self.scheduler, runner)
                 services.cancel_scope.cancel()
         finally:

@@ -1,0 +1,36 @@
+"""Agent.run under anyio's TaskGroup.start: ready when start returns, errors at start."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from cronrace import Agent, AgentSettings, RedisUnavailableError
+from cronrace.testing import FakeClock, memory_agent
+
+
+async def test_started_agent_is_ready_and_sees_a_trigger_made_at_once() -> None:
+    clock = FakeClock(start_s=1_800_000_000.5)
+    agent = memory_agent(clock)
+    ran: list[str | None] = []
+    agent.add_job(lambda ctx: ran.append(ctx.trigger_id), "@daily", name="daily")
+    async with anyio.create_task_group() as tg:
+        await tg.start(agent.run)
+        assert agent.ready
+        trigger_id = await agent.trigger("daily")
+        with anyio.fail_after(5):
+            while not ran:
+                await clock.advance(0.1)
+        agent.stop()
+    assert ran == [trigger_id]
+
+
+async def test_start_raises_when_redis_is_unreachable_at_start_up() -> None:
+    settings = AgentSettings(
+        redis_url="redis://127.0.0.1:1", node_id="n", startup_timeout_s=0.3, redis_timeout_s=0.2
+    )
+    agent = Agent(settings=settings)
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(RedisUnavailableError, match="unreachable"):
+            await tg.start(agent.run)
+    assert not agent.ready
