@@ -13,8 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from redis.exceptions import RedisError
-
 from cronrace.clock import Clock
 from cronrace.errors import CronraceError, RedisUnavailableError
 from cronrace.observer import Observer
@@ -63,7 +61,7 @@ async def acquire_retrying(
         replies: list[AcquireReply | Exception]
         try:
             replies = list(await store.acquire([requests[i] for i in todo]))
-        except (RedisError, OSError, CronraceError) as exc:
+        except CronraceError as exc:
             replies = [exc] * len(todo)
         retry = []
         for index, reply in zip(todo, replies, strict=True):

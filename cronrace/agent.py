@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
-from redis.exceptions import RedisError, ResponseError
 
 from cronrace.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.config import AgentSettings, load_settings, redact_url
@@ -31,7 +30,9 @@ from cronrace.errors import (
     JobDefinitionError,
     NoLiveNodeError,
     RedisAccessError,
+    RedisDataError,
     RedisUnavailableError,
+    StoreError,
     UnknownJobError,
 )
 from cronrace.fleetdefs import (
@@ -52,7 +53,7 @@ from cronrace.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runner import CLEANUP_TIMEOUT_S, Runner
 from cronrace.scheduler import Scheduler, backoff_s
 from cronrace.schedules import Schedules, ScheduleSync, TargetFactory
-from cronrace.store import TRANSIENT_ERRORS, Store
+from cronrace.store import Store
 from cronrace.watchdog import LoopWatchdog
 
 log = logging.getLogger("cronrace.agent")
@@ -412,7 +413,7 @@ class Agent:
             with (
                 anyio.CancelScope(shield=True),
                 anyio.move_on_after(2),
-                contextlib.suppress(RedisError, OSError),
+                contextlib.suppress(StoreError),
             ):
                 await store.leave(self.node_id)
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
@@ -486,15 +487,11 @@ class Agent:
                     break
                 except RedisAccessError:
                     raise
-                except ResponseError as exc:
-                    if not isinstance(exc, TRANSIENT_ERRORS):  # a failover passes; these not
-                        raise RedisUnavailableError(
-                            f"Redis at {self._redacted_url()} refused: {exc}"
-                        ) from exc
-                    log.warning("Redis not ready yet", extra={"error": str(exc)})
-                    await anyio.sleep(backoff_s(attempt))
-                    attempt += 1
-                except (RedisError, OSError) as exc:
+                except RedisDataError as exc:  # a failover passes (unavailable); this not
+                    raise RedisUnavailableError(
+                        f"Redis at {self._redacted_url()} refused: {exc}"
+                    ) from exc
+                except RedisUnavailableError as exc:
                     last_error = str(exc) or type(exc).__name__
                     log.warning("Redis not reachable yet", extra={"error": last_error})
                     await anyio.sleep(backoff_s(attempt))
@@ -562,7 +559,7 @@ class Agent:
                 # beating slowly: the operator may fix the ACL or the password meanwhile.
                 attempt = BACKOFF_ATTEMPTS_MAX
                 self.observer.redis_error("heartbeat")
-            except (RedisError, OSError) as exc:
+            except StoreError as exc:
                 attempt += 1
                 self.observer.redis_error("heartbeat")
                 self._set_ready(False, why=f"Redis unreachable: {exc}")
@@ -582,7 +579,7 @@ class Agent:
         version: int | None = None
         try:
             version = await self.fleet.exchange(details, int(self.clock.time() * 1000))
-        except ResponseError as exc:  # garbage under a fleet key: ticks must not care
+        except RedisDataError as exc:  # garbage under a fleet key: ticks must not care
             log.error("fleet definitions exchange failed", extra={"error": str(exc)})
         if reconnected:
             await self.sync.reload("reconnected")
@@ -624,7 +621,7 @@ class Agent:
                 with gate.waiting():
                     await self.clock.sleep(backoff_s(BACKOFF_ATTEMPTS_MAX))
                 continue
-            except (RedisError, OSError) as exc:
+            except StoreError as exc:
                 attempt += 1
                 self.observer.redis_error("control")
                 if attempt == 1:  # the heartbeat reports the outage; say once that triggers wait
@@ -641,7 +638,7 @@ class Agent:
             for entry_id, fields in entries:
                 position = entry_id
                 if fields.get("op") == "schedules" and self.sync is not None:
-                    with contextlib.suppress(RedisError, OSError):  # the heartbeat catches up
+                    with contextlib.suppress(StoreError):  # the heartbeat catches up
                         await self.sync.on_notice(fields)
                 job = self.scheduler.jobs.get(fields.get("job", ""))
                 if fields.get("op") == "trigger" and job is not None:

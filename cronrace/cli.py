@@ -18,7 +18,6 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 import typer
-from redis.exceptions import RedisError
 
 from cronrace import cli_output as out
 from cronrace.agent import Agent
@@ -27,6 +26,7 @@ from cronrace.errors import (
     ConfigError,
     CronraceError,
     RedisAccessError,
+    RedisDataError,
     RedisUnavailableError,
     UnknownJobError,
 )
@@ -322,7 +322,7 @@ def with_agent(settings: AgentSettings, operation: Callable[[Agent], Awaitable[T
         raise fail(str(exc), EXIT_INVALID) from None
     except RedisAccessError as exc:
         raise refused(settings.redis_url, exc) from None
-    except (RedisError, OSError) as exc:
+    except (RedisUnavailableError, RedisDataError) as exc:
         where = redact_url(settings.redis_url)
         raise fail(f"Redis at {where} unreachable: {exc}", EXIT_REDIS) from None
     except CronraceError as exc:

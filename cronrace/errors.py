@@ -41,11 +41,36 @@ class ConfigError(CronraceError, ValueError):
 
 
 class StoreError(CronraceError):
-    """Redis answered something cronrace cannot use (garbage under a key, a script error)."""
+    """A Redis call failed; the base of every error ``cronrace.store`` raises.
+
+    The store translates redis-py's exceptions into these where they leave it, so nothing
+    above ``cronrace/store/`` needs to know redis-py (DESIGN.md section 7). A plain
+    ``StoreError`` is something cronrace cannot use (a script that failed, a key that
+    cannot be named); the subclasses say why the call failed.
+    """
 
 
 class RedisUnavailableError(StoreError):
-    """Redis cannot be reached (yet): a transient failure, worth retrying."""
+    """Redis cannot be reached (yet): a transient failure, worth retrying.
+
+    Also a primary that is read-only, loading its data, or a cluster re-electing a
+    primary: the call did not run, and will once the failover is over.
+    """
+
+
+class RedisAmbiguousError(RedisUnavailableError):
+    """The connection failed or timed out with a call in flight: it may have run.
+
+    A write that meets this must be read back before anything is decided from it (a claim
+    whose reply was lost may have won, DESIGN.md section 8).
+    """
+
+
+class RedisDataError(StoreError):
+    """Redis answered the call with an error: a key holding the wrong type, a bad script.
+
+    Waiting will not fix it; the store moves garbage aside where it can, and reports it.
+    """
 
 
 class RedisAccessError(StoreError):

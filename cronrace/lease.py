@@ -14,9 +14,9 @@ import threading
 from dataclasses import dataclass, field
 
 import anyio
-from redis.exceptions import RedisError
 
 from cronrace.clock import Clock
+from cronrace.errors import StoreError
 from cronrace.observer import Observer
 from cronrace.store import Store
 
@@ -116,7 +116,7 @@ class Lease:
             with anyio.move_on_after(max(0.01, self._deadline_mono - sent)):
                 try:
                     answer = await self.store.renew(self.job, self.fence, int(self.ttl_s * 1000))
-                except (RedisError, OSError) as exc:
+                except StoreError as exc:
                     self.failures += 1
                     self.observer.renewal(self.job, False)
                     log.warning(

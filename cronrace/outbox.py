@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import anyio
 
 from cronrace.clock import Clock
+from cronrace.errors import StoreError
 from cronrace.observer import Observer
 from cronrace.records import RunRecord
-from cronrace.store import STORE_FAILURES, Store
+from cronrace.store import Store
 
 log = logging.getLogger("cronrace.outbox")
 
@@ -105,7 +106,7 @@ class Outbox:
         try:
             await self.store.record(records, history=history)
             written = True
-        except STORE_FAILURES as exc:
+        except StoreError as exc:
             self.observer.redis_error("record")
             log.warning(
                 "could not write run records now; keeping them for later",
@@ -151,7 +152,7 @@ class Outbox:
                 batch = list(self._queue)[:BATCH]
                 try:
                     await self._write_batch(batch)
-                except STORE_FAILURES as exc:
+                except StoreError as exc:
                     for kept in batch:
                         kept.maybe_written = True
                     log.debug("kept run records still cannot be written", extra={"error": str(exc)})

@@ -24,10 +24,11 @@ import anyio
 import anyio.lowlevel
 
 from cronrace.clock import Clock
+from cronrace.errors import StoreError
 from cronrace.job import Job
 from cronrace.outbox import Outbox
 from cronrace.records import RunRecord
-from cronrace.store import STORE_FAILURES, ReleaseReply, Store
+from cronrace.store import ReleaseReply, Store
 
 log = logging.getLogger("cronrace.run")
 
@@ -101,7 +102,7 @@ class Releases:
                     )
                     confirmed = True
                     return reply
-                except STORE_FAILURES as exc:
+                except StoreError as exc:
                     attempt += 1
                     if attempt == 1 or attempt % 50 == 0:
                         log.warning(
@@ -147,7 +148,7 @@ async def let_others_release(
     for poll in itertools.count():
         try:
             states = await store.job_states(jobs)
-        except STORE_FAILURES:
+        except StoreError:
             return  # the decision meets the same trouble and is retried there
         jobs = [s.job for s in states if s.lease is not None and s.lease.owner != owner]
         if not jobs or clock.monotonic() >= until_mono:

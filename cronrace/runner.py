@@ -18,6 +18,7 @@ import anyio
 import anyio.lowlevel
 
 from cronrace.clock import Clock
+from cronrace.errors import StoreError
 from cronrace.job import Job, RunContext
 from cronrace.lease import Lease
 from cronrace.observer import Observer
@@ -25,7 +26,7 @@ from cronrace.outbox import Outbox
 from cronrace.policies import Outcome, Overlap
 from cronrace.records import RunRecord
 from cronrace.releases import Releases
-from cronrace.store import STORE_FAILURES, AcquireReply, AcquireRequest, Store
+from cronrace.store import AcquireReply, AcquireRequest, Store
 
 log = logging.getLogger("cronrace.run")
 
@@ -319,7 +320,7 @@ class Runner:
         )
         try:
             (reply,) = await self.store.acquire([request])
-        except STORE_FAILURES as exc:
+        except StoreError as exc:
             log.error("catch-up stopped: Redis failed", extra={"job": job.name, "error": str(exc)})
             return None
         if isinstance(reply, AcquireReply) and reply.decision == "run":

@@ -15,13 +15,12 @@ from collections.abc import Callable, Sequence
 
 import anyio
 from anyio.abc import TaskGroup
-from redis.exceptions import RedisError
 
 from cronrace.acquiring import acquire_retrying
 from cronrace.clock import Clock
 from cronrace.config import AgentSettings
 from cronrace.decisions import decision_records, not_replicated_records
-from cronrace.errors import CronraceError, RedisUnavailableError
+from cronrace.errors import CronraceError, StoreError
 from cronrace.job import Job
 from cronrace.lease import SAFETY_MARGIN
 from cronrace.observer import Observer
@@ -30,7 +29,6 @@ from cronrace.policies import Outcome, Overlap, TickPlan, plan_ticks
 from cronrace.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
 from cronrace.runner import Runner
 from cronrace.store import (
-    STORE_FAILURES,
     AcquireReply,
     AcquireRequest,
     Claim,
@@ -179,7 +177,7 @@ class Scheduler:
             try:
                 marks = await self.store.watermarks(names)
                 break
-            except STORE_FAILURES as exc:
+            except StoreError as exc:
                 self._set_ready(False)
                 log.warning("cannot read watermarks yet", extra={"error": str(exc)})
                 await self.clock.sleep(backoff_s(attempt))
@@ -372,7 +370,7 @@ class Scheduler:
                 wait_replicas=self.settings.claim_replicas,
                 wait_ms=self.settings.claim_replicas_timeout_ms,
             )
-        except (RedisError, OSError, RedisUnavailableError) as exc:
+        except StoreError as exc:
             log.error("claims failed; will retry and read back", extra={"error": str(exc)})
             replies = [ClaimReply(ClaimOutcome.UNKNOWN)] * len(claims)
         unknown = {

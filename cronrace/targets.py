@@ -30,10 +30,9 @@ import anyio
 import httpx
 from anyio.abc import ByteReceiveStream, Process
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from redis.exceptions import RedisError
 
 from cronrace.config import redact_url
-from cronrace.errors import TargetError
+from cronrace.errors import StoreError, TargetError
 from cronrace.job import RunContext
 from cronrace.store import Store
 from cronrace.store.urls import parse_redis_url
@@ -494,6 +493,6 @@ class StreamTarget:
                 finally:
                     with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                         await store.aclose()
-        except (RedisError, OSError) as exc:
+        except StoreError as exc:
             raise TargetError(f"stream {spec.key!r} at {where}: {exc}") from exc
         return {"stream": spec.key, "id": entry_id}

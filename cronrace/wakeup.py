@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 import anyio
 
 from cronrace.clock import Clock
+from cronrace.errors import StoreError
 from cronrace.job import Job
 from cronrace.outbox import Outbox
 from cronrace.policies import Outcome, TickPlan
 from cronrace.records import RunRecord
 from cronrace.runner import Runner
-from cronrace.store import STORE_FAILURES, Claim, Store
+from cronrace.store import Claim, Store
 
 log = logging.getLogger("cronrace.scheduler")
 
@@ -120,7 +121,7 @@ async def account_for_cut_wakeup(
         states = {
             state.job: state for state in await store.job_states([d.job.name for d in winners])
         }
-    except STORE_FAILURES as exc:
+    except StoreError as exc:
         for d in wakeup.plans if winners is None else winners:
             log.error(
                 "stopped by force while deciding; the tick may have been won and will not "

@@ -5,7 +5,7 @@ keys, ``commands`` holds :class:`Store` with every command and script call, ``re
 typed arguments and answers, ``client`` the connection pools.
 """
 
-from cronrace.store.client import AMBIGUOUS_ERRORS, TRANSIENT_ERRORS, make_client
+from cronrace.store.client import make_client
 from cronrace.store.commands import Store
 from cronrace.store.keys import Keys
 from cronrace.store.replies import (
@@ -18,12 +18,8 @@ from cronrace.store.replies import (
     NotReplicatedError,
     ReleaseReply,
 )
-from cronrace.store.shards import STORE_FAILURES
 
 __all__ = [
-    "AMBIGUOUS_ERRORS",
-    "STORE_FAILURES",
-    "TRANSIENT_ERRORS",
     "AcquireReply",
     "AcquireRequest",
     "Claim",

@@ -40,21 +40,6 @@ _TRANSIENT_SSL = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 _AUTH_MISSING = ("HELLO must be called", "NOAUTH", "Authentication required")
 
 
-# The errors raised to callers are cronrace's classes. They also derive from redis-py's
-# RedisError so that a caller still written against redis-py treats them as a failed call
-# (and backs off) rather than crashing; the watch has logged and counted them already.
-class _AuthRefused(RedisAuthError, RedisError):
-    pass
-
-
-class _PermissionRefused(RedisPermissionError, RedisError):
-    pass
-
-
-class _TLSRefused(RedisTLSError, RedisError):
-    pass
-
-
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """What Redis refused, since when, and the error saying so."""
@@ -157,7 +142,7 @@ class AccessWatch:
                     f"authentication failed: {text.rstrip('.')} "
                     "(check the user name and password in the Redis URL)"
                 )
-            return "connect", _AuthRefused(message)
+            return "connect", RedisAuthError(message)
         if isinstance(exc, ResponseError) and (
             "user executing the script can't" in text
             or (isinstance(exc, NoPermissionError) and " script: " in text)
@@ -182,7 +167,7 @@ class AccessWatch:
             f"(Redis: {text.split(' script:')[0].rstrip('.')}); "
             "grant the commands and key pattern the README's ACL line lists"
         )
-        return f"evalsha {script}", _PermissionRefused(message, command="evalsha")
+        return f"evalsha {script}", RedisPermissionError(message, command="evalsha")
 
     def _permission_refusal(self, text: str, args: Sequence[Any]) -> tuple[str, RedisAccessError]:
         name = command_name(args)
@@ -190,14 +175,14 @@ class AccessWatch:
         if match is not None:
             denied = match.group(1).lower()
             message = f"permission denied: the ACL user may not run {denied!r}; grant +{denied}"
-            return denied, _PermissionRefused(message, command=denied)
+            return denied, RedisPermissionError(message, command=denied)
         key = _first_key(args)
         shape = _key_shape(key) if key else "?"
         message = (
             f"permission denied: the ACL user may not touch key {shape!r} with {name!r} "
             f"(Redis: {text.rstrip('.')}); grant a key pattern that covers it"
         )
-        return f"{name} on {shape}", _PermissionRefused(message, command=name)
+        return f"{name} on {shape}", RedisPermissionError(message, command=name)
 
     def _tls_refusal(self, exc: RedisError) -> tuple[str, RedisAccessError] | None:
         for cause in _causes(exc):
@@ -208,11 +193,11 @@ class AccessWatch:
                     "(give the CA that signed the server's certificate: "
                     "rediss://HOST:PORT/DB?ssl_ca_certs=/path/ca.pem)"
                 )
-                return "connect", _TLSRefused(message)
+                return "connect", RedisTLSError(message)
             if isinstance(cause, ssl.SSLError) and not isinstance(cause, _TRANSIENT_SSL):
-                return "connect", _TLSRefused(f"TLS handshake failed: {cause}")
+                return "connect", RedisTLSError(f"TLS handshake failed: {cause}")
             if self.tls and isinstance(cause, (FileNotFoundError, PermissionError)):
-                return "connect", _TLSRefused(f"TLS file cannot be read: {cause}")
+                return "connect", RedisTLSError(f"TLS file cannot be read: {cause}")
         return None
 
     # -- remembering -----------------------------------------------------------------

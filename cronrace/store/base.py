@@ -11,6 +11,7 @@ from typing import Any, Self
 
 from cronrace.store.access import AccessWatch
 from cronrace.store.client import make_client
+from cronrace.store.errors import translating
 from cronrace.store.fleet import FleetCommands
 from cronrace.store.garbage import Command, send_repairing
 from cronrace.store.keys import Keys
@@ -21,6 +22,7 @@ from cronrace.store.scripts import Scripts
 NAMESPACE_KEY_TYPES = {"jobs": "set", "nodes": "zset", "epoch": "string", "control": "stream"}
 
 
+@translating
 class StoreBase:
     """Redis access of one namespace: the client, the key spelling, the scripts."""
 

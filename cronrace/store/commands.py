@@ -12,11 +12,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any, cast
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from cronrace.errors import RedisAccessError, RedisUnavailableError, StoreError
 from cronrace.records import RunRecord
 from cronrace.store.client import follow_primary
+from cronrace.store.errors import translating
 from cronrace.store.garbage import (
     TRANSIENT_REPLY_ERRORS,
     Command,
@@ -46,6 +47,7 @@ from cronrace.store.shards import TRANSIENT_ERRORS, per_shard
 log = logging.getLogger("cronrace.store")
 
 
+@translating
 class Store(OperatorCommands):
     """Redis operations of one namespace: the race, decisions, leases, records, handlers.
 
@@ -461,7 +463,7 @@ class Store(OperatorCommands):
         """Return whether Redis answers."""
         try:
             return bool(await self.client.ping())
-        except (RedisError, OSError):
+        except (RedisError, RedisClusterException, OSError, StoreError):
             return False
 
 

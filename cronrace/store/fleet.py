@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cronrace.store.errors import translating
 from cronrace.store.garbage import is_wrong_type
 from cronrace.store.keys import Keys
 from cronrace.store.replies import decode_text, int_or_none
@@ -45,6 +46,7 @@ class FleetReply:
     schedules_version: int
 
 
+@translating
 class FleetCommands:
     """Redis commands of the fleet's definitions exchange (``store.fleet``)."""
 

@@ -14,12 +14,14 @@ from redis.exceptions import ResponseError
 
 from cronrace.records import JobState, NodeInfo, RunRecord
 from cronrace.store.base import StoreBase
+from cronrace.store.errors import translating
 from cronrace.store.garbage import is_wrong_type, quarantine
 from cronrace.store.replies import decode_job_state, decode_run_entries, decode_text
 
 log = logging.getLogger("cronrace.store")
 
 
+@translating
 class OperatorCommands(StoreBase):
     """The operator side of :class:`~cronrace.store.Store`."""
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from cronrace.store.errors import translating
 from cronrace.store.garbage import is_wrong_type, report_quarantined
 from cronrace.store.keys import Keys
 from cronrace.store.replies import decode_quarantined, decode_text, int_or_none
@@ -68,6 +69,7 @@ class ScheduleSet:
     definitions: dict[str, bytes]
 
 
+@translating
 class ScheduleCommands:
     """Redis commands for stored schedules (``store.schedules``)."""
 
@@ -80,7 +82,7 @@ class ScheduleCommands:
         """Apply ``changes`` all or nothing (``schedules.lua``), then tell the live nodes.
 
         Raises:
-            RedisError, OSError: Redis did not answer; the batch may or may not be written
+            RedisAmbiguousError: Redis did not answer; the batch may or may not be written
                 (reading it back tells).
         """
         key = self.keys.schedules

@@ -24,7 +24,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from cronrace.errors import StoreError
+from cronrace.errors import RedisAccessError
 
 #: Errors after which a command may or may not have run on the server.
 AMBIGUOUS_ERRORS: tuple[type[BaseException], ...] = (
@@ -45,10 +45,6 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     RedisClusterException,
 )
 
-#: Every failure of a Redis call that a caller should survive and retry later: the layers
-#: above catch this tuple instead of importing redis-py's exceptions.
-STORE_FAILURES: tuple[type[BaseException], ...] = (RedisError, OSError, StoreError)
-
 
 @dataclass(frozen=True, slots=True)
 class ShardReply:
@@ -67,8 +63,13 @@ class ShardReply:
 
 
 #: Errors that fail one shard's pipeline as a whole (redis-py's cluster errors that are not
-#: RedisError subclasses included).
-SHARD_ERRORS: tuple[type[BaseException], ...] = (RedisError, RedisClusterException, OSError)
+#: RedisError subclasses included, and the refusals the client translated already).
+SHARD_ERRORS: tuple[type[BaseException], ...] = (
+    RedisError,
+    RedisClusterException,
+    OSError,
+    RedisAccessError,
+)
 
 
 async def per_shard(

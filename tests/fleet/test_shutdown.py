@@ -13,10 +13,10 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cronrace import Agent, AgentSettings, RunContext
 from cronrace import runner as runner_module
+from cronrace.errors import RedisAmbiguousError
 from cronrace.testing import FakeClock, memory_agent
 from tests.helpers import running, settings, wait_for
 from tests.redis_server import RedisServer
@@ -204,7 +204,7 @@ async def test_finished_runs_release_outlasts_the_cleanup_timeout_and_goes_out_f
 
         async def down(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
             if outage["on"]:
-                raise RedisConnectionError("Connection refused")
+                raise RedisAmbiguousError("Connection refused")
             return await _real(*args, **kwargs)
 
         setattr(store, name, down)

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import anyio
 import pytest
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cronrace.clock import SystemClock
+from cronrace.errors import RedisAmbiguousError
 from cronrace.outbox import Outbox
 from cronrace.policies import Outcome
 from cronrace.records import RunRecord
@@ -26,10 +26,10 @@ class FlakyStore(Store):
 
     async def record(self, records: Sequence[RunRecord], *, history: int) -> None:
         if self.down:
-            raise RedisConnectionError("Connection refused")
+            raise RedisAmbiguousError("Connection refused")
         await super().record(records, history=history)
         if self.lose_replies:
-            raise RedisConnectionError("Connection reset by peer")
+            raise RedisAmbiguousError("Connection reset by peer")
 
 
 def record(tick_s: int, outcome: Outcome = Outcome.LEASE_LOST, fence: int = 7) -> RunRecord:
