@@ -46,9 +46,11 @@ from cronrace.fleetdefs import (
 )
 from cronrace.job import Handler, Job, validate_job_name
 from cronrace.logs import configure_logging
+from cronrace.membership import Membership
 from cronrace.observer import Observer
 from cronrace.outbox import Outbox
 from cronrace.policies import Catchup, Overlap
+from cronrace.racers import Racers
 from cronrace.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runner import CLEANUP_TIMEOUT_S, Runner
 from cronrace.scheduler import Scheduler, backoff_s
@@ -115,6 +117,10 @@ class Agent:
         self._epoch: str | None = None
         self._control_from: str | None = None
         self._beats = 0
+        #: The racers' view of the fleet, read with every heartbeat (membership.py).
+        self.membership = Membership(
+            self.settings.node_id, Racers.parse(self.settings.racers), self.settings.heartbeat_s
+        )
         self._hold_until_mono = 0.0
         self.scheduler: Scheduler | None = None
         self.runner: Runner | None = None
@@ -385,6 +391,7 @@ class Agent:
                 outbox=outbox,
                 observer=self.observer,
                 set_ready=self._set_ready,
+                membership=self.membership,
             )
             self.sync.attach(self.scheduler)
             log.info(
@@ -518,6 +525,8 @@ class Agent:
             prune=self._beats % PRUNE_EVERY_BEATS == 0,
         )
         self._beats += 1
+        self.membership.update(reply.members, now_ms=int(self.clock.time() * 1000), ttl_ms=ttl_ms)
+        self.observer.membership(len(self.membership.ring.members))
         rtt = base.monotonic() - sent_mono
         if isinstance(self.clock, ServerOffsetClock):
             self.clock.add_sample(

@@ -22,6 +22,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cronrace.errors import ConfigError
+from cronrace.racers import Racers
 from cronrace.store.urls import parse_redis_url
 from cronrace.store.urls import redact_url as redact_url  # re-exported: cli, targets
 
@@ -65,6 +66,10 @@ class AgentSettings(BaseSettings):
     loop_lag_threshold_s: float = Field(default=5.0, gt=0)
     claim_replicas: int = Field(default=0, ge=0)
     claim_replicas_timeout_ms: int = Field(default=100, ge=1)
+    racers: str = Field(
+        default="all",
+        description="how many live nodes race for each tick: 'all' or an integer k >= 1",
+    )
     strict_handlers: bool = Field(
         default=False,
         description="refuse stored schedules naming a handler no live node has registered",
@@ -85,6 +90,19 @@ class AgentSettings(BaseSettings):
         if not value or ":" in value or len(value) > 200 or not value.isprintable():
             raise ValueError("use 1-200 printable characters without ':'")
         return value
+
+    @field_validator("racers", mode="before")
+    @classmethod
+    def _check_racers(cls, value: object) -> str:
+        try:
+            return str(Racers.parse(value))
+        except ValueError:
+            raise ValueError("use 'all' or an integer >= 1") from None
+
+    @property
+    def racer_count(self) -> int | None:
+        """How many nodes race for each tick; None: all of them."""
+        return Racers.parse(self.racers).k
 
     @field_validator("redis_url")
     @classmethod

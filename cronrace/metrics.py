@@ -92,6 +92,16 @@ class PrometheusObserver(Observer):
             ["result"],
             registry=registry,
         )
+        self.claims_skipped_total = Counter(
+            "cronrace_claims_skipped",
+            "Due ticks this node left to the tick's other racers (racers = k): no claim sent.",
+            registry=registry,
+        )
+        self.members = Gauge(
+            "cronrace_members",
+            "Live nodes in this node's view of the fleet (the racers are chosen among them).",
+            registry=registry,
+        )
         self.runs_total = Counter(
             "cronrace_runs",
             "Runs by outcome (ok, error, cancelled, lease_lost, abandoned).",
@@ -236,6 +246,12 @@ class PrometheusObserver(Observer):
             self.claims_total.labels(result="won").inc(won)
         if lost:
             self.claims_total.labels(result="lost").inc(lost)
+
+    def claims_skipped(self, count: int) -> None:
+        self.claims_skipped_total.inc(count)
+
+    def membership(self, members: int) -> None:
+        self.members.set(members)
 
     def decision(self, job: str, outcome: str, count: int = 1) -> None:
         if outcome in _SKIP_REASONS:

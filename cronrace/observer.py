@@ -15,6 +15,12 @@ class Observer:
     def claims(self, won: int, lost: int) -> None:
         """A claim pipeline returned."""
 
+    def claims_skipped(self, count: int) -> None:
+        """``count`` due ticks were left to other racers (``racers = k``): no claim sent."""
+
+    def membership(self, members: int) -> None:
+        """The heartbeat read the live node set: ``members`` nodes race in this view."""
+
     def decision(self, job: str, outcome: str, count: int = 1) -> None:
         """A tick was decided without running (skipped, queued, missed, stale, abandoned)."""
 

@@ -12,6 +12,7 @@ import heapq
 import logging
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import anyio
 from anyio.abc import TaskGroup
@@ -23,9 +24,11 @@ from cronrace.decisions import decision_records, not_replicated_records
 from cronrace.errors import CronraceError, StoreError
 from cronrace.job import Job
 from cronrace.lease import SAFETY_MARGIN
+from cronrace.membership import Membership, late_fire_bound_s
 from cronrace.observer import Observer
 from cronrace.outbox import Outbox
 from cronrace.policies import Outcome, Overlap, TickPlan, plan_ticks
+from cronrace.racers import Racers, Ring
 from cronrace.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
 from cronrace.runner import Runner
 from cronrace.store import (
@@ -51,6 +54,10 @@ BACKOFF_MAX_S = 2.0
 LONG_OUTAGE_S = 0.5
 #: The longest a decision waits for this node's own pending releases of the same jobs.
 RELEASE_FIRST_TIMEOUT_S = 1.0
+#: How much later than a tick's preferred node the others claim it (racers.py): more than
+#: the wake-up jitter of a loaded 2-core machine (tens of ms), so the preferred node wins
+#: when alive and runs spread across the fleet; the others still fire it if it is not.
+PREFERRED_HEAD_START_S = 0.1
 
 
 def backoff_s(attempt: int) -> float:
@@ -73,6 +80,7 @@ class Scheduler:
         outbox: Outbox,
         observer: Observer,
         set_ready: Callable[[bool], None],
+        membership: Membership | None = None,
     ) -> None:
         self.jobs = jobs
         self.store = store
@@ -83,6 +91,17 @@ class Scheduler:
         self.outbox = outbox
         self.observer = observer
         self._set_ready = set_ready
+        self.membership = membership or Membership(
+            settings.node_id, Racers.parse(settings.racers), settings.heartbeat_s
+        )
+        self.membership.on_departure = self._members_left
+        #: racers = k: the oldest tick of each job this node left to other racers since it
+        #: last raced for the job. Its next claim covers them: a tick whose racers all died
+        #: fires with the next tick raced by a live node, before the watermark passes it.
+        self._passed: dict[str, int] = {}
+        #: Ticks this node became a racer for because members left (their racers may be
+        #: dead): raced at the next wake-up, late, under the catch-up policy.
+        self._orphans: dict[str, list[int]] = {}
         #: (when to wake for it, tick, job): a job whose claim got no answer wakes later
         #: than its tick (backoff), and only the entry matching ``next_tick`` counts.
         self._heap: list[tuple[float, int, str]] = []
@@ -113,6 +132,9 @@ class Scheduler:
             await self._seed()
         while not self.gate.stopping:
             now = self.clock.time()
+            if self._orphans:
+                await self._race_orphans(runs, now)
+                continue
             if not self._heap:
                 with self.gate.waiting():
                     await self._nap(self._max_sleep_s)
@@ -135,15 +157,23 @@ class Scheduler:
                     due.append((first_due, name))
             plans: list[Decided] = []
             following: dict[str, int] = {}
+            skipped = 0
             for first_due, name in due:
                 job = planned[name]
                 try:
                     plan, following[name] = self._plan(job, first_due, now)
+                    if plan is not None and not self.membership.races(name, plan.claim_tick_s):
+                        # racers = k: other nodes race for this one (racers.py).
+                        self._passed.setdefault(name, first_due)
+                        skipped += 1
+                        continue
+                    if plan is not None:
+                        plans.append(self._with_passed(job, plan, first_due, now))
                 except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
                     self._unschedule(job, exc)
                     continue
-                if plan is not None:
-                    plans.append(Decided(job, plan))
+            if skipped:
+                self.observer.claims_skipped(skipped)
             try:
                 unanswered = await self.race(plans, runs) if plans else set()
             except Exception:  # the outermost loop: one job's surprise must not stop the rest
@@ -242,10 +272,19 @@ class Scheduler:
 
     def _push(self, name: str, tick_s: int, *, wake_s: float | None = None) -> None:
         self.next_tick[name] = tick_s
-        heapq.heappush(self._heap, (tick_s if wake_s is None else wake_s, tick_s, name))
+        if wake_s is None:
+            preferred = self.membership.preferred(name, tick_s)
+            wake_s = tick_s if preferred else tick_s + PREFERRED_HEAD_START_S
+        heapq.heappush(self._heap, (wake_s, tick_s, name))
 
-    def _plan(self, job: Job, first_due_s: int, now: float) -> tuple[TickPlan | None, int]:
-        """Classify a job's due ticks: expired, late (a backlog) or on time."""
+    def _plan(
+        self, job: Job, first_due_s: int, now: float, *, quiet: bool = False
+    ) -> tuple[TickPlan | None, int]:
+        """Classify a job's due ticks: expired, late (a backlog) or on time.
+
+        ``quiet``: the backlog holds ticks other racers may have decided (racers = k); the
+        decision counts what was really missed (:meth:`_decide`), so nothing is logged here.
+        """
         now_s = int(now)
         schedule = job.schedule
         following = schedule.next_tick(first_due_s)
@@ -270,7 +309,7 @@ class Scheduler:
             cutoff_s=cutoff_s,
             max_catchup=job.max_catchup,
         )
-        if plan is not None and plan.missed:
+        if plan is not None and plan.missed and not quiet:
             log.warning(
                 "ticks were missed; applying the catch-up policy",
                 extra={
@@ -282,6 +321,93 @@ class Scheduler:
                 },
             )
         return plan, schedule.next_tick(now_s)
+
+    # -- racers = k: ticks left to others, and ticks whose racers left ---------------------
+
+    def _with_passed(self, job: Job, plan: TickPlan, first_due_s: int, now: float) -> Decided:
+        """Widen a plan to the ticks this node left to others lately (racers = k).
+
+        Those ticks' racers may have died before the membership said so. Covering them in
+        this claim's decision fires them now if nobody did (the acquire refuses what the
+        watermark passed, so never twice), before this tick's decision would pass them.
+        """
+        name = job.name
+        passed = self._passed.pop(name, None)
+        orphans = self._orphans.pop(name, None)
+        left = [t for t in (passed, *(orphans or ())) if t is not None]
+        oldest = max(min(left, default=first_due_s), int(now - self._orphan_window_s()))
+        oldest = job.schedule.next_tick(oldest - 1)  # the first tick at or after it
+        if oldest >= first_due_s:
+            return Decided(job, plan)
+        wide, _following = self._plan(job, oldest, now, quiet=True)
+        if wide is None or wide.claim_tick_s != plan.claim_tick_s:
+            return Decided(job, plan)
+        return Decided(job, wide, shared_from_s=oldest)
+
+    def _orphan_window_s(self) -> float:
+        """How far back a tick may lack a racer: the late-fire bound and a heartbeat."""
+        return late_fire_bound_s(self.settings.heartbeat_s) + self.settings.heartbeat_s
+
+    def _members_left(self, before: Ring, after: Ring) -> None:
+        """Find the recent ticks this node became a racer for because members left."""
+        k = self.membership.k
+        if k is None:
+            return  # every node races every tick: nobody's departure orphans one
+        me = self.settings.node_id
+        now_s = int(self.clock.time())
+        since_s = int(now_s - self._orphan_window_s())
+        found = 0
+        for name, job in list(self.jobs.items()):
+            if name not in self.next_tick:
+                continue
+            try:
+                ticks = job.schedule.ticks_between(since_s - 1, now_s, EXPIRED_COUNT_CAP)
+            except Exception:
+                log.debug("cannot list the job's recent ticks", exc_info=True, extra={"job": name})
+                continue
+            mine = [
+                t
+                for t in ticks
+                if t < self.next_tick[name]
+                and not before.races(me, name, t, k)
+                and after.races(me, name, t, k)
+            ]
+            if mine:
+                self._orphans[name] = sorted({*self._orphans.get(name, ()), *mine})
+                found += len(mine)
+        if found:
+            log.info(
+                "members left: racing again for the recent ticks they were racers for",
+                extra={"node": me, "ticks": found, "left": sorted(before.members - after.members)},
+            )
+            self._woken.set()
+
+    async def _race_orphans(self, runs: TaskGroup, now: float) -> None:
+        """Race, late, for the ticks this node became a racer for when members left."""
+        orphans, self._orphans = self._orphans, {}
+        plans = []
+        for name, ticks in orphans.items():
+            job = self.jobs.get(name)
+            if job is None:
+                continue
+            plan = plan_ticks(
+                job.catchup,
+                due_ticks_s=ticks,
+                newest_on_time=now - ticks[-1] <= self.settings.live_grace_s,
+                expired=0,
+                first_expired_s=None,
+                cutoff_s=int(now - job.catchup_window_s),
+                max_catchup=job.max_catchup,
+            )
+            if plan is not None:
+                plans.append(Decided(job, plan, shared_from_s=ticks[0]))
+        try:
+            unanswered = await self.race(plans, runs) if plans else set()
+        except Exception:  # the outermost loop: one job's surprise must not stop the rest
+            log.exception("unexpected error racing for orphaned ticks; moving on")
+            return
+        for name in unanswered:  # Redis did not answer: they go on with the next claim
+            self._passed[name] = min(self._passed.get(name, orphans[name][0]), orphans[name][0])
 
     # -- race and decide -----------------------------------------------------------------
 
@@ -435,6 +561,8 @@ class Scheduler:
             if isinstance(reply, Exception):
                 continue
             node = self.settings.node_id
+            if d.shared_from_s is not None:
+                d = self._only_really_missed(d, reply)
             records += decision_records(
                 d, reply, node_id=node, now_ms=now_ms, observer=self.observer
             )
@@ -463,6 +591,23 @@ class Scheduler:
             await self._lease_ran_out(d, reply)
         if records:
             await self.outbox.write(records, history=max(d.job.history for d in winners))
+
+    @staticmethod
+    def _only_really_missed(d: Decided, reply: AcquireReply) -> Decided:
+        """Count as missed only the ticks of a shared plan no other racer decided."""
+        prev = reply.prev_watermark_s
+        plan = d.plan
+        if not plan.missed or prev is None or d.shared_from_s is None:
+            return d
+        decided = d.job.schedule.count_between(d.shared_from_s - 1, prev, EXPIRED_COUNT_CAP)
+        decided -= sum(1 for t in plan.fire_ticks_s if t <= prev)
+        missed = max(0, plan.missed - max(0, decided))
+        if missed:
+            log.warning(
+                "ticks were missed; applying the catch-up policy",
+                extra={"job": d.job.name, "catchup": d.job.catchup.value, "missed": missed},
+            )
+        return Decided(d.job, replace(plan, missed=missed), d.trigger_id, d.shared_from_s)
 
     async def _lease_ran_out(self, d: Decided, reply: AcquireReply) -> None:
         tick = d.plan.fire_ticks_s[0] if d.plan.fire_ticks_s else d.plan.claim_tick_s

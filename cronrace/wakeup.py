@@ -43,6 +43,9 @@ class Decided:
     job: Job
     plan: TickPlan
     trigger_id: str | None = None
+    #: racers = k: the plan also covers ticks from this one on that other racers may have
+    #: decided; the acquire's watermark tells which were really missed.
+    shared_from_s: int | None = None
 
 
 @dataclass(slots=True)

@@ -379,6 +379,8 @@ class Store(OperatorCommands):
             self._command("", "epoch", "set", epoch_candidate, nx=True),
             self._command("", "epoch", "get"),
             self._command("", "nodes", "zadd", {node_id: now_ms + ttl_ms}),
+            # The racers' membership (racers.py) rides on the heartbeat's round trip.
+            self._command("", "nodes", "zrangebyscore", now_ms, "+inf", withscores=True),
         ]
         if prune:
             commands.append(self._command("", "nodes", "zremrangebyscore", "-inf", now_ms))
@@ -386,7 +388,9 @@ class Store(OperatorCommands):
         # written makes every node hold new runs once, as after a wipe (the safe side).
         (seconds, micros), *replies = await self._pipeline_repairing(commands, time_first=True)
         return HeartbeatReply(
-            server_time_s=int(seconds) + int(micros) / 1e6, epoch=decode_text(replies[1])
+            server_time_s=int(seconds) + int(micros) / 1e6,
+            epoch=decode_text(replies[1]),
+            members={decode_text(node): int(score) for node, score in replies[3] or ()},
         )
 
     async def leave(self, node_id: str) -> None:

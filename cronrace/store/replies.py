@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cronrace.errors import StoreError
@@ -136,10 +136,12 @@ class ReleaseReply:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatReply:
-    """The server's clock and epoch, read in one round trip."""
+    """The server's clock, the epoch and the live members, read in one round trip."""
 
     server_time_s: float
     epoch: str
+    #: Every member whose heartbeat had not expired: node id -> expiry, epoch ms.
+    members: dict[str, int] = field(default_factory=dict)
 
 
 def decode_quarantined(raw: Any) -> tuple[Quarantined, ...]:

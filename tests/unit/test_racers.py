@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cronrace.config import SidecarSettings, load_settings
+from cronrace.errors import ConfigError
 from cronrace.racers import POINTS_PER_NODE, Racers, Ring, key_point
 
 JOBS = [f"job-{i}" for i in range(200)]
@@ -165,3 +167,27 @@ def test_racers_setting_reads_all_or_a_positive_integer(text: object, k: int | N
 def test_racers_setting_refuses_anything_else_in_one_line(text: object) -> None:
     with pytest.raises(ValueError, match=r"^racers must be 'all' or an integer >= 1, got .+$"):
         Racers.parse(text)
+
+
+def test_racers_setting_from_the_environment_and_from_a_config_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CRONRACE_RACERS", "2")
+    assert load_settings().racer_count == 2
+    monkeypatch.setenv("CRONRACE_RACERS", "all")
+    assert load_settings().racer_count is None
+    monkeypatch.delenv("CRONRACE_RACERS")
+    assert load_settings().racers == "all"
+    table = SidecarSettings.from_table({"redis_url": "memory://", "racers": 3})
+    assert table.racer_count == 3
+
+
+def test_a_bad_racers_setting_is_one_line_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CRONRACE_RACERS", "none")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        "agent: racers 'none' (from CRONRACE_RACERS): use 'all' or an integer >= 1"
+    )

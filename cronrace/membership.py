@@ -1,0 +1,97 @@
+"""The racers' view of the fleet: the live node set, read with every heartbeat.
+
+The heartbeat already writes this node's expiry into ``<ns>:nodes`` and, in the same
+round trip, reads the members back (no extra round trip per tick). This module turns
+that read into a :class:`~cronrace.racers.Ring` and tells the scheduler when members
+leave, so that the ticks they were the only racers for are raced again (DESIGN.md
+section 12).
+
+A member counts as live for racing while its last heartbeat is at most
+:data:`SILENT_AFTER_PERIODS` heartbeats old, tighter than its expiry in the node set
+(3 periods), because racing is where a dead member costs ticks: a member wrongly thought
+dead only adds racers (the claim still decides), a dead one thought live can leave a
+tick without any. Every node shares ``heartbeat_s`` (it sets the expiry everyone reads).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from cronrace.racers import Racers, Ring
+
+log = logging.getLogger("cronrace.membership")
+
+#: A member whose last heartbeat is older than this many periods does not race.
+SILENT_AFTER_PERIODS = 1.5
+
+
+def late_fire_bound_s(heartbeat_s: float) -> float:
+    """How late a tick whose k racers all died may fire (DESIGN.md section 12).
+
+    A dead racer stops beating at most when it dies (before the tick), is silent for
+    :data:`SILENT_AFTER_PERIODS` heartbeats, and each node notices at its next heartbeat
+    (one more period): 2.5 heartbeats, 5 s at the default 2 s, plus one claim and acquire
+    round trip. A job whose next tick comes sooner fires the orphan with that tick.
+    """
+    return (SILENT_AFTER_PERIODS + 1) * heartbeat_s
+
+
+#: Called with the ring before and after a change that removed members.
+DepartureHook = Callable[[Ring, Ring], None]
+
+
+class Membership:
+    """This node's view of the live members, rebuilt when the heartbeat reads a change."""
+
+    def __init__(self, node_id: str, racers: Racers, heartbeat_s: float) -> None:
+        self.node_id = node_id
+        self.racers = racers
+        self.heartbeat_s = heartbeat_s
+        #: The current view; empty until the first heartbeat read (then every node races).
+        self.ring = Ring.build([])
+        #: Each member's last heartbeat, epoch ms, as of the last read.
+        self.last_beat_ms: dict[str, int] = {}
+        self.on_departure: DepartureHook | None = None
+        self._points: dict[str, list[int]] = {}
+
+    @property
+    def k(self) -> int | None:
+        """How many nodes race for each tick; None: all."""
+        return self.racers.k
+
+    def update(self, expiries_ms: Mapping[str, int], *, now_ms: int, ttl_ms: int) -> None:
+        """Take the heartbeat's read of the node set (member -> heartbeat expiry, ms)."""
+        silent_ms = int(SILENT_AFTER_PERIODS * self.heartbeat_s * 1000)
+        self.last_beat_ms = {node: expiry - ttl_ms for node, expiry in expiries_ms.items()}
+        live = {node for node, beat in self.last_beat_ms.items() if now_ms - beat <= silent_ms}
+        live.add(self.node_id)  # this node races for its own view, whatever Redis says
+        if live == self.ring.members:
+            return
+        old = self.ring
+        # Points of members gone for good are dropped: memory follows the fleet's size.
+        for node in set(self._points) - set(expiries_ms) - live:
+            del self._points[node]
+        self.ring = Ring.build(live, self._points)
+        left, joined = old.members - live, live - old.members
+        log.info(
+            "membership changed",
+            extra={
+                "node": self.node_id,
+                "members": len(live),
+                "left": sorted(left)[:10],
+                "joined": sorted(joined)[:10],
+            },
+        )
+        if left and old.members and self.on_departure is not None:
+            self.on_departure(old, self.ring)
+
+    def races(self, job: str, tick_s: int) -> bool:
+        """Whether this node races for one (job, tick) in its current view."""
+        return self.ring.races(self.node_id, job, tick_s, self.racers.k)
+
+    def preferred(self, job: str, tick_s: int) -> bool:
+        """Whether this node is the first choice for a (job, tick): it claims at once."""
+        if len(self.ring.members) < 2:
+            return True
+        return self.ring.preferred(job, tick_s) == self.node_id
