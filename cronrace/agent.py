@@ -117,6 +117,7 @@ class Agent:
         self._epoch: str | None = None
         self._control_from: str | None = None
         self._beats = 0
+        self._left = False
         #: The racers' view of the fleet, read with every heartbeat (membership.py).
         self.membership = Membership(
             self.settings.node_id, Racers.parse(self.settings.racers), self.settings.heartbeat_s
@@ -362,6 +363,7 @@ class Agent:
         self._stop_event = anyio.Event()
         if self._stop_requested:
             self._stop_event.set()
+        self._left = False
         store = self.store
         self.sync = ScheduleSync(
             store, self.node_id, self._handlers, self._jobs, self.target_factory
@@ -452,6 +454,16 @@ class Agent:
                 )
                 loops.cancel_scope.deadline = grace_over
                 scheduler.stop()
+            # No claim comes from this node any more: leave the live set now rather than
+            # after the runs' grace, so that the ticks it was a racer for go to the others
+            # at their next heartbeat (racers = k) and none waits for it as preferred.
+            self._left = True
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(2),
+                contextlib.suppress(StoreError),
+            ):
+                await self.store.leave(self.node_id)
             log.info(
                 "stopping: no new claims; waiting for runs",
                 extra={
@@ -559,6 +571,8 @@ class Agent:
         attempt = 0
         while True:
             await self.clock.sleep(self.settings.heartbeat_s if not attempt else backoff_s(attempt))
+            if self._left:  # stopping: it left the live set and must not join it again
+                continue
             try:
                 await self._beat(self.store)
                 await self._after_beat(reconnected=attempt > 0)
