@@ -19,6 +19,7 @@ import logging
 import secrets
 import signal
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import anyio
@@ -598,6 +599,7 @@ class Agent:
             tuple(sorted(self._handlers)),
             self.target_factory is not None,
             dict(self.sync.refused),
+            self.settings.racers,
         )
         version: int | None = None
         try:
@@ -764,7 +766,12 @@ class Agent:
     async def nodes(self) -> list[NodeInfo]:
         """Return the live nodes of this namespace."""
         ttl_ms = int(self.settings.heartbeat_s * HEARTBEAT_TTL_PERIODS * 1000)
-        return await self.store.nodes(heartbeat_ttl_ms=ttl_ms)
+        rows = await self.store.nodes(heartbeat_ttl_ms=ttl_ms)
+        published = await self.store.fleet.read_details([row.node_id for row in rows])
+        racers = {
+            node: NodeDetails.from_json(node, raw).racers for node, raw in published.items() if raw
+        }
+        return [replace(row, racers=racers.get(row.node_id, "?")) for row in rows]
 
     async def jobs_status(self) -> list[JobStatus]:
         """Describe every job of the namespace: definition, next tick, lease, counters.

@@ -206,6 +206,7 @@ def print_status(
     if nodes:
         names = ", ".join(node.node_id for node in nodes)
         say(f"{len(nodes)} live node(s): {names}", width)
+        say(racers_line(nodes), width)
     else:
         say("no live node: nothing fires these jobs until an agent starts", width)
 
@@ -279,7 +280,20 @@ def node_dict(node: NodeInfo) -> dict[str, Any]:
     return asdict(node)
 
 
-NODE_COLUMNS = (Col("node"), Col("last heartbeat", 1), Col("expires", 2))
+NODE_COLUMNS = (Col("node"), Col("last heartbeat", 1), Col("expires", 2), Col("racers", 3))
+
+
+def racers_line(nodes: list[NodeInfo]) -> str:
+    """How many of the live nodes race for each tick, or how their settings disagree."""
+    settings = {node.racers for node in nodes if node.racers != "?"}
+    if len(settings) > 1:
+        each = ", ".join(f"{node.node_id}={node.racers}" for node in nodes)
+        return f"racers: the nodes disagree ({each}); each races by its own setting"
+    setting = next(iter(settings), "all")
+    if setting == "all":
+        return f"racers: all {len(nodes)} live node(s) race for each tick"
+    k = min(int(setting), len(nodes))
+    return f"racers: {k} of {len(nodes)} live node(s) race for each tick, chosen per tick"
 
 
 def print_nodes(rows: list[NodeInfo], namespace: str, width: int | None) -> None:
@@ -293,7 +307,9 @@ def print_nodes(rows: list[NodeInfo], namespace: str, width: int | None) -> None
             node.node_id,
             relative(node.last_seen_ms / 1000 - now_s),
             relative(node.expires_ms / 1000 - now_s),
+            node.racers,
         )
         for node in rows
     ]
     _print(fit(f"live nodes in namespace {namespace!r}", NODE_COLUMNS, cells, width))
+    say(racers_line(rows), width)

@@ -80,6 +80,7 @@ class NodeDetails:
         handlers: the handler names stored schedules may name on it.
         targets: whether it runs stored schedules' target tables (a sidecar).
         refused: stored schedules it does not race for, and why.
+        racers: its ``racers`` setting (``all`` or k; ``?`` when it does not say).
     """
 
     node_id: str
@@ -87,6 +88,7 @@ class NodeDetails:
     handlers: tuple[str, ...] = ()
     targets: bool = False
     refused: dict[str, str] = field(default_factory=dict)
+    racers: str = "?"
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -95,6 +97,7 @@ class NodeDetails:
                 "handlers": list(self.handlers),
                 "targets": self.targets,
                 "refused": self.refused,
+                "racers": self.racers,
             },
             option=orjson.OPT_SORT_KEYS,
         )
@@ -114,6 +117,7 @@ class NodeDetails:
                 tuple(str(h) for h in data.get("handlers", [])),
                 bool(data.get("targets", False)),
                 {str(k): str(v) for k, v in data.get("refused", {}).items()},
+                str(data.get("racers", "?")),
             )
         except (orjson.JSONDecodeError, AttributeError, TypeError, IndexError, KeyError):
             log.error("unreadable fleet details of a node; ignored", extra={"node": node_id})

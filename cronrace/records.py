@@ -160,3 +160,5 @@ class NodeInfo:
     node_id: str
     expires_ms: int
     last_seen_ms: int
+    #: Its ``racers`` setting as it published it (``all`` or k; ``?``: not published yet).
+    racers: str = "?"

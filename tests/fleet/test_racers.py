@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from dataclasses import replace
 
 import anyio
 import pytest
 
 from cronrace import Agent, RunContext
+from cronrace.cli_output import print_nodes, racers_line
 from cronrace.membership import late_fire_bound_s
 from cronrace.observer import Observer
 from cronrace.racers import Ring
@@ -152,3 +155,34 @@ async def test_ticks_whose_racers_are_dead_but_listed_fire_late_within_the_bound
     assert min(lags.values()) >= 0.9, lags  # late: the test saw the fault
     on_time = [at - t for (job, t), (at,) in fired.items() if (job, t) not in lags]
     assert max(on_time) <= 0.2
+
+
+@pytest.mark.timeout(60)
+async def test_operators_see_each_nodes_racers_and_how_many_race(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The node list is read against the server's TIME: the fake clock starts at now.
+    clock = FakeClock(start_s=int(time.time()))
+    runs: list[tuple[int, str]] = []
+    agents, _observers = fleet(clock, 3, "2", runs)
+    async with anyio.create_task_group() as tg:
+        for agent in agents:
+            await tg.start(agent.run)
+        await clock.advance(2)
+        rows = await agents[0].nodes()
+        for agent in agents:
+            agent.stop()
+        await clock.advance(3)
+    assert sorted((row.node_id, row.racers) for row in rows) == [
+        ("node-0", "2"),
+        ("node-1", "2"),
+        ("node-2", "2"),
+    ]
+    print_nodes(rows, "cronrace", 120)
+    shown = capsys.readouterr().out
+    assert "racers: 2 of 3 live node(s) race for each tick, chosen per tick" in shown
+    mixed = [replace(rows[0], racers="all"), *rows[1:]]
+    assert racers_line(mixed).startswith("racers: the nodes disagree (")
+    assert racers_line([replace(row, racers="all") for row in rows]) == (
+        "racers: all 3 live node(s) race for each tick"
+    )
