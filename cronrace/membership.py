@@ -37,8 +37,9 @@ def late_fire_bound_s(heartbeat_s: float) -> float:
     return (SILENT_AFTER_PERIODS + 1) * heartbeat_s
 
 
-#: Called with the ring before and after a change that removed members.
-DepartureHook = Callable[[Ring, Ring], None]
+#: Called with the ring before and after a change that removed members, and the oldest
+#: last heartbeat (epoch ms) among those that left: no tick before it lost its racers.
+DepartureHook = Callable[[Ring, Ring, int], None]
 
 
 class Membership:
@@ -63,6 +64,7 @@ class Membership:
     def update(self, expiries_ms: Mapping[str, int], *, now_ms: int, ttl_ms: int) -> None:
         """Take the heartbeat's read of the node set (member -> heartbeat expiry, ms)."""
         silent_ms = int(SILENT_AFTER_PERIODS * self.heartbeat_s * 1000)
+        seen_before = self.last_beat_ms
         self.last_beat_ms = {node: expiry - ttl_ms for node, expiry in expiries_ms.items()}
         live = {node for node, beat in self.last_beat_ms.items() if now_ms - beat <= silent_ms}
         live.add(self.node_id)  # this node races for its own view, whatever Redis says
@@ -84,7 +86,10 @@ class Membership:
             },
         )
         if left and old.members and self.on_departure is not None:
-            self.on_departure(old, self.ring)
+            last_ms = min(
+                seen_before.get(node, self.last_beat_ms.get(node, now_ms)) for node in left
+            )
+            self.on_departure(old, self.ring, min(last_ms, now_ms))
 
     def races(self, job: str, tick_s: int) -> bool:
         """Whether this node races for one (job, tick) in its current view."""

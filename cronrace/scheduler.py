@@ -348,14 +348,18 @@ class Scheduler:
         """How far back a tick may lack a racer: the late-fire bound and a heartbeat."""
         return late_fire_bound_s(self.settings.heartbeat_s) + self.settings.heartbeat_s
 
-    def _members_left(self, before: Ring, after: Ring) -> None:
-        """Find the recent ticks this node became a racer for because members left."""
+    def _members_left(self, before: Ring, after: Ring, last_beat_ms: int) -> None:
+        """Find the recent ticks this node became a racer for because members left.
+
+        A member raced for every tick up to its last heartbeat, so only later ticks (and
+        a second before, for clocks that disagree a little) can have lost their racers.
+        """
         k = self.membership.k
         if k is None:
             return  # every node races every tick: nobody's departure orphans one
         me = self.settings.node_id
         now_s = int(self.clock.time())
-        since_s = int(now_s - self._orphan_window_s())
+        since_s = max(int(now_s - self._orphan_window_s()), last_beat_ms // 1000 - 1)
         found = 0
         for name, job in list(self.jobs.items()):
             if name not in self.next_tick:

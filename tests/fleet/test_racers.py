@@ -17,6 +17,7 @@ from cronrace.racers import Ring
 from cronrace.testing import FakeClock, memory_agent
 
 START_S = 1_700_000_000
+GHOSTS = ("ghost-a", "ghost-b")
 
 
 class Claims(Observer):
@@ -186,3 +187,33 @@ async def test_operators_see_each_nodes_racers_and_how_many_race(
     assert racers_line([replace(row, racers="all") for row in rows]) == (
         "racers: all 3 live node(s) race for each tick"
     )
+
+
+@pytest.mark.timeout(60)
+async def test_a_latest_job_records_missed_only_the_ticks_nobody_ran() -> None:
+    # Each racer's claim decides, as a backlog, the ticks it left to others: those others
+    # ran are not "missed". Only the ticks the ghosts held and the catch-up policy
+    # (latest) then dropped are, once each.
+    clock = FakeClock(start_s=START_S)
+    runs: list[tuple[int, str]] = []
+    agents, _observers = fleet(clock, 4, "1", runs)
+    async with anyio.create_task_group() as tg:
+        for agent in agents:
+            await tg.start(agent.run)
+        await clock.advance(1.2)
+        store = agents[0].store
+        last_beat_ms = (START_S + 2) * 1000 + 400
+        await store.client.zadd(store.keys.nodes, {g: last_beat_ms + 3000 for g in GHOSTS})
+        await clock.advance(30)
+        history = await agents[0].history("every-second", 200)
+        for agent in agents:
+            agent.stop()
+        await clock.advance(3)
+    ran = Counter(t for t, _n in runs)
+    assert [t for t, n in ran.items() if n > 1] == []
+    first, last = START_S + 1, START_S + 30
+    not_run = [t for t in range(first, last) if t not in ran]
+    missed = sum(r.count for r in history if r.outcome.value == "missed")
+    assert not_run, "the ghosts held no tick: the test saw no fault"
+    assert missed == len(not_run), (missed, not_run)
+    assert {r.outcome.value for r in history} <= {"ok", "missed", "stale"}

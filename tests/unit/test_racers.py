@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from cronrace.config import SidecarSettings, load_settings
 from cronrace.errors import ConfigError
+from cronrace.membership import Membership, late_fire_bound_s
 from cronrace.racers import POINTS_PER_NODE, Racers, Ring, key_point
 
 JOBS = [f"job-{i}" for i in range(200)]
@@ -191,3 +192,25 @@ def test_a_bad_racers_setting_is_one_line_naming_the_variable(
     assert str(caught.value) == (
         "agent: racers 'none' (from CRONRACE_RACERS): use 'all' or an integer >= 1"
     )
+
+
+def test_membership_counts_members_heard_lately_itself_always_and_reports_departures() -> None:
+    left: list[tuple[frozenset[str], frozenset[str], int]] = []
+    view = Membership("me", Racers(2), heartbeat_s=2.0)
+    view.on_departure = lambda before, after, last_ms: left.append(
+        (before.members, after.members, last_ms)
+    )
+    assert view.races("job", 1)  # before the first read every node races
+    ttl_ms = 6000
+    now_ms = 100_000
+    # Expiry = last heartbeat + ttl. "slow" beat 3.1 s ago: past 1.5 heartbeats (3 s).
+    beats = {"a": now_ms - 500, "b": now_ms - 2900, "slow": now_ms - 3100}
+    view.update({n: b + ttl_ms for n, b in beats.items()}, now_ms=now_ms, ttl_ms=ttl_ms)
+    assert view.ring.members == {"me", "a", "b"}
+    assert left == []  # nobody had been counted yet
+    view.update({"a": now_ms + 1000 + ttl_ms}, now_ms=now_ms + 1000, ttl_ms=ttl_ms)
+    assert view.ring.members == {"me", "a"}
+    assert left == [({"me", "a", "b"}, {"me", "a"}, now_ms - 2900)]
+    racing = sum(view.races("job", t) for t in range(1000))
+    assert racing == 1000  # two members, two racers: this node races for every tick
+    assert late_fire_bound_s(2.0) == 5.0
