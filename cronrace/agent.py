@@ -56,7 +56,7 @@ from cronrace.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runner import CLEANUP_TIMEOUT_S, Runner
 from cronrace.scheduler import Scheduler, backoff_s
 from cronrace.schedules import Schedules, ScheduleSync, TargetFactory
-from cronrace.store import Store
+from cronrace.store import Owner, Store
 from cronrace.watchdog import LoopWatchdog
 
 log = logging.getLogger("cronrace.agent")
@@ -103,7 +103,7 @@ class Agent:
         base = clock if clock is not None else SystemClock()
         self.clock: Clock = ServerOffsetClock(base) if self.settings.clock == "redis" else base
         self.observer = observer or Observer()
-        self.owner = f"{self.settings.node_id}:{secrets.token_hex(6)}"
+        self.owner = Owner.new(self.settings.node_id)
         self._jobs: dict[str, Job] = {}
         self._store: Store | None = None
         self._stop_requested = False
@@ -808,7 +808,7 @@ class Agent:
                     next_tick_s=next_tick,
                     last_tick_s=state.watermark_s,
                     last_outcome=last[0].outcome.value if last else None,
-                    lease_owner=state.lease.owner.split(":")[0] if state.lease else None,
+                    lease_owner=state.lease.owner.node_id if state.lease else None,
                     lease_fence=state.lease.fence if state.lease else None,
                     paused=state.paused,
                     skipped=counters.get("skipped_overlap", 0) + counters.get("skipped_paused", 0),

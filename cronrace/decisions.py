@@ -1,146 +1,302 @@
-"""What a decision records: one run record per tick decided without running, and why.
+"""A tick's decision, in one place: the request it sends and what its answer calls for.
 
-``acquire.lua`` answers a decision (run, skipped, queued, stale, ...) and what it met on
-the way (an abandoned lease, a superseded queued tick). This turns that answer into the
-run records it calls for, logs it, and tells the observer: no decision is silent.
+A node proposes a plan for each due job (:class:`Proposal`); for every claim it wins it
+asks ``acquire.lua`` to decide (:func:`acquire_request`). :func:`decide` turns the answer
+into a :class:`Verdict`: the run records to write (abandoned, superseded, stale, missed,
+skipped, queued), the observer events, and the run to start or the grant to give back.
+It is pure (no clock, no Redis, no logging), so a table of cases pins it
+(tests/unit/test_decisions.py); :func:`report` logs a verdict and tells the observer. No
+decision is silent (DESIGN.md section 3, step 7).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from cronrace.clock import Clock
-from cronrace.config import AgentSettings
+from cronrace.job import Job
 from cronrace.observer import Observer
-from cronrace.policies import Outcome
+from cronrace.policies import Outcome, Overlap, TickPlan
 from cronrace.records import RunRecord
-from cronrace.store import AcquireReply, ClaimReply
-
-if TYPE_CHECKING:
-    from cronrace.wakeup import Decided
+from cronrace.store import AcquireDecision, AcquireMode, AcquireReply, AcquireRequest, Owner
 
 log = logging.getLogger("cronrace.scheduler")
 
+#: The most ticks counted one by one when a backlog fell out of the window.
+EXPIRED_COUNT_CAP = 100_000
 
-def decision_records(
-    d: Decided, reply: AcquireReply, *, node_id: str, now_ms: int, observer: Observer
+#: The error text of a grant whose answer came back after its lease had run out.
+RAN_OUT = "the grant's answer came back after its lease had run out; not run"
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """What this node proposes for one job at one wake-up, before any claim is answered.
+
+    Attributes:
+        job: the job.
+        plan: the ticks its claim decides (one in the steady state, a catch-up otherwise).
+        trigger_id: set for a manual trigger, which claims its own key.
+        shared_from_s: racers = k: the plan also covers ticks from this one on that other
+            racers may have decided; the acquire's watermark tells which were really
+            missed (:func:`really_missed`).
+    """
+
+    job: Job
+    plan: TickPlan
+    trigger_id: str | None = None
+    shared_from_s: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """A granted run: its ticks in order, the first one's fence, and how long to hold it."""
+
+    ticks: tuple[int, ...]
+    fence: int
+    hold_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one decision calls for.
+
+    Attributes:
+        records: run records to write now (none for a run: it writes its own).
+        events: ``(outcome, count)`` for the observer, one per tick not run.
+        start: the run to start, if the decision granted one in time.
+        unrun: a grant that must not run (its lease ran out before the answer came back):
+            released with a ``lease_lost`` record.
+    """
+
+    records: tuple[RunRecord, ...] = ()
+    events: tuple[tuple[Outcome, int], ...] = ()
+    start: RunStart | None = None
+    unrun: RunStart | None = None
+
+
+def acquire_request(proposal: Proposal, owner: Owner) -> AcquireRequest:
+    """The ``acquire.lua`` call that decides a won claim."""
+    job, plan, trigger_id = proposal.job, proposal.plan, proposal.trigger_id
+    fire = plan.fire_ticks_s
+    mode = AcquireMode.RUN if fire else AcquireMode.MARK
+    if trigger_id:
+        mode = AcquireMode.TRIGGER
+    return AcquireRequest(
+        job=job.name,
+        decide_tick_s=plan.claim_tick_s,
+        mark_tick_s=plan.mark_tick_s,
+        run_tick_s=fire[0] if fire else plan.claim_tick_s,
+        owner=owner,
+        lease_ttl_ms=job.lease_ttl_ms,
+        overlap=job.overlap,
+        mode=mode,
+        trigger_id=trigger_id,
+    )
+
+
+def further_tick_request(job: Job, tick_s: int, owner: Owner) -> AcquireRequest:
+    """The fence of a catch-up's next tick under ``allow`` (no lease carries it on).
+
+    Its claim was won with the first tick's, and the watermark is set already: it is sent
+    as a trigger without an id (never remembered, never retried).
+    """
+    return AcquireRequest(
+        job=job.name,
+        decide_tick_s=tick_s,
+        mark_tick_s=tick_s,
+        run_tick_s=tick_s,
+        owner=owner,
+        lease_ttl_ms=job.lease_ttl_ms,
+        overlap=job.overlap,
+        mode=AcquireMode.TRIGGER,
+    )
+
+
+def decided_tick(plan: TickPlan) -> int:
+    """The tick a decision that runs nothing is recorded under: the newest it would fire."""
+    return plan.fire_ticks_s[-1] if plan.fire_ticks_s else plan.claim_tick_s
+
+
+def decide(
+    proposal: Proposal,
+    reply: AcquireReply,
+    *,
+    node_id: str,
+    now_ms: int,
+    answered_late: bool = False,
+) -> Verdict:
+    """Turn ``acquire.lua``'s answer into the records, events and run it calls for.
+
+    Args:
+        proposal: what the claim was won for.
+        reply: the script's answer.
+        node_id: this node (records name it).
+        now_ms: the shared clock, for the records.
+        answered_late: the answer came back past the grant's lease deadline (a slow
+            Redis, a retry): a granted run must not start, it could overlap the next.
+    """
+    job, plan = proposal.job.name, really_missed(proposal, reply)
+    records = _met_on_the_way(job, plan, reply, node_id=node_id, now_ms=now_ms)
+    events = [(record.outcome, 1) for record in records]
+    if reply.decision is AcquireDecision.STALE:
+        stale = RunRecord(job, plan.claim_tick_s, node_id, Outcome.STALE, finished_ms=now_ms)
+        return Verdict((*records, stale), (*events, (Outcome.STALE, 1)))
+    if plan.missed:
+        records.append(
+            RunRecord(
+                job,
+                plan.mark_tick_s,
+                node_id,
+                Outcome.MISSED,
+                finished_ms=now_ms,
+                count=plan.missed,
+            )
+        )
+        events.append((Outcome.MISSED, plan.missed))
+    outcome = reply.decision.outcome
+    if outcome is not None:
+        records.append(
+            RunRecord(
+                job,
+                decided_tick(plan),
+                node_id,
+                outcome,
+                finished_ms=now_ms,
+                trigger_id=proposal.trigger_id,
+                detail={"holder_fence": reply.holder_fence} if reply.holder_fence else None,
+            )
+        )
+        events.append((outcome, 1))
+    if reply.decision is not AcquireDecision.RUN:
+        return Verdict(tuple(records), tuple(events))
+    leased = proposal.job.overlap is not Overlap.ALLOW
+    if leased and ((reply.replayed and not reply.renewed) or answered_late):
+        first = plan.fire_ticks_s[0] if plan.fire_ticks_s else plan.claim_tick_s
+        events.append((Outcome.LEASE_LOST, 1))
+        return Verdict(tuple(records), tuple(events), unrun=RunStart((first,), reply.fence))
+    # Ticks at or below the watermark found were decided by another node (a catch-up
+    # overlapping a decision made meanwhile); a trigger is not a tick and runs anyway.
+    prev = reply.prev_watermark_s
+    ticks = tuple(t for t in plan.fire_ticks_s if prev is None or proposal.trigger_id or t > prev)
+    start = RunStart(ticks or (plan.claim_tick_s,), reply.fence, reply.hold_ms / 1000)
+    return Verdict(tuple(records), tuple(events), start=start)
+
+
+def really_missed(proposal: Proposal, reply: AcquireReply) -> TickPlan:
+    """The plan, counting as missed only the ticks of a shared plan no other racer decided.
+
+    A plan widened to ticks other racers may have decided (``shared_from_s``) counted them
+    all as missed; those at or below the watermark the acquire found were decided.
+    """
+    prev, plan, since_s = reply.prev_watermark_s, proposal.plan, proposal.shared_from_s
+    if not plan.missed or prev is None or since_s is None:
+        return plan
+    decided = proposal.job.schedule.count_between(since_s - 1, prev, EXPIRED_COUNT_CAP)
+    decided -= sum(1 for t in plan.fire_ticks_s if t <= prev)
+    return dataclasses.replace(plan, missed=max(0, plan.missed - max(0, decided)))
+
+
+def _met_on_the_way(
+    job: str, plan: TickPlan, reply: AcquireReply, *, node_id: str, now_ms: int
 ) -> list[RunRecord]:
-    """Log a decision and return the run records it calls for (none for a run)."""
-    # Garbage moved aside by the script (reply.quarantined) was logged by the store.
-    job, plan, node = d.job.name, d.plan, node_id
-    out: list[RunRecord] = []
+    """Records of what the script met: an abandoned lease, a queued tick it superseded."""
+    out = []
     if reply.abandoned_fence:
+        owner = reply.abandoned_owner
         out.append(
             RunRecord(
                 job,
                 reply.abandoned_tick_s,
-                reply.abandoned_owner.split(":")[0],
+                owner.node_id if owner is not None else "",
                 Outcome.ABANDONED,
                 reply.abandoned_fence,
                 finished_ms=now_ms,
                 error="lease expired without release",
             )
         )
-        log.warning(
-            "previous run was abandoned",
-            extra={"job": job, "tick": reply.abandoned_tick_s, "fence": reply.abandoned_fence},
-        )
-        observer.decision(job, Outcome.ABANDONED.value)
     if reply.superseded_tick_s:
         out.append(
             RunRecord(
                 job,
                 reply.superseded_tick_s,
-                node,
+                node_id,
                 Outcome.SKIPPED_OVERLAP,
                 finished_ms=now_ms,
                 trigger_id=reply.superseded_trigger_id,
                 detail={"superseded_by": plan.claim_tick_s},
             )
         )
-        observer.decision(job, Outcome.SKIPPED_OVERLAP.value)
-    if reply.decision == "stale":
-        out.append(RunRecord(job, plan.claim_tick_s, node, Outcome.STALE, finished_ms=now_ms))
+    return out
+
+
+def report(
+    proposal: Proposal, reply: AcquireReply, verdict: Verdict, *, node_id: str, observer: Observer
+) -> None:
+    """Log a decision and tell the observer (garbage moved aside was logged by the store)."""
+    job, plan = proposal.job.name, proposal.plan
+    missed = sum(count for outcome, count in verdict.events if outcome is Outcome.MISSED)
+    if proposal.shared_from_s is not None and missed:
+        # The scheduler did not say it when planning: it could not know which were missed.
+        log.warning(
+            "ticks were missed; applying the catch-up policy",
+            extra={"job": job, "catchup": proposal.job.catchup.value, "missed": missed},
+        )
+    if reply.abandoned_fence:
+        log.warning(
+            "previous run was abandoned",
+            extra={"job": job, "tick": reply.abandoned_tick_s, "fence": reply.abandoned_fence},
+        )
+    if reply.decision is AcquireDecision.STALE:
         log.warning(
             "tick already decided (stale claim)",
             extra={"job": job, "tick": plan.claim_tick_s, "watermark": reply.prev_watermark_s},
         )
-        observer.decision(job, Outcome.STALE.value)
-        return out
-    if plan.missed:
-        out.append(
-            RunRecord(
-                job,
-                plan.mark_tick_s,
-                node,
-                Outcome.MISSED,
-                finished_ms=now_ms,
-                count=plan.missed,
-            )
-        )
-        observer.decision(job, Outcome.MISSED.value, plan.missed)
-    outcome = {
-        "skipped:overlap": Outcome.SKIPPED_OVERLAP,
-        "skipped:paused": Outcome.SKIPPED_PAUSED,
-        "queued": Outcome.QUEUED,
-    }.get(reply.decision)
-    if outcome is not None:
-        tick = plan.fire_ticks_s[-1] if plan.fire_ticks_s else plan.claim_tick_s
-        out.append(
-            RunRecord(
-                job,
-                tick,
-                node,
-                outcome,
-                finished_ms=now_ms,
-                trigger_id=d.trigger_id,
-                detail={"holder_fence": reply.holder_fence} if reply.holder_fence else None,
-            )
-        )
+    elif reply.decision.outcome is not None:
         log.info(
             "tick decided",
             extra={
                 "job": job,
-                "tick": tick,
-                "node": node,
-                "outcome": outcome.value,
+                "tick": decided_tick(plan),
+                "node": node_id,
+                "outcome": reply.decision.outcome.value,
                 "holder_fence": reply.holder_fence,
             },
         )
-        observer.decision(job, outcome.value)
-    return out
+    if verdict.unrun is not None:
+        log.warning(
+            "granted run not started: its lease ran out before the answer came back",
+            extra={"job": job, "tick": verdict.unrun.ticks[0], "fence": verdict.unrun.fence},
+        )
+    for outcome, count in verdict.events:
+        observer.decision(job, outcome, count)
 
 
-def not_replicated_records(
-    short: Sequence[tuple[Decided, ClaimReply]],
-    settings: AgentSettings,
-    clock: Clock,
-    observer: Observer,
-) -> list[RunRecord]:
-    """Log and return the records of won claims too few replicas confirmed (not run)."""
-    now_ms = int(clock.time() * 1000)
-    wanted = settings.claim_replicas
-    records = [
+def not_replicated(
+    short: Sequence[tuple[Proposal, int]], *, wanted: int, node_id: str, now_ms: int
+) -> Verdict:
+    """Records of won claims that too few replicas confirmed (``(proposal, acked)``): not run."""
+    records = tuple(
         RunRecord(
-            d.job.name,
-            d.plan.claim_tick_s,
-            settings.node_id,
+            p.job.name,
+            p.plan.claim_tick_s,
+            node_id,
             Outcome.NOT_REPLICATED,
             finished_ms=now_ms,
-            error=f"{reply.acked} of {wanted} replicas confirmed",
+            error=f"{acked} of {wanted} replicas confirmed",
         )
-        for d, reply in short
-    ]
+        for p, acked in short
+    )
+    return Verdict(records, tuple((Outcome.NOT_REPLICATED, 1) for _ in records))
+
+
+def report_not_replicated(verdict: Verdict, *, acked: int, wanted: int, observer: Observer) -> None:
+    """Log won claims that were not replicated in time, and tell the observer."""
     log.error(
         "won claims not replicated in time; not running them",
-        extra={
-            "jobs": [r.job for r in records],
-            "acked": min(reply.acked for _d, reply in short),
-            "wanted": wanted,
-        },
+        extra={"jobs": [r.job for r in verdict.records], "acked": acked, "wanted": wanted},
     )
-    for record in records:
-        observer.decision(record.job, record.outcome.value)
-    return records
+    for record in verdict.records:
+        observer.decision(record.job, record.outcome)

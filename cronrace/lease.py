@@ -18,7 +18,7 @@ import anyio
 from cronrace.clock import Clock
 from cronrace.errors import StoreError
 from cronrace.observer import Observer
-from cronrace.store import Store
+from cronrace.store import Renewal, Store
 
 log = logging.getLogger("cronrace.lease")
 
@@ -125,16 +125,16 @@ class Lease:
                     )
                     next_renewal = min(next_renewal, sent + max(0.05, interval_s / 4))
             if answer is not None:
-                self.observer.renewal(self.job, answer == 1)
-            if answer == 1:
+                self.observer.renewal(self.job, answer is Renewal.RENEWED)
+            if answer is Renewal.RENEWED:
                 self.renewals += 1
                 self.slowest_renewal_s = max(self.slowest_renewal_s, self.clock.monotonic() - sent)
                 self._deadline_mono = sent + self.ttl_s * (1 - SAFETY_MARGIN)
                 self.expiry_mono = self.clock.monotonic() + self.ttl_s
-            elif answer == 0:
+            elif answer is Renewal.GONE:
                 self._lose("lease expired or was released under us", victim, lost_flag)
                 return
-            elif answer == -1:
+            elif answer is Renewal.TAKEN:
                 self._lose("lease was taken by a newer fence", victim, lost_flag)
                 return
 

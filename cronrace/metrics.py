@@ -39,6 +39,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from cronrace.observer import Observer
+from cronrace.policies import Outcome
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -59,11 +60,11 @@ SEED_RECORDS = 50
 
 #: Decision outcomes that mean a tick did not run, and the reason label they count under.
 _SKIP_REASONS = {
-    "skipped:overlap": "overlap",
-    "skipped:paused": "paused",
-    "skipped:not_replicated": "not_replicated",
-    "missed": "missed",
-    "stale": "stale",
+    Outcome.SKIPPED_OVERLAP: "overlap",
+    Outcome.SKIPPED_PAUSED: "paused",
+    Outcome.NOT_REPLICATED: "not_replicated",
+    Outcome.MISSED: "missed",
+    Outcome.STALE: "stale",
 }
 
 
@@ -231,7 +232,9 @@ class PrometheusObserver(Observer):
         started_s = agent.clock.time()
         for name in agent.jobs:
             records = await agent.store.history(name, SEED_RECORDS)
-            ok = [r.finished_ms / 1000 for r in records if r.outcome == "ok" and r.finished_ms]
+            ok = [
+                r.finished_ms / 1000 for r in records if r.outcome is Outcome.OK and r.finished_ms
+            ]
             since_s = max(ok) if ok else min((r.tick_s for r in records), default=started_s)
             current = self.registry.get_sample_value(
                 "cronrace_last_success_timestamp_seconds", {"job": name}
@@ -253,27 +256,27 @@ class PrometheusObserver(Observer):
     def membership(self, members: int) -> None:
         self.members.set(members)
 
-    def decision(self, job: str, outcome: str, count: int = 1) -> None:
+    def decision(self, job: str, outcome: Outcome, count: int = 1) -> None:
         if outcome in _SKIP_REASONS:
             self.skipped_ticks_total.labels(job=job, reason=_SKIP_REASONS[outcome]).inc(count)
-        elif outcome == "queued":
+        elif outcome is Outcome.QUEUED:
             self.queued_ticks_total.labels(job=job).inc(count)
         else:  # abandoned: a run that ended without anyone recording it
-            self.runs_total.labels(job=job, outcome=outcome).inc(count)
+            self.runs_total.labels(job=job, outcome=outcome.value).inc(count)
 
     def run_started(self, job: str, lag_s: float) -> None:
         self.running.inc()
         self.fire_lag.labels(job=job).observe(max(0.0, lag_s))
 
-    def run_finished(self, job: str, outcome: str, duration_s: float, ratio: float) -> None:
+    def run_finished(self, job: str, outcome: Outcome, duration_s: float, ratio: float) -> None:
         self.running.dec()
-        self.runs_total.labels(job=job, outcome=outcome).inc()
+        self.runs_total.labels(job=job, outcome=outcome.value).inc()
         self.run_duration.labels(job=job).observe(duration_s)
         self.interval_ratio.labels(job=job).observe(ratio)
         self.last_interval_ratio.labels(job=job).set(ratio)
-        if outcome == "ok":
+        if outcome is Outcome.OK:
             self.last_success.labels(job=job).set_to_current_time()
-        if outcome == "lease_lost":
+        if outcome is Outcome.LEASE_LOST:
             self.lease_losses_total.labels(job=job).inc()
 
     def renewal(self, job: str, ok: bool) -> None:
@@ -282,8 +285,8 @@ class PrometheusObserver(Observer):
     def redis_error(self, operation: str) -> None:
         self.redis_errors_total.labels(operation=operation).inc()
 
-    def record_dropped(self, job: str, outcome: str) -> None:
-        self.records_dropped_total.labels(job=job, outcome=outcome).inc()
+    def record_dropped(self, job: str, outcome: Outcome) -> None:
+        self.records_dropped_total.labels(job=job, outcome=outcome.value).inc()
 
     def ready(self, ready: bool) -> None:
         self.ready_gauge.set(1 if ready else 0)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from cronrace.policies import Outcome
+
 
 class Observer:
     """Receives the agent's events; every method is a no-op here.
@@ -21,13 +23,13 @@ class Observer:
     def membership(self, members: int) -> None:
         """The heartbeat read the live node set: ``members`` nodes race in this view."""
 
-    def decision(self, job: str, outcome: str, count: int = 1) -> None:
+    def decision(self, job: str, outcome: Outcome, count: int = 1) -> None:
         """A tick was decided without running (skipped, queued, missed, stale, abandoned)."""
 
     def run_started(self, job: str, lag_s: float) -> None:
         """A handler started ``lag_s`` after its tick."""
 
-    def run_finished(self, job: str, outcome: str, duration_s: float, ratio: float) -> None:
+    def run_finished(self, job: str, outcome: Outcome, duration_s: float, ratio: float) -> None:
         """A handler ended; ``ratio`` is its duration over the schedule's interval."""
 
     def renewal(self, job: str, ok: bool) -> None:
@@ -36,7 +38,7 @@ class Observer:
     def redis_error(self, operation: str) -> None:
         """A Redis call failed."""
 
-    def record_dropped(self, job: str, outcome: str) -> None:
+    def record_dropped(self, job: str, outcome: Outcome) -> None:
         """A run record was given up unwritten (outbox full, or still unwritten at exit)."""
 
     def ready(self, ready: bool) -> None:

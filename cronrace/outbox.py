@@ -187,7 +187,7 @@ class Outbox:
 
     def _drop(self, record: RunRecord, reason: str) -> None:
         self.dropped += 1
-        self.observer.record_dropped(record.job, record.outcome.value)
+        self.observer.record_dropped(record.job, record.outcome)
         log.error(
             "run record dropped",
             extra={

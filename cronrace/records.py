@@ -109,30 +109,6 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseInfo:
-    """Who holds a job's running lease."""
-
-    owner: str
-    fence: int
-    tick_s: int
-    started_ms: int
-    ttl_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class JobState:
-    """What Redis knows of one job (shared by every node)."""
-
-    job: str
-    watermark_s: int | None
-    lease: LeaseInfo | None
-    paused: bool
-    counters: dict[str, int]
-    spec: dict[str, str]
-    last_fence: int | None
-
-
-@dataclass(frozen=True, slots=True)
 class JobStatus:
     """One row of ``jobs_status()``: the job's definition, Redis's view and the last run."""
 

@@ -28,7 +28,7 @@ from cronrace.errors import StoreError
 from cronrace.job import Job
 from cronrace.outbox import Outbox
 from cronrace.records import RunRecord
-from cronrace.store import ReleaseReply, Store
+from cronrace.store import Owner, ReleaseReply, Store
 
 log = logging.getLogger("cronrace.run")
 
@@ -50,7 +50,7 @@ FOREIGN_RELEASE_POLL_S = RELEASE_RETRY_S / 2
 class Releases:
     """The releases one agent has in flight, by job."""
 
-    def __init__(self, store: Store, clock: Clock, owner: str, outbox: Outbox) -> None:
+    def __init__(self, store: Store, clock: Clock, owner: Owner, outbox: Outbox) -> None:
         self.store = store
         self.clock = clock
         self.owner = owner
@@ -138,7 +138,7 @@ class Releases:
 
 
 async def let_others_release(
-    store: Store, jobs: list[str], *, owner: str, clock: Clock, until_mono: float
+    store: Store, jobs: list[str], *, owner: Owner, clock: Clock, until_mono: float
 ) -> None:
     """Give leases other nodes hold on ``jobs`` until ``until_mono`` to go.
 
@@ -156,6 +156,6 @@ async def let_others_release(
         if not poll:
             log.info(
                 "after the outage: letting other nodes release their leases first",
-                extra={"jobs": jobs, "node": owner.split(":")[0]},
+                extra={"jobs": jobs, "node": owner.node_id},
             )
         await clock.sleep(FOREIGN_RELEASE_POLL_S)

@@ -18,6 +18,7 @@ import anyio
 import anyio.lowlevel
 
 from cronrace.clock import Clock
+from cronrace.decisions import further_tick_request
 from cronrace.errors import StoreError
 from cronrace.job import Job, RunContext
 from cronrace.lease import Lease
@@ -26,7 +27,13 @@ from cronrace.outbox import Outbox
 from cronrace.policies import Outcome, Overlap
 from cronrace.records import RunRecord
 from cronrace.releases import Releases
-from cronrace.store import AcquireReply, AcquireRequest, Store
+from cronrace.store import (
+    AcquireDecision,
+    AcquireReply,
+    Owner,
+    ReleaseDecision,
+    Store,
+)
 
 log = logging.getLogger("cronrace.run")
 
@@ -63,7 +70,7 @@ class Runner:
         store: Store,
         clock: Clock,
         node_id: str,
-        owner: str,
+        owner: Owner,
         observer: Observer,
         outbox: Outbox,
         hold_s: Callable[[], float],
@@ -291,8 +298,8 @@ class Runner:
         reply = await self.releases.finish(
             job, record, lease.fence, next_tick_s=next_tick, until_mono=lease.expiry_mono
         )
-        if reply is None or reply.decision != "run":
-            if reply is not None and reply.decision == "not_owner":
+        if reply is None or reply.decision is not ReleaseDecision.HANDED_ON:
+            if reply is not None and reply.decision is ReleaseDecision.NOT_OWNER:
                 log.warning(
                     "release refused: the lease had moved on",
                     extra={"job": job.name, "tick": record.tick_s, "fence": lease.fence},
@@ -308,22 +315,13 @@ class Runner:
         return True, None
 
     async def _fence_for_allowed_run(self, job: Job, tick_s: int) -> int | None:
-        request = AcquireRequest(
-            job=job.name,
-            decide_tick_s=tick_s,
-            mark_tick_s=tick_s,
-            run_tick_s=tick_s,
-            owner=self.owner,
-            lease_ttl_ms=job.lease_ttl_ms,
-            overlap=job.overlap.value,
-            mode="trigger",
-        )
+        request = further_tick_request(job, tick_s, self.owner)
         try:
             (reply,) = await self.store.acquire([request])
         except StoreError as exc:
             log.error("catch-up stopped: Redis failed", extra={"job": job.name, "error": str(exc)})
             return None
-        if isinstance(reply, AcquireReply) and reply.decision == "run":
+        if isinstance(reply, AcquireReply) and reply.decision is AcquireDecision.RUN:
             return reply.fence
         return None
 
@@ -438,7 +436,7 @@ class Runner:
                     "threshold": job.overrun_ratio,
                 },
             )
-        self.observer.run_finished(job.name, outcome.value, duration_s, ratio)
+        self.observer.run_finished(job.name, outcome, duration_s, ratio)
         if detail is not None and not isinstance(detail, str | int | float | bool | dict | list):
             detail = str(detail)
         return RunRecord(

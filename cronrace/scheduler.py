@@ -12,7 +12,6 @@ import heapq
 import logging
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import anyio
 from anyio.abc import TaskGroup
@@ -20,7 +19,17 @@ from anyio.abc import TaskGroup
 from cronrace.acquiring import acquire_retrying
 from cronrace.clock import Clock
 from cronrace.config import AgentSettings
-from cronrace.decisions import decision_records, not_replicated_records
+from cronrace.decisions import (
+    EXPIRED_COUNT_CAP,
+    RAN_OUT,
+    Proposal,
+    RunStart,
+    acquire_request,
+    decide,
+    not_replicated,
+    report,
+    report_not_replicated,
+)
 from cronrace.errors import CronraceError, StoreError
 from cronrace.job import Job
 from cronrace.lease import SAFETY_MARGIN
@@ -31,20 +40,11 @@ from cronrace.policies import Outcome, Overlap, TickPlan, plan_ticks
 from cronrace.racers import Racers, Ring
 from cronrace.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
 from cronrace.runner import Runner
-from cronrace.store import (
-    AcquireReply,
-    AcquireRequest,
-    Claim,
-    ClaimOutcome,
-    ClaimReply,
-    Store,
-)
-from cronrace.wakeup import ABORT_TIMEOUT_S, Decided, StopGate, WakeUp, account_for_cut_wakeup
+from cronrace.store import Claim, ClaimOutcome, ClaimReply, Owner, Store
+from cronrace.wakeup import ABORT_TIMEOUT_S, StopGate, WakeUp, account_for_cut_wakeup
 
 log = logging.getLogger("cronrace.scheduler")
 
-#: The most ticks counted one by one when a backlog fell out of the window.
-EXPIRED_COUNT_CAP = 100_000
 #: The loop re-reads the wall clock at least this often (clock steps, new offsets).
 MAX_SLEEP_S = 1.0
 BACKOFF_START_S = 0.1
@@ -75,7 +75,7 @@ class Scheduler:
         store: Store,
         clock: Clock,
         settings: AgentSettings,
-        owner: str,
+        owner: Owner,
         runner: Runner,
         outbox: Outbox,
         observer: Observer,
@@ -155,7 +155,7 @@ class Scheduler:
                 if self.next_tick.get(name) == first_due and name not in planned:
                     planned[name] = self.jobs[name]
                     due.append((first_due, name))
-            plans: list[Decided] = []
+            plans: list[Proposal] = []
             following: dict[str, int] = {}
             skipped = 0
             for first_due, name in due:
@@ -179,7 +179,7 @@ class Scheduler:
             except Exception:  # the outermost loop: one job's surprise must not stop the rest
                 log.exception(
                     "unexpected error deciding ticks; moving on",
-                    extra={"jobs": [d.job.name for d in plans]},
+                    extra={"jobs": [p.job.name for p in plans]},
                 )
                 unanswered = set()
             # A job replaced or removed while its claims were out has its new next tick
@@ -324,7 +324,7 @@ class Scheduler:
 
     # -- racers = k: ticks left to others, and ticks whose racers left ---------------------
 
-    def _with_passed(self, job: Job, plan: TickPlan, first_due_s: int, now: float) -> Decided:
+    def _with_passed(self, job: Job, plan: TickPlan, first_due_s: int, now: float) -> Proposal:
         """Widen a plan to the ticks this node left to others lately (racers = k).
 
         Those ticks' racers may have died before the membership said so. Covering them in
@@ -338,11 +338,11 @@ class Scheduler:
         oldest = max(min(left, default=first_due_s), int(now - self._orphan_window_s()))
         oldest = job.schedule.next_tick(oldest - 1)  # the first tick at or after it
         if oldest >= first_due_s:
-            return Decided(job, plan)
+            return Proposal(job, plan)
         wide, _following = self._plan(job, oldest, now, quiet=True)
         if wide is None or wide.claim_tick_s != plan.claim_tick_s:
-            return Decided(job, plan)
-        return Decided(job, wide, shared_from_s=oldest)
+            return Proposal(job, plan)
+        return Proposal(job, wide, shared_from_s=oldest)
 
     def _orphan_window_s(self) -> float:
         """How far back a tick may lack a racer: the late-fire bound and a heartbeat."""
@@ -404,7 +404,7 @@ class Scheduler:
                 max_catchup=job.max_catchup,
             )
             if plan is not None:
-                plans.append(Decided(job, plan, shared_from_s=ticks[0]))
+                plans.append(Proposal(job, plan, shared_from_s=ticks[0]))
         try:
             unanswered = await self.race(plans, runs) if plans else set()
         except Exception:  # the outermost loop: one job's surprise must not stop the rest
@@ -415,7 +415,7 @@ class Scheduler:
 
     # -- race and decide -----------------------------------------------------------------
 
-    async def race(self, decided: Sequence[Decided], runs: TaskGroup) -> set[str]:
+    async def race(self, proposals: Sequence[Proposal], runs: TaskGroup) -> set[str]:
         """Claim every plan (one pipeline per shard), then decide the won ones.
 
         A graceful stop never cuts this short; a forced one (cancellation) leaves what it
@@ -425,10 +425,10 @@ class Scheduler:
             The jobs whose claims got no answer: nothing was decided for them.
         """
         claims = [
-            Claim(d.job.name, d.plan.claim_tick_s, self.claim_ttl_ms(d.job), d.trigger_id)
-            for d in decided
+            Claim(p.job.name, p.plan.claim_tick_s, self.claim_ttl_ms(p.job), p.trigger_id)
+            for p in proposals
         ]
-        wakeup = WakeUp(decided, claims)
+        wakeup = WakeUp(proposals, claims)
         try:
             return await self._race(wakeup, runs)
         except anyio.get_cancelled_exc_class():
@@ -446,27 +446,39 @@ class Scheduler:
             raise
 
     async def _race(self, wakeup: WakeUp, runs: TaskGroup) -> set[str]:
-        decided = wakeup.plans
         replies = await self._claim(wakeup.claims)
-        by_outcome: dict[ClaimOutcome, list[tuple[Decided, ClaimReply]]] = {}
-        for d, reply in zip(decided, replies, strict=True):
-            by_outcome.setdefault(reply.outcome, []).append((d, reply))
-        winners = [d for d, _reply in by_outcome.get(ClaimOutcome.WON, [])]
+        by_outcome: dict[ClaimOutcome, list[tuple[Proposal, ClaimReply]]] = {}
+        for p, reply in zip(wakeup.plans, replies, strict=True):
+            by_outcome.setdefault(reply.outcome, []).append((p, reply))
+        winners = [p for p, _reply in by_outcome.get(ClaimOutcome.WON, [])]
         short = by_outcome.get(ClaimOutcome.NOT_REPLICATED, [])
         lost = by_outcome.get(ClaimOutcome.LOST, [])
         wakeup.winners = winners
         if winners or short or lost:
             self.observer.claims(len(winners) + len(short), len(lost))
         if short:
-            records = not_replicated_records(short, self.settings, self.clock, self.observer)
-            await self.outbox.write(records, history=max(d.job.history for d, _r in short))
+            await self._not_replicated(short)
         if winners:
             await self._releases_first(winners)
             await self._decide(wakeup, runs)
         wakeup.decided = True
-        return {d.job.name for d, _reply in by_outcome.get(ClaimOutcome.UNKNOWN, [])}
+        return {p.job.name for p, _reply in by_outcome.get(ClaimOutcome.UNKNOWN, [])}
 
-    async def _releases_first(self, winners: list[Decided]) -> None:
+    async def _not_replicated(self, short: list[tuple[Proposal, ClaimReply]]) -> None:
+        """Record won claims that too few replicas confirmed: they do not run."""
+        wanted = self.settings.claim_replicas
+        verdict = not_replicated(
+            [(p, reply.acked) for p, reply in short],
+            wanted=wanted,
+            node_id=self.settings.node_id,
+            now_ms=int(self.clock.time() * 1000),
+        )
+        acked = min(reply.acked for _p, reply in short)
+        report_not_replicated(verdict, acked=acked, wanted=wanted, observer=self.observer)
+        history = max(p.job.history for p, _r in short)
+        await self.outbox.write(list(verdict.records), history=history)
+
+    async def _releases_first(self, winners: list[Proposal]) -> None:
         """Let finished runs' releases reach Redis before their jobs' decision (releases.py).
 
         This node's own are sent at once and awaited (bounded); after an outage, a lease
@@ -474,12 +486,12 @@ class Scheduler:
         """
         self.runner.releases.retry_now()
         with anyio.move_on_after(RELEASE_FIRST_TIMEOUT_S):
-            await self.runner.releases.settled({d.job.name for d in winners})
+            await self.runner.releases.settled({p.job.name for p in winners})
         until_mono = self._recovered_mono + FOREIGN_RELEASE_WAIT_S
         if self.clock.monotonic() < until_mono:
             await let_others_release(
                 self.store,
-                [d.job.name for d in winners if d.job.overlap is not Overlap.ALLOW],
+                [p.job.name for p in winners if p.job.overlap is not Overlap.ALLOW],
                 owner=self.owner,
                 clock=self.clock,
                 until_mono=until_mono,
@@ -529,28 +541,11 @@ class Scheduler:
 
     async def _decide(self, wakeup: WakeUp, runs: TaskGroup) -> None:
         winners = wakeup.winners or []
-        requests = []
-        for d in winners:
-            plan = d.plan
-            fire = plan.fire_ticks_s
-            requests.append(
-                AcquireRequest(
-                    job=d.job.name,
-                    decide_tick_s=plan.claim_tick_s,
-                    mark_tick_s=plan.mark_tick_s,
-                    run_tick_s=fire[0] if fire else plan.claim_tick_s,
-                    owner=self.owner,
-                    lease_ttl_ms=d.job.lease_ttl_ms,
-                    overlap=d.job.overlap.value,
-                    mode="trigger" if d.trigger_id else ("run" if fire else "mark"),
-                    trigger_id=d.trigger_id,
-                )
-            )
         answers = await acquire_retrying(
             self.store,
             self.clock,
-            requests,
-            [d.plan.claim_tick_s + d.job.catchup_window_s for d in winners],
+            [acquire_request(p, self.owner) for p in winners],
+            [p.plan.claim_tick_s + p.job.catchup_window_s for p in winners],
             observer=self.observer,
             set_ready=self._set_ready,
             backoff_s=backoff_s,
@@ -558,83 +553,47 @@ class Scheduler:
         # From here on nothing awaits until every run is registered with the runner: a
         # forced stop finds each one there (started or not) and none in between.
         wakeup.decided = True
-        records = wakeup.records
-        ran_out: list[tuple[Decided, AcquireReply]] = []
+        unrun: list[tuple[Proposal, RunStart]] = []
         now_ms = int(self.clock.time() * 1000)
-        for d, (reply, granted_mono) in zip(winners, answers, strict=True):
+        node = self.settings.node_id
+        for p, (reply, granted_mono) in zip(winners, answers, strict=True):
             if isinstance(reply, Exception):
                 continue
-            node = self.settings.node_id
-            if d.shared_from_s is not None:
-                d = self._only_really_missed(d, reply)
-            records += decision_records(
-                d, reply, node_id=node, now_ms=now_ms, observer=self.observer
+            deadline_mono = granted_mono + p.job.lease_ttl_s * (1 - SAFETY_MARGIN)
+            late = self.clock.monotonic() >= deadline_mono
+            verdict = decide(p, reply, node_id=node, now_ms=now_ms, answered_late=late)
+            report(p, reply, verdict, node_id=node, observer=self.observer)
+            wakeup.records += verdict.records
+            if verdict.unrun is not None:
+                unrun.append((p, verdict.unrun))
+            if verdict.start is not None:
+                self._start(p, verdict.start, granted_mono, runs)
+        for p, grant in unrun:
+            await self.runner.release_unrun(
+                p.job,
+                list(grant.ticks),
+                grant.fence,
+                Outcome.LEASE_LOST,
+                RAN_OUT,
+                trigger_id=p.trigger_id,
+                retry_s=0,
             )
-            if reply.decision != "run":
-                continue
-            deadline_mono = granted_mono + d.job.lease_ttl_s * (1 - SAFETY_MARGIN)
-            if d.job.overlap is not Overlap.ALLOW and (
-                (reply.replayed and not reply.renewed) or self.clock.monotonic() >= deadline_mono
-            ):
-                # The answer came back after the lease had moved on or run out (a retry
-                # after a lost answer, a very slow Redis): running now could overlap.
-                ran_out.append((d, reply))
-                continue
-            if reply.hold_ms:
-                self.runner.hold_job(d.job.name, reply.hold_ms / 1000)
-            ticks = [
-                t
-                for t in d.plan.fire_ticks_s
-                if reply.prev_watermark_s is None or d.trigger_id or t > reply.prev_watermark_s
-            ]
-            grant = self.runner.admit(
-                d.job, ticks or [d.plan.claim_tick_s], reply.fence, granted_mono, d.trigger_id
-            )
-            runs.start_soon(self.runner.run_sequence, grant, name=f"cronrace run {d.job.name}")
-        for d, reply in ran_out:
-            await self._lease_ran_out(d, reply)
-        if records:
-            await self.outbox.write(records, history=max(d.job.history for d in winners))
+        if wakeup.records:
+            history = max(p.job.history for p in winners)
+            await self.outbox.write(wakeup.records, history=history)
 
-    @staticmethod
-    def _only_really_missed(d: Decided, reply: AcquireReply) -> Decided:
-        """Count as missed only the ticks of a shared plan no other racer decided."""
-        prev = reply.prev_watermark_s
-        plan = d.plan
-        if not plan.missed or prev is None or d.shared_from_s is None:
-            return d
-        decided = d.job.schedule.count_between(d.shared_from_s - 1, prev, EXPIRED_COUNT_CAP)
-        decided -= sum(1 for t in plan.fire_ticks_s if t <= prev)
-        missed = max(0, plan.missed - max(0, decided))
-        if missed:
-            log.warning(
-                "ticks were missed; applying the catch-up policy",
-                extra={"job": d.job.name, "catchup": d.job.catchup.value, "missed": missed},
-            )
-        return Decided(d.job, replace(plan, missed=missed), d.trigger_id, d.shared_from_s)
-
-    async def _lease_ran_out(self, d: Decided, reply: AcquireReply) -> None:
-        tick = d.plan.fire_ticks_s[0] if d.plan.fire_ticks_s else d.plan.claim_tick_s
-        log.warning(
-            "granted run not started: its lease ran out before the answer came back",
-            extra={"job": d.job.name, "tick": tick, "fence": reply.fence},
-        )
-        self.observer.decision(d.job.name, Outcome.LEASE_LOST.value)
-        await self.runner.release_unrun(
-            d.job,
-            [tick],
-            reply.fence,
-            Outcome.LEASE_LOST,
-            "the grant's answer came back after its lease had run out; not run",
-            trigger_id=d.trigger_id,
-            retry_s=0,
-        )
+    def _start(self, p: Proposal, start: RunStart, granted_mono: float, runs: TaskGroup) -> None:
+        """Register a granted run with the runner, then start its task."""
+        if start.hold_s:
+            self.runner.hold_job(p.job.name, start.hold_s)
+        grant = self.runner.admit(p.job, list(start.ticks), start.fence, granted_mono, p.trigger_id)
+        runs.start_soon(self.runner.run_sequence, grant, name=f"cronrace run {p.job.name}")
 
     async def fire_trigger(self, job: Job, trigger_id: str, runs: TaskGroup) -> None:
         """Race for a manual trigger: its own claim key, the same lease and overlap policy."""
         now_s = int(self.clock.time())
         plan = TickPlan(now_s, now_s, (now_s,), 0)
-        if await self.race([Decided(job, plan, trigger_id)], runs):
+        if await self.race([Proposal(job, plan, trigger_id)], runs):
             log.error(
                 "manual trigger dropped: Redis did not answer",
                 extra={"job": job.name, "trigger": trigger_id},

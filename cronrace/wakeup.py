@@ -22,30 +22,18 @@ from dataclasses import dataclass, field
 import anyio
 
 from cronrace.clock import Clock
+from cronrace.decisions import Proposal
 from cronrace.errors import StoreError
-from cronrace.job import Job
 from cronrace.outbox import Outbox
-from cronrace.policies import Outcome, TickPlan
+from cronrace.policies import Outcome
 from cronrace.records import RunRecord
 from cronrace.runner import Runner
-from cronrace.store import Claim, Store
+from cronrace.store import Claim, Owner, Store
 
 log = logging.getLogger("cronrace.scheduler")
 
 #: How long a wake-up cut short by a forced stop may spend finding out what it had won.
 ABORT_TIMEOUT_S = 2.0
-
-
-@dataclass(slots=True)
-class Decided:
-    """One job's plan at one wake-up (a manual trigger when ``trigger_id`` is set)."""
-
-    job: Job
-    plan: TickPlan
-    trigger_id: str | None = None
-    #: racers = k: the plan also covers ticks from this one on that other racers may have
-    #: decided; the acquire's watermark tells which were really missed.
-    shared_from_s: int | None = None
 
 
 @dataclass(slots=True)
@@ -61,9 +49,9 @@ class WakeUp:
         records: decision records not yet written.
     """
 
-    plans: Sequence[Decided]
+    plans: Sequence[Proposal]
     claims: list[Claim]
-    winners: list[Decided] | None = None
+    winners: list[Proposal] | None = None
     decided: bool = False
     records: list[RunRecord] = field(default_factory=list)
 
@@ -105,7 +93,7 @@ async def account_for_cut_wakeup(
     store: Store,
     runner: Runner,
     outbox: Outbox,
-    owner: str,
+    owner: Owner,
     node_id: str,
     clock: Clock,
 ) -> None:

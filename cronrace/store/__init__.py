@@ -2,33 +2,48 @@
 
 This package is the only place that spells a key or a Redis command: ``keys`` spells the
 keys, ``commands`` holds :class:`Store` with every command and script call, ``replies`` the
-typed arguments and answers, ``client`` the connection pools.
+typed arguments and answers (enums and value types, decoded once), ``client`` the
+connection pools, ``errors`` the translation of redis-py's exceptions into cronrace's.
 """
 
 from cronrace.store.client import make_client
 from cronrace.store.commands import Store
 from cronrace.store.keys import Keys
 from cronrace.store.replies import (
+    AcquireDecision,
+    AcquireMode,
     AcquireReply,
     AcquireRequest,
     Claim,
     ClaimOutcome,
     ClaimReply,
     HeartbeatReply,
+    JobState,
+    LeaseInfo,
     NotReplicatedError,
+    Owner,
+    ReleaseDecision,
     ReleaseReply,
+    Renewal,
 )
 
 __all__ = [
+    "AcquireDecision",
+    "AcquireMode",
     "AcquireReply",
     "AcquireRequest",
     "Claim",
     "ClaimOutcome",
     "ClaimReply",
     "HeartbeatReply",
+    "JobState",
     "Keys",
+    "LeaseInfo",
     "NotReplicatedError",
+    "Owner",
+    "ReleaseDecision",
     "ReleaseReply",
+    "Renewal",
     "Store",
     "make_client",
 ]

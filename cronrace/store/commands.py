@@ -15,6 +15,7 @@ from typing import Any, cast
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from cronrace.errors import RedisAccessError, RedisUnavailableError, StoreError
+from cronrace.policies import Outcome
 from cronrace.records import RunRecord
 from cronrace.store.client import follow_primary
 from cronrace.store.errors import translating
@@ -34,9 +35,14 @@ from cronrace.store.replies import (
     ClaimReply,
     HeartbeatReply,
     NotReplicatedError,
+    Owner,
+    ReleaseDecision,
     ReleaseReply,
+    Renewal,
     decode_acquire,
     decode_quarantined,
+    decode_release,
+    decode_renewal,
     decode_run_entries,
     decode_text,
     int_or_none,
@@ -65,7 +71,7 @@ class Store(OperatorCommands):
     async def claim_each(
         self,
         claims: Sequence[Claim],
-        value: str,
+        owner: Owner,
         *,
         read_back: bool = False,
         wait_replicas: int = 0,
@@ -75,7 +81,7 @@ class Store(OperatorCommands):
 
         Args:
             claims: the ticks (or triggers) to race for.
-            value: this process's claim value, ``<node_id>:<nonce>``.
+            owner: this process; its ``<node_id>:<nonce>`` is the claim's value.
             read_back: read each key back after claiming it, for claims that may have been
                 written by an attempt whose reply was lost: the value is unique to this
                 process, so finding it means this node won, whichever attempt set it
@@ -92,6 +98,7 @@ class Store(OperatorCommands):
             RedisUnavailableError: no shard answered; every claim is ambiguous.
         """
         keys = [self._claim_key(claim) for claim in claims]
+        value = str(owner)
 
         def add(pipe: Any, index: int) -> None:
             pipe.set(keys[index], value, nx=True, px=claims[index].ttl_ms)
@@ -139,7 +146,7 @@ class Store(OperatorCommands):
         return out
 
     async def claim(
-        self, claims: Sequence[Claim], value: str, *, wait_replicas: int = 0, wait_ms: int = 0
+        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
     ) -> list[bool]:
         """Race for every claim (see :meth:`claim_each`); True where this node won.
 
@@ -148,26 +155,27 @@ class Store(OperatorCommands):
                 the caller must call :meth:`resolve_claims` before deciding anything.
             NotReplicatedError: claims were won but fewer replicas confirmed them.
         """
-        replies = await self.claim_each(claims, value, wait_replicas=wait_replicas, wait_ms=wait_ms)
+        replies = await self.claim_each(claims, owner, wait_replicas=wait_replicas, wait_ms=wait_ms)
         return _won(replies)
 
     async def resolve_claims(
-        self, claims: Sequence[Claim], value: str, *, wait_replicas: int = 0, wait_ms: int = 0
+        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
     ) -> list[bool]:
         """Claim again and read each key back: a claim whose reply was lost may have won."""
         replies = await self.claim_each(
-            claims, value, read_back=True, wait_replicas=wait_replicas, wait_ms=wait_ms
+            claims, owner, read_back=True, wait_replicas=wait_replicas, wait_ms=wait_ms
         )
         return _won(replies)
 
-    async def read_claims(self, claims: Sequence[Claim], value: str) -> list[bool]:
-        """Read claim keys back without claiming: True where one holds ``value`` (ours)."""
+    async def read_claims(self, claims: Sequence[Claim], owner: Owner) -> list[bool]:
+        """Read claim keys back without claiming: True where one holds ``owner`` (ours)."""
         if not claims:
             return []
         pipe = self.client.pipeline(transaction=False)  # GETs, not MGET: one slot per job
         for claim in claims:
             pipe.get(self._claim_key(claim))
         found = await pipe.execute()
+        value = str(owner)
         return [raw is not None and decode_text(raw).split("\n", 1)[0] == value for raw in found]
 
     async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
@@ -201,10 +209,10 @@ class Store(OperatorCommands):
                 req.decide_tick_s,
                 req.mark_tick_s,
                 req.run_tick_s,
-                req.owner,
+                str(req.owner),
                 req.lease_ttl_ms,
-                req.overlap,
-                req.mode,
+                str(req.overlap),
+                str(req.mode),
                 req.request_id,
                 self.known_fence(req.job),
                 self.keys.quarantine(req.job),
@@ -227,7 +235,11 @@ class Store(OperatorCommands):
                 where = locate_lines("acquire", str(reply))
                 out.append(StoreError(f"acquire.lua failed for job {req.job!r}: {where}"))
                 continue
-            decoded = decode_acquire(reply)
+            try:
+                decoded = decode_acquire(reply)
+            except StoreError as exc:
+                out.append(exc)
+                continue
             self._saw_fence(req.job, decoded.fence, decoded.holder_fence, decoded.abandoned_fence)
             report_quarantined(
                 decoded.quarantined, script="acquire", job=req.job, tick=req.decide_tick_s
@@ -235,19 +247,19 @@ class Store(OperatorCommands):
             out.append(decoded)
         return out
 
-    async def renew(self, job: str, fence: int, ttl_ms: int) -> int:
-        """Extend a lease: 1 renewed, 0 gone, -1 held by another fence."""
+    async def renew(self, job: str, fence: int, ttl_ms: int) -> Renewal:
+        """Extend a lease held with ``fence``; say whether it was, or why not."""
         keys = [self.keys.lease(job), self.keys.hold(job)]
         reply = await self._eval("renew", keys, [fence, ttl_ms, self.keys.quarantine(job)])
         report_quarantined(decode_quarantined(reply[1]), script="renew", job=job, fence=fence)
-        return int(reply[0])
+        return decode_renewal(reply[0])
 
     async def release(
         self,
         job: str,
         fence: int,
         *,
-        owner: str,
+        owner: Owner,
         lease_ttl_ms: int,
         continue_tick_s: int = 0,
         record: RunRecord | None = None,
@@ -261,21 +273,13 @@ class Store(OperatorCommands):
         keys = [self.keys.lease(job), self.keys.fence(job), self.keys.pending(job)]
         keys += [self.keys.state(job), self.keys.runs(job), self.keys.hold(job)]
         payload = record.to_json() if record is not None else b""
-        args = [fence, owner, lease_ttl_ms, continue_tick_s, payload, history]
+        args = [fence, str(owner), lease_ttl_ms, continue_tick_s, payload, history]
         args.append(self.keys.quarantine(job))
         reply = await self._eval("release", keys, args)
         quarantined = decode_quarantined(reply[3])
         report_quarantined(quarantined, script="release", job=job, fence=fence)
         self._saw_fence(job, fence, int(reply[1]))
-        return ReleaseReply(
-            decision=decode_text(reply[0]),
-            fence=int(reply[1]),
-            tick_s=int(reply[2]),
-            warnings=tuple(q.kind for q in quarantined),
-            hold_ms=int(reply[4]),
-            quarantined=quarantined,
-            trigger_id=decode_text(reply[5]) or None,
-        )
+        return decode_release(reply, quarantined)
 
     async def finish(
         self,
@@ -283,7 +287,7 @@ class Store(OperatorCommands):
         *,
         history: int,
         release_fence: int | None,
-        owner: str,
+        owner: Owner,
         lease_ttl_ms: int,
         continue_tick_s: int = 0,
         retried: bool = False,
@@ -311,7 +315,7 @@ class Store(OperatorCommands):
             record=record,
             history=history,
         )
-        if reply.decision == "not_owner":
+        if reply.decision is ReleaseDecision.NOT_OWNER:
             recent = await self.history(record.job, 20) if retried else []
             if not any(r.fence == record.fence and r.node == record.node for r in recent):
                 await self.record([record], history=history)
@@ -333,7 +337,7 @@ class Store(OperatorCommands):
                     approximate=True,
                 )
             )
-            if record.outcome == "missed":
+            if record.outcome is Outcome.MISSED:
                 commands.append(
                     self._command(record.job, "state", "hincrby", "missed", record.count)
                 )

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 from redis.exceptions import ResponseError
 
-from cronrace.records import JobState, NodeInfo, RunRecord
+from cronrace.records import NodeInfo, RunRecord
 from cronrace.store.base import StoreBase
 from cronrace.store.errors import translating
 from cronrace.store.garbage import is_wrong_type, quarantine
-from cronrace.store.replies import decode_job_state, decode_run_entries, decode_text
+from cronrace.store.replies import JobState, decode_job_state, decode_run_entries, decode_text
 
 log = logging.getLogger("cronrace.store")
 

@@ -1,18 +1,23 @@
 """What goes into the Redis scripts and what comes back, typed; and reply decoding.
 
-Replies are read as bytes and decoded here with ``errors="replace"``: a value that is not
-UTF-8 (garbage under one of our keys) is reported by the caller, never a crash in decoding.
+The scripts speak strings and integers; the rest of cronrace speaks the enums and value
+types here (decisions, modes, the lease owner), built and parsed in this module only. A
+script's reply is decoded once, here. Replies are read as bytes and decoded with
+``errors="replace"``: a value that is not UTF-8 (garbage under one of our keys) is reported
+by the caller, never a crash in decoding.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from cronrace.errors import StoreError
-from cronrace.records import JobState, LeaseInfo, RunRecord
+from cronrace.policies import Outcome, Overlap
+from cronrace.records import RunRecord
 
 log = logging.getLogger("cronrace.store")
 
@@ -47,6 +52,113 @@ class ClaimReply:
 
 
 @dataclass(frozen=True, slots=True)
+class Owner:
+    """Who holds a claim or a lease: one agent process, ``<node_id>:<nonce>`` in Redis.
+
+    The nonce tells two processes of one node id apart (a restart, a duplicate), so a claim
+    value found after a lost reply is known to be this process's own (DESIGN.md section 8).
+    Node ids never contain ``:`` (``AgentSettings`` refuses them).
+    """
+
+    node_id: str
+    nonce: str
+
+    @classmethod
+    def new(cls, node_id: str) -> Self:
+        """A fresh owner for one agent process of ``node_id``."""
+        return cls(node_id, secrets.token_hex(6))
+
+    @classmethod
+    def parse(cls, text: str) -> Self:
+        """Read ``<node_id>:<nonce>`` back (a value without ``:`` is a node id alone)."""
+        node_id, _, nonce = text.partition(":")
+        return cls(node_id, nonce)
+
+    def __str__(self) -> str:
+        return f"{self.node_id}:{self.nonce}"
+
+
+class AcquireMode(enum.StrEnum):
+    """What a won claim asks ``acquire.lua`` for."""
+
+    RUN = "run"
+    """Decide the tick and run it (if the overlap policy allows)."""
+    MARK = "mark"
+    """Decide the tick (a catch-up that fires nothing): advance the watermark, run nothing."""
+    TRIGGER = "trigger"
+    """Run a manual trigger (or a further tick of a catch-up): leave the watermark alone."""
+
+
+class AcquireDecision(enum.StrEnum):
+    """What ``acquire.lua`` decided for one won claim."""
+
+    RUN = "run"
+    STALE = "stale"
+    MARKED = "marked"
+    SKIPPED_PAUSED = "skipped:paused"
+    SKIPPED_OVERLAP = "skipped:overlap"
+    QUEUED = "queued"
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The outcome recorded for a tick decided this way, None when it runs or is only
+        marked (its record comes from the run, or from the catch-up's ``missed``)."""
+        return _DECISION_OUTCOMES.get(self)
+
+
+_DECISION_OUTCOMES = {
+    AcquireDecision.STALE: Outcome.STALE,
+    AcquireDecision.SKIPPED_PAUSED: Outcome.SKIPPED_PAUSED,
+    AcquireDecision.SKIPPED_OVERLAP: Outcome.SKIPPED_OVERLAP,
+    AcquireDecision.QUEUED: Outcome.QUEUED,
+}
+
+
+class ReleaseDecision(enum.StrEnum):
+    """What ``release.lua`` did with a lease."""
+
+    RELEASED = "released"
+    HANDED_ON = "run"
+    """Kept with a new fence for the next tick (queued, or a catch-up's next)."""
+    NOT_OWNER = "not_owner"
+    """The lease had moved on (another fence): nothing was released."""
+
+
+class Renewal(enum.IntEnum):
+    """What ``renew.lua`` answered."""
+
+    RENEWED = 1
+    GONE = 0
+    """No lease (it expired)."""
+    TAKEN = -1
+    """Another fence holds it."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """Who holds a job's running lease."""
+
+    owner: Owner
+    fence: int
+    tick_s: int
+    started_ms: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """What Redis knows of one job (shared by every node)."""
+
+    job: str
+    watermark_s: int | None
+    lease: LeaseInfo | None
+    paused: bool
+    counters: dict[str, int]
+    spec: dict[str, str]
+    last_fence: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """One claim to race for: a scheduled tick, or a manual trigger when ``trigger_id``."""
 
@@ -70,16 +182,16 @@ class AcquireRequest:
     decide_tick_s: int
     mark_tick_s: int
     run_tick_s: int
-    owner: str
+    owner: Owner
     lease_ttl_ms: int
-    overlap: str
-    mode: str  # run | mark | trigger
+    overlap: Overlap
+    mode: AcquireMode
     trigger_id: str | None = None
 
     @property
     def request_id(self) -> str:
         """What names this decision for retries ('' when it is never retried)."""
-        if self.mode != "trigger":
+        if self.mode != AcquireMode.TRIGGER:
             return f"{self.mode}:{self.decide_tick_s}"
         return f"trigger:{self.trigger_id}" if self.trigger_id else ""
 
@@ -103,14 +215,14 @@ class Quarantined:
 class AcquireReply:
     """What ``acquire.lua`` decided (the script's header explains each field)."""
 
-    decision: str
+    decision: AcquireDecision
     fence: int
     prev_watermark_s: int | None
     holder_fence: int
-    holder_owner: str
+    holder_owner: Owner | None
     abandoned_tick_s: int
     abandoned_fence: int
-    abandoned_owner: str
+    abandoned_owner: Owner | None
     warnings: tuple[str, ...]
     superseded_tick_s: int
     hold_ms: int = 0
@@ -123,9 +235,9 @@ class AcquireReply:
 
 @dataclass(frozen=True, slots=True)
 class ReleaseReply:
-    """What ``release.lua`` decided: ``released``, ``run`` (hand-on) or ``not_owner``."""
+    """What ``release.lua`` decided, and for a hand-on the new fence and tick."""
 
-    decision: str
+    decision: ReleaseDecision
     fence: int
     tick_s: int
     warnings: tuple[str, ...]
@@ -142,6 +254,12 @@ class HeartbeatReply:
     epoch: str
     #: Every member whose heartbeat had not expired: node id -> expiry, epoch ms.
     members: dict[str, int] = field(default_factory=dict)
+
+
+def decode_owner(raw: Any) -> Owner | None:
+    """An owner as a script answers it ('' when there is none)."""
+    text = decode_text(raw)
+    return Owner.parse(text) if text else None
 
 
 def decode_quarantined(raw: Any) -> tuple[Quarantined, ...]:
@@ -180,7 +298,7 @@ def decode_job_state(
     lease_info = None
     if lease_fence is not None:
         lease_info = LeaseInfo(
-            owner=held.get("owner", ""),
+            owner=Owner.parse(held.get("owner", "")),
             fence=lease_fence,
             tick_s=int_or_none(held.get("tick")) or 0,
             started_ms=int_or_none(held.get("started_ms")) or 0,
@@ -203,18 +321,26 @@ def decode_job_state(
 
 
 def decode_acquire(reply: Any) -> AcquireReply:
-    """Decode one ``acquire.lua`` reply (a fresh answer or a replayed one)."""
+    """Decode one ``acquire.lua`` reply (a fresh answer or a replayed one).
+
+    Raises:
+        StoreError: the reply is not one ``acquire.lua`` gives (another version's script).
+    """
+    try:
+        decision = AcquireDecision(decode_text(reply[0]))
+    except ValueError:
+        raise StoreError(f"acquire.lua answered an unknown decision {reply[0]!r}") from None
     prev = int(reply[2])
     quarantined = decode_quarantined(reply[8])
     return AcquireReply(
-        decision=decode_text(reply[0]),
+        decision=decision,
         fence=int(reply[1]),
         prev_watermark_s=None if prev < 0 else prev,
         holder_fence=int(reply[3]),
-        holder_owner=decode_text(reply[4]),
+        holder_owner=decode_owner(reply[4]),
         abandoned_tick_s=int(reply[5]),
         abandoned_fence=int(reply[6]),
-        abandoned_owner=decode_text(reply[7]),
+        abandoned_owner=decode_owner(reply[7]),
         warnings=tuple(q.kind for q in quarantined),
         superseded_tick_s=int(reply[9]),
         hold_ms=int(reply[10]),
@@ -224,6 +350,39 @@ def decode_acquire(reply: Any) -> AcquireReply:
         renewed=int(reply[14]) == 1,
         quarantined=quarantined,
     )
+
+
+def decode_release(reply: Any, quarantined: tuple[Quarantined, ...]) -> ReleaseReply:
+    """Decode one ``release.lua`` reply (its quarantined keys decoded by the caller).
+
+    Raises:
+        StoreError: the reply is not one ``release.lua`` gives.
+    """
+    try:
+        decision = ReleaseDecision(decode_text(reply[0]))
+    except ValueError:
+        raise StoreError(f"release.lua answered an unknown decision {reply[0]!r}") from None
+    return ReleaseReply(
+        decision=decision,
+        fence=int(reply[1]),
+        tick_s=int(reply[2]),
+        warnings=tuple(q.kind for q in quarantined),
+        hold_ms=int(reply[4]),
+        quarantined=quarantined,
+        trigger_id=decode_text(reply[5]) or None,
+    )
+
+
+def decode_renewal(raw: Any) -> Renewal:
+    """Decode ``renew.lua``'s answer.
+
+    Raises:
+        StoreError: not one ``renew.lua`` gives.
+    """
+    try:
+        return Renewal(int(raw))
+    except (TypeError, ValueError):
+        raise StoreError(f"renew.lua answered {raw!r}") from None
 
 
 def decode_run_entries(job: str, entries: Any) -> list[RunRecord]:

@@ -12,6 +12,7 @@ import pytest
 
 from cronrace.errors import ConfigError
 from cronrace.metrics import MetricsServer, PrometheusObserver
+from cronrace.policies import Outcome
 from cronrace.sidecar import Sidecar
 from tests.helpers import wait_for
 from tests.redis_server import RedisServer, free_port
@@ -113,14 +114,14 @@ async def test_probes_and_metrics_follow_redis_up_down_and_back(
 
 def test_observer_counts_decisions_by_reason_and_keeps_registries_apart() -> None:
     first, second = PrometheusObserver(), PrometheusObserver()
-    first.decision("backup", "skipped:overlap")
-    first.decision("backup", "missed", 4)
-    first.decision("backup", "queued")
-    first.decision("backup", "abandoned")
+    first.decision("backup", Outcome.SKIPPED_OVERLAP)
+    first.decision("backup", Outcome.MISSED, 4)
+    first.decision("backup", Outcome.QUEUED)
+    first.decision("backup", Outcome.ABANDONED)
     first.claims(won=1, lost=2)
     first.run_started("backup", 0.01)
-    first.run_finished("backup", "lease_lost", 2.0, 0.5)
-    first.record_dropped("backup", "lease_lost")
+    first.run_finished("backup", Outcome.LEASE_LOST, 2.0, 0.5)
+    first.record_dropped("backup", Outcome.LEASE_LOST)
     sample = first.registry.get_sample_value
     assert sample("cronrace_skipped_ticks_total", {"job": "backup", "reason": "overlap"}) == 1
     assert sample("cronrace_skipped_ticks_total", {"job": "backup", "reason": "missed"}) == 4

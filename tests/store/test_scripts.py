@@ -6,7 +6,7 @@ import pytest
 
 from cronrace.policies import Outcome
 from cronrace.records import RunRecord
-from cronrace.store import AcquireRequest, Claim, Store
+from cronrace.store import AcquireRequest, Claim, Owner, Store
 
 
 def request(
@@ -71,7 +71,7 @@ async def test_skip_overlap_records_holder_and_runs_nothing(store: Store) -> Non
     second = await acquire_one(store, request(tick=101, owner="n2:y"))
     assert second.decision == "skipped:overlap"
     assert second.holder_fence == first.fence
-    assert second.holder_owner == "n1:x"
+    assert second.holder_owner == Owner("n1", "x")
     assert await store.client.hget(store.keys.state("j"), "skipped_overlap") == b"1"
 
 
@@ -150,7 +150,7 @@ async def test_expired_lease_is_reported_abandoned_by_the_next_acquirer(store: S
     second = await acquire_one(store, request(tick=101, owner="n2:y"))
     assert second.decision == "run"
     assert (second.abandoned_tick_s, second.abandoned_fence) == (100, first.fence)
-    assert second.abandoned_owner == "n1:x"
+    assert second.abandoned_owner == Owner("n1", "x")
 
 
 async def test_fence_survives_a_wiped_counter(store: Store) -> None:

@@ -1,0 +1,341 @@
+"""A tick's decision as a table: (plan, acquire.lua's answer) -> records, events, runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import pytest
+
+from cronrace.decisions import (
+    Proposal,
+    RunStart,
+    Verdict,
+    acquire_request,
+    decide,
+    further_tick_request,
+    not_replicated,
+    report,
+)
+from cronrace.job import Job
+from cronrace.observer import Observer
+from cronrace.policies import Outcome, Overlap, TickPlan
+from cronrace.store import AcquireDecision, AcquireMode, AcquireReply, Owner
+
+NOW_MS = 1_000_500
+ME = "n1"
+OWNER = Owner("n1", "abc")
+
+
+def job(overlap: Overlap = Overlap.SKIP) -> Job:
+    return Job.define(lambda ctx: None, "* * * * * *", name="j", overlap=overlap, lease_ttl=10)
+
+
+def steady(tick: int = 100) -> TickPlan:
+    return TickPlan(tick, tick, (tick,), 0)
+
+
+def answer(decision: AcquireDecision = AcquireDecision.RUN, **fields: Any) -> AcquireReply:
+    base = AcquireReply(
+        decision=decision,
+        fence=7 if decision is AcquireDecision.RUN else 0,
+        prev_watermark_s=None,
+        holder_fence=0,
+        holder_owner=None,
+        abandoned_tick_s=0,
+        abandoned_fence=0,
+        abandoned_owner=None,
+        warnings=(),
+        superseded_tick_s=0,
+    )
+    return dataclasses.replace(base, **fields)
+
+
+def outcomes(verdict: Verdict) -> list[tuple[str, int, int]]:
+    """Each record as (outcome, tick, count): what the history will show."""
+    return [(r.outcome.value, r.tick_s, r.count) for r in verdict.records]
+
+
+# (name, overlap, plan, trigger_id, reply, records, events, start ticks / fence)
+CASES: list[tuple[str, Overlap, TickPlan, str | None, AcquireReply, list[Any], list[Any], Any]] = [
+    (
+        "steady tick runs",
+        Overlap.SKIP,
+        steady(),
+        None,
+        answer(),
+        [],
+        [],
+        ((100,), 7),
+    ),
+    (
+        "overlap skip records the tick with the holder's fence",
+        Overlap.SKIP,
+        steady(),
+        None,
+        answer(AcquireDecision.SKIPPED_OVERLAP, holder_fence=6),
+        [("skipped:overlap", 100, 1)],
+        [(Outcome.SKIPPED_OVERLAP, 1)],
+        None,
+    ),
+    (
+        "paused",
+        Overlap.SKIP,
+        steady(),
+        None,
+        answer(AcquireDecision.SKIPPED_PAUSED),
+        [("skipped:paused", 100, 1)],
+        [(Outcome.SKIPPED_PAUSED, 1)],
+        None,
+    ),
+    (
+        "queued behind a live run",
+        Overlap.QUEUE_ONE,
+        steady(),
+        None,
+        answer(AcquireDecision.QUEUED, holder_fence=6),
+        [("queued", 100, 1)],
+        [(Outcome.QUEUED, 1)],
+        None,
+    ),
+    (
+        "a newer queued tick supersedes the older one",
+        Overlap.QUEUE_ONE,
+        steady(101),
+        None,
+        answer(AcquireDecision.QUEUED, superseded_tick_s=100),
+        [("skipped:overlap", 100, 1), ("queued", 101, 1)],
+        [(Outcome.SKIPPED_OVERLAP, 1), (Outcome.QUEUED, 1)],
+        None,
+    ),
+    (
+        "stale: nothing else is recorded, not even the missed ticks",
+        Overlap.SKIP,
+        TickPlan(105, 105, (105,), 3),
+        None,
+        answer(AcquireDecision.STALE, prev_watermark_s=105),
+        [("stale", 105, 1)],
+        [(Outcome.STALE, 1)],
+        None,
+    ),
+    (
+        "catch-up latest: the missed ticks in one record, the newest runs",
+        Overlap.SKIP,
+        TickPlan(105, 105, (105,), 4),
+        None,
+        answer(),
+        [("missed", 105, 4)],
+        [(Outcome.MISSED, 4)],
+        ((105,), 7),
+    ),
+    (
+        "catch-up skip: only marked, only missed",
+        Overlap.SKIP,
+        TickPlan(105, 105, (), 5),
+        None,
+        answer(AcquireDecision.MARKED),
+        [("missed", 105, 5)],
+        [(Outcome.MISSED, 5)],
+        None,
+    ),
+    (
+        "catch-up all runs the ticks above the watermark found",
+        Overlap.SKIP,
+        TickPlan(104, 104, (102, 103, 104), 0),
+        None,
+        answer(prev_watermark_s=102),
+        [],
+        [],
+        ((103, 104), 7),
+    ),
+    (
+        "a trigger runs whatever the watermark",
+        Overlap.SKIP,
+        TickPlan(100, 100, (100,), 0),
+        "t1",
+        answer(prev_watermark_s=200),
+        [],
+        [],
+        ((100,), 7),
+    ),
+    (
+        "an abandoned lease is recorded under its node, then the tick runs",
+        Overlap.SKIP,
+        steady(),
+        None,
+        answer(abandoned_tick_s=99, abandoned_fence=5, abandoned_owner=Owner("n2", "x")),
+        [("abandoned", 99, 1)],
+        [(Outcome.ABANDONED, 1)],
+        ((100,), 7),
+    ),
+    (
+        "a replayed grant whose lease moved on does not start",
+        Overlap.SKIP,
+        steady(),
+        None,
+        answer(replayed=True, renewed=False),
+        [],
+        [(Outcome.LEASE_LOST, 1)],
+        "unrun",
+    ),
+    (
+        "a replayed grant whose lease was renewed starts",
+        Overlap.SKIP,
+        steady(),
+        None,
+        answer(replayed=True, renewed=True),
+        [],
+        [],
+        ((100,), 7),
+    ),
+    (
+        "allow has no lease to lose: a replayed grant starts",
+        Overlap.ALLOW,
+        steady(),
+        None,
+        answer(replayed=True, renewed=False),
+        [],
+        [],
+        ((100,), 7),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("overlap", "plan", "trigger_id", "reply", "records", "events", "start"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_decision_table(
+    overlap: Overlap,
+    plan: TickPlan,
+    trigger_id: str | None,
+    reply: AcquireReply,
+    records: list[Any],
+    events: list[Any],
+    start: Any,
+) -> None:
+    verdict = decide(Proposal(job(overlap), plan, trigger_id), reply, node_id=ME, now_ms=NOW_MS)
+    assert outcomes(verdict) == records
+    assert list(verdict.events) == events
+    if start == "unrun":
+        assert verdict.start is None
+        assert verdict.unrun == RunStart((plan.fire_ticks_s[0],), reply.fence)
+    elif start is None:
+        assert verdict.start is None
+        assert verdict.unrun is None
+    else:
+        assert verdict.start == RunStart(*start)
+        assert verdict.unrun is None
+    assert all(r.finished_ms == NOW_MS and r.job == "j" for r in verdict.records)
+
+
+def test_records_name_who_decided_and_what_they_met() -> None:
+    reply = answer(
+        AcquireDecision.QUEUED,
+        holder_fence=6,
+        superseded_tick_s=99,
+        superseded_trigger_id="t0",
+        abandoned_tick_s=98,
+        abandoned_fence=4,
+        abandoned_owner=Owner("n2", "x"),
+    )
+    verdict = decide(Proposal(job(Overlap.QUEUE_ONE), steady(), "t1"), reply, node_id=ME, now_ms=1)
+    abandoned, superseded, queued = verdict.records
+    assert (abandoned.node, abandoned.fence, abandoned.error) == (
+        "n2",
+        4,
+        "lease expired without release",
+    )
+    assert (superseded.node, superseded.trigger_id, superseded.detail) == (
+        ME,
+        "t0",
+        {"superseded_by": 100},
+    )
+    assert (queued.node, queued.trigger_id, queued.detail) == (ME, "t1", {"holder_fence": 6})
+
+
+def test_a_grant_answered_past_its_lease_deadline_is_given_back() -> None:
+    verdict = decide(
+        Proposal(job(), TickPlan(104, 104, (103, 104), 0)),
+        answer(),
+        node_id=ME,
+        now_ms=NOW_MS,
+        answered_late=True,
+    )
+    assert verdict.start is None
+    assert verdict.unrun == RunStart((103,), 7)
+    assert verdict.events == ((Outcome.LEASE_LOST, 1),)
+    late_allow = decide(
+        Proposal(job(Overlap.ALLOW), steady()), answer(), node_id=ME, now_ms=1, answered_late=True
+    )
+    assert late_allow.start == RunStart((100,), 7)  # no lease, nothing to overlap
+
+
+def test_a_grant_after_a_wipe_holds_its_run() -> None:
+    verdict = decide(Proposal(job(), steady()), answer(hold_ms=2500), node_id=ME, now_ms=1)
+    assert verdict.start == RunStart((100,), 7, hold_s=2.5)
+
+
+@pytest.mark.parametrize(
+    ("plan", "trigger_id", "mode", "run_tick"),
+    [
+        (TickPlan(100, 100, (100,), 0), None, AcquireMode.RUN, 100),
+        (TickPlan(104, 104, (102, 103, 104), 2), None, AcquireMode.RUN, 102),
+        (TickPlan(104, 104, (), 5), None, AcquireMode.MARK, 104),
+        (TickPlan(100, 100, (100,), 0), "t1", AcquireMode.TRIGGER, 100),
+    ],
+)
+def test_acquire_request_follows_the_plan(
+    plan: TickPlan, trigger_id: str | None, mode: AcquireMode, run_tick: int
+) -> None:
+    request = acquire_request(Proposal(job(Overlap.REPLACE), plan, trigger_id), OWNER)
+    assert (request.mode, request.run_tick_s, request.decide_tick_s) == (
+        mode,
+        run_tick,
+        plan.claim_tick_s,
+    )
+    assert (request.overlap, request.owner, request.trigger_id) == (
+        Overlap.REPLACE,
+        OWNER,
+        trigger_id,
+    )
+    expected_id = f"trigger:{trigger_id}" if trigger_id else f"{mode}:{plan.claim_tick_s}"
+    assert request.request_id == expected_id
+
+
+def test_a_further_catch_up_tick_is_never_remembered() -> None:
+    request = further_tick_request(job(Overlap.ALLOW), 103, OWNER)
+    assert (request.mode, request.decide_tick_s, request.run_tick_s) == (
+        AcquireMode.TRIGGER,
+        103,
+        103,
+    )
+    assert request.request_id == ""
+
+
+def test_not_replicated_claims_are_recorded_not_run() -> None:
+    verdict = not_replicated([(Proposal(job(), steady()), 0)], wanted=1, node_id=ME, now_ms=NOW_MS)
+    (record,) = verdict.records
+    assert (record.outcome, record.error) == (Outcome.NOT_REPLICATED, "0 of 1 replicas confirmed")
+    assert verdict.events == ((Outcome.NOT_REPLICATED, 1),)
+
+
+class Counting(Observer):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Outcome, int]] = []
+
+    def decision(self, job: str, outcome: Outcome, count: int = 1) -> None:
+        self.seen.append((job, outcome, count))
+
+
+def test_report_logs_and_counts_each_event(caplog: pytest.LogCaptureFixture) -> None:
+    proposal = Proposal(job(), TickPlan(105, 105, (105,), 3))
+    reply = answer(AcquireDecision.STALE, prev_watermark_s=105)
+    verdict = decide(proposal, reply, node_id=ME, now_ms=1)
+    observer = Counting()
+    with caplog.at_level(logging.INFO, logger="cronrace.scheduler"):
+        report(proposal, reply, verdict, node_id=ME, observer=observer)
+    assert observer.seen == [("j", Outcome.STALE, 1)]
+    assert [r.getMessage() for r in caplog.records] == ["tick already decided (stale claim)"]
