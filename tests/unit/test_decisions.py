@@ -339,3 +339,19 @@ def test_report_logs_and_counts_each_event(caplog: pytest.LogCaptureFixture) -> 
         report(proposal, reply, verdict, node_id=ME, observer=observer)
     assert observer.seen == [("j", Outcome.STALE, 1)]
     assert [r.getMessage() for r in caplog.records] == ["tick already decided (stale claim)"]
+
+
+@pytest.mark.parametrize(
+    ("watermark", "missed"),
+    [(None, 4), (99, 4), (102, 1), (104, 0)],
+)
+def test_a_shared_plan_counts_only_the_ticks_no_other_racer_decided(
+    watermark: int | None, missed: int
+) -> None:
+    """racers = k: ticks 100-104 may have been decided by others; the watermark tells."""
+    proposal = Proposal(job(), TickPlan(105, 105, (105,), 4), shared_from_s=100)
+    verdict = decide(proposal, answer(prev_watermark_s=watermark), node_id=ME, now_ms=1)
+    assert [e for e in verdict.events if e[0] is Outcome.MISSED] == (
+        [(Outcome.MISSED, missed)] if missed else []
+    )
+    assert verdict.start == RunStart((105,), 7)
