@@ -63,11 +63,27 @@ class CellSpec:
     #: Take every claim of the window beforehand, so that every agent loses every race:
     #: what a claim costs a loser, without the winners' work mixed in.
     losers_only: bool = False
+    #: The agents' ``racers`` setting: "all" or k.
+    racers: str = "all"
+    #: Stop one agent and start it again, in turn, this often (0: never): the churn cell.
+    churn_every_s: float = 0.0
+    #: The jobs' catch-up policy (the churn cell fires every late tick: "all").
+    catchup: str = "latest"
+    heartbeat_s: float = 2.0
 
     @property
     def label(self) -> str:
         suffix = " staggered+paused" if self.chaos else " losers only" if self.losers_only else ""
+        if self.racers != "all":
+            suffix += f" racers={self.racers}"
+        if self.churn_every_s:
+            suffix += f" churn every {self.churn_every_s:g}s"
         return f"{self.system} {self.nodes}x{self.jobs}{suffix}"
+
+    @property
+    def claimers(self) -> int:
+        """How many nodes claim each tick."""
+        return self.nodes if self.racers == "all" else min(self.nodes, int(self.racers))
 
 
 @dataclass
@@ -116,8 +132,15 @@ def run_cell(spec: CellSpec, ctx: Context, status: Status) -> dict[str, Any]:
         "jobs": spec.jobs,
         "nodes_x_jobs": spec.nodes * spec.jobs,
         "procs": spec.procs,
-        "kind": "chaos" if spec.chaos else "losers" if spec.losers_only else "sweep",
+        "kind": "chaos"
+        if spec.chaos
+        else "losers"
+        if spec.losers_only
+        else "churn"
+        if spec.churn_every_s
+        else "sweep",
         "loop": ctx.loop,
+        "racers": spec.racers,
     }
     base = {
         "redis_url": ctx.server.url,
@@ -127,6 +150,10 @@ def run_cell(spec: CellSpec, ctx: Context, status: Status) -> dict[str, Any]:
         "schedule": SCHEDULE,
         "loop": ctx.loop,
         "startup_timeout_s": spec.startup_budget_s,
+        "racers": spec.racers,
+        "churn_every_s": spec.churn_every_s,
+        "catchup": spec.catchup,
+        "heartbeat_s": spec.heartbeat_s,
     }
     try:
         return _run(spec, ctx, fleet, base, row, workdir, status)
@@ -180,7 +207,7 @@ def _run(
     pause_at = t0 + 2.0 if spec.chaos else math.inf
     resume_at = math.inf
     pause_index = len(fleet.procs) // 2
-    expected = spec.nodes * spec.jobs
+    expected = spec.claimers * spec.jobs
     ticks: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
     bad_run = 0
     reasons: list[str] = []
@@ -223,7 +250,8 @@ def _run(
             status(_tick_text(spec, tick, t0, done), progress)
             # Judge each tick once every process has reported it, from the last warm-up
             # tick on (the first ticks after start-up carry connection set-up).
-            if spec.chaos or len(done) < len(fleet.procs) or tick < t0 - 1 or tick in judged:
+            skip = spec.chaos or bool(spec.churn_every_s)
+            if skip or len(done) < len(fleet.procs) or tick < t0 - 1 or tick in judged:
                 continue
             judged.add(tick)
             bad = _saturation(spec, done, expected)
@@ -383,6 +411,20 @@ def _run_checks(
     return duplicates, missed, lags_ms, per
 
 
+def _spread(run_log: list[list[Any]], nodes: int, window: tuple[int, int]) -> dict[str, Any]:
+    """Runs per node in the window: the busiest node against the mean (every node counts)."""
+    t0, t1 = window
+    per_node = Counter(int(e[2]) for e in run_log if t0 <= int(e[1]) < t1)
+    if not per_node:
+        return {}
+    mean = sum(per_node.values()) / nodes
+    return {
+        "runs_per_node_max": max(per_node.values()),
+        "runs_per_node_mean": round(mean, 1),
+        "spread_max_over_mean": round(max(per_node.values()) / mean, 3),
+    }
+
+
 def measure(
     spec: CellSpec,
     ctx: Context,
@@ -409,6 +451,8 @@ def measure(
         "missed_by_tick": dict(sorted(missed.items())),
         **repeated,
         "runs_in_window": sum(1 for (_job, tick) in per if t0 <= tick < t1),
+        **_spread(run_log, n, window),
+        "late_runs_over_1s": sum(1 for lag in lags_ms if lag > 1000),
         "fire_lag_p50_ms": _round(percentile(lags_ms, 50)),
         "fire_lag_p99_ms": _round(percentile(lags_ms, 99)),
         "fire_lag_max_ms": _round(max(lags_ms, default=None)),
@@ -454,6 +498,8 @@ def measure(
             "claims_per_s": round(claims / wall_s, 1),
             "wakeups": wakeups,
             "claims_per_node_job_tick": _round(claim_sets / (n * j * ticks), 4),
+            "claims_per_job_tick": _round(claim_sets / (j * ticks), 3),
+            "churned": sum(int(result.get("churned", 0)) for result in results),
             "loser_cmds_per_node_job_tick": _loser_cmds(spec, claim_sets, ticks),
             "winner_cmds_per_job_tick": _round(winner_cmds / (j * ticks), 3),
             "redis_cmds_sent_per_tick": round((tick_cmds + background_cmds) / ticks, 2),

@@ -68,6 +68,17 @@ LAG_TARGET_CELL = (10, 100)
 AGENTS_PER_PROCESS = 100
 #: From this many claims per second a cell gets two fleet processes (one per core).
 TWO_PROCESSES_FROM = 5000
+#: racers = k beside racers = all (DESIGN.md section 12): (nodes, jobs, racers).
+RACER_CELLS_QUICK = ((10, 100, "2"), (10, 100, "3"), (5, 100, "all"), (5, 100, "2"))
+RACER_CELLS_FULL = tuple(
+    (n, j, k)
+    for n, j in ((5, 1000), (200, 100), (1000, 100), (200, 1000))
+    for k in ("all", "2", "3")
+    if (n, j, k) not in ((200, 100, "all"), (200, 1000, "all"))  # in the sweep already
+)
+#: Nodes x jobs of the churn cell: racers = 2, one agent stopped and started again in turn.
+CHURN_CELL = (6, 20)
+CHURN_EVERY_S = 3.0
 
 
 @dataclass
@@ -85,11 +96,16 @@ class Plan:
     loser_cells: list[tuple[int, int]] = field(default_factory=list)
     per_node_cells: list[tuple[int, int]] = field(default_factory=list)
     loser_repeats: int = 3
+    racer_cells: list[tuple[int, int, str]] = field(default_factory=list)
+    churn: bool = False
+    churn_ticks: int = 15
 
     @property
     def steps(self) -> int:
         ours = (
             len(self.cells)
+            + len(self.racer_cells)
+            + int(self.churn)
             + len(self.extra_ours)
             + len(self.loser_cells)
             + len(self.per_node_cells)
@@ -110,6 +126,11 @@ def _cell(text: str) -> tuple[int, int]:
     return int(nodes), int(jobs)
 
 
+def _racer_cell(text: str) -> tuple[int, int, str]:
+    cell, _, racers = text.lower().partition(":")
+    return (*_cell(cell), racers or "2")
+
+
 def build_plan(args: argparse.Namespace) -> Plan:
     if args.smoke:
         plan = Plan(
@@ -127,6 +148,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         )
         plan.loser_cells = list(LOSER_CELLS_QUICK)
         plan.loser_repeats = 1
+        plan.racer_cells = list(RACER_CELLS_QUICK)
+        plan.churn = True
     else:
         cells = [(n, j) for n in FULL_NODES for j in FULL_JOBS]
         plan = Plan(
@@ -141,11 +164,21 @@ def build_plan(args: argparse.Namespace) -> Plan:
         plan.extra_ours = [c for c in PEER_CELLS_FULL if c not in cells]
         plan.loser_cells = list(LOSER_CELLS_FULL)
         plan.per_node_cells = list(ONE_PROCESS_PER_NODE_FULL)
+        plan.racer_cells = list(RACER_CELLS_FULL)
+        plan.churn = True
+        plan.churn_ticks = 40
+    if args.racers is not None:
+        plan.racer_cells = [_racer_cell(text) for text in args.racers.split(",") if text]
     if args.cells:
         plan.cells = [_cell(text) for text in args.cells.split(",")]
         plan.extra_ours = []
         plan.loser_cells = []
         plan.per_node_cells = []
+        if args.racers is None:
+            plan.racer_cells = []
+        plan.churn = False
+    if args.churn:
+        plan.churn = True
     if args.losers:
         plan.loser_cells = [_cell(text) for text in args.losers.split(",")]
     if args.no_peer:
@@ -223,6 +256,7 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
             "quick": plan.quick,
         },
         "fleet": [],
+        "racers": [],
         "losers": [],
         "per_node": [],
         "peer": [],
@@ -259,6 +293,36 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
             display.begin(spec.label)
             row = run_cell(spec, ctx, display.status)
             out["fleet"].append(row)
+            display.done(_summary(row))
+        for nodes, jobs, racers in plan.racer_cells:
+            spec = CellSpec(
+                "cronrace",
+                nodes,
+                jobs,
+                ticks=plan.ticks,
+                procs=procs_for(nodes, jobs, plan.agents_per_process),
+                racers=racers,
+            )
+            display.begin(spec.label)
+            row = run_cell(spec, ctx, display.status)
+            out["racers"].append(row)
+            display.done(_summary(row))
+        if plan.churn:
+            nodes, jobs = CHURN_CELL
+            spec = CellSpec(
+                "cronrace",
+                nodes,
+                jobs,
+                ticks=plan.churn_ticks,
+                procs=1,
+                racers="2",
+                churn_every_s=CHURN_EVERY_S,
+                catchup="all",
+                heartbeat_s=1.0,
+            )
+            display.begin(spec.label)
+            row = run_cell(spec, ctx, display.status)
+            out["racers"].append(row)
             display.done(_summary(row))
         for nodes, jobs in plan.per_node_cells:
             spec = CellSpec("cronrace", nodes, jobs, ticks=plan.ticks, procs=nodes)
@@ -376,12 +440,22 @@ def headline(out: dict[str, Any]) -> str:
     lag_row = next((r for r in ok if (r["nodes"], r["jobs"]) == LAG_TARGET_CELL), None)
     if lag_row is None and ok:
         lag_row = max(ok, key=lambda r: r["nodes_x_jobs"])
+    racers = [r for r in out.get("racers", []) if r.get("status") == "ok"]
     ours = ok + [r for r in out["chaos"] if r.get("system") == "cronrace" and "duplicates" in r]
+    ours += racers
     rtt = max(rtts, default=None)
+    at_two = [
+        r["claims_per_job_tick"] for r in racers if r["racers"] == "2" and r["kind"] == "sweep"
+    ]
+    spreads = [r["spread_max_over_mean"] for r in racers if r.get("spread_max_over_mean")]
+    floor = out.get("floor", {}).get("winner_cpu_over_floor")
     return (
         f"claims_per_node_job_tick={_num(claims)} rtt_per_node_wake={_num(rtt)} "
         f"p99_fire_lag_ms={_num(lag_row['fire_lag_p99_ms'] if lag_row else None)} "
-        f"duplicates={sum(r['duplicates'] for r in ours)} missed={sum(r['missed'] for r in ours)}"
+        f"duplicates={sum(r['duplicates'] for r in ours)} missed={sum(r['missed'] for r in ours)} "
+        f"racers_claims_per_job_tick={_num(max(at_two, default=None))} "
+        f"spread_max_over_mean={_num(max(spreads, default=None))} "
+        f"winner_cpu_over_floor={_num(floor)}"
     )
 
 
@@ -392,13 +466,18 @@ def _num(value: float | None) -> str:
 def write_outputs(out: dict[str, Any], out_dir: Path, *, publish: bool, plots: bool) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(out, indent=1, default=str))
-    report.write_csv(out_dir / "fleet.csv", out["fleet"] + out["per_node"] + out["losers"])
+    report.write_csv(
+        out_dir / "fleet.csv",
+        out["fleet"] + out["per_node"] + out["losers"] + out.get("racers", []),
+    )
     report.write_csv(out_dir / "peer.csv", out["peer"] + out["chaos"])
     tables = generated_markdown(out, out_dir)
     (out_dir / "tables.md").write_text(tables)
     written = [out_dir / name for name in ("results.json", "fleet.csv", "peer.csv", "tables.md")]
     if plots:
         written += report.plots(out_dir, out["fleet"], out["peer"], out["limit"], out["chaos"])
+        if out.get("racers"):
+            written.append(report.racers_plot(out_dir, out["fleet"] + out["racers"]))
     if publish:
         report.update_results_md(RESULTS_MD, tables)
         written.append(RESULTS_MD)
@@ -455,6 +534,16 @@ def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
         "Lua scripts run.",
         "",
         f"```\n{headline(out)}\n```",
+        "",
+        "### racers = k beside racers = all",
+        "",
+        "Claims per job-tick are every claim sent over jobs × ticks (all: N; k: at most k, "
+        "plus the late claims of ticks whose racers left). Runs per node: the busiest node's "
+        "runs against the mean over all N nodes (1.00 is perfectly even). The churn cell "
+        f"stops one agent and starts it again every {CHURN_EVERY_S:g} s (1 s heartbeats, "
+        "`catchup = all`): late runs are its ticks fired late.",
+        "",
+        report.racers_table(out.get("racers", [])),
         "",
         "### Where the fire lag goes",
         "",
@@ -522,6 +611,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="output directory (default benchmarks/out)")
     parser.add_argument("--cells", help="cronrace cells to run instead, e.g. 10x100,50x10")
     parser.add_argument("--losers", help="losers-only cells to run instead, e.g. 10x100")
+    parser.add_argument(
+        "--racers",
+        help="racers cells to run instead, NxJ:k, e.g. 10x100:2,10x100:all ('' for none)",
+    )
+    parser.add_argument("--churn", action="store_true", help="run the churn cell too")
     parser.add_argument("--ticks", type=int, help="measured ticks per cell")
     parser.add_argument(
         "--agents-per-process",

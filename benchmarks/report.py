@@ -222,6 +222,85 @@ def losers_table(rows: list[dict[str, Any]]) -> str:
     return _table(header, out)
 
 
+def racers_table(rows: list[dict[str, Any]]) -> str:
+    """racers = k cells beside racers = all, and the churn cell."""
+    header = [
+        "cell",
+        "racers",
+        "claims per job-tick",
+        "Redis cmds per tick (sent / executed)",
+        "fire lag p50 / p99 ms",
+        "runs per node max / mean",
+        "duplicates / missed",
+        "late runs (> 1 s)",
+    ]
+    out = []
+    for r in rows:
+        cell = f"{r['nodes']} × {r['jobs']}" + (" churn" if r.get("kind") == "churn" else "")
+        if r.get("status") != "ok":
+            out.append(
+                [
+                    cell,
+                    str(r.get("racers")),
+                    r.get("status", "?"),
+                    str(r.get("reason", ""))[:120],
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
+            continue
+        out.append(
+            [
+                cell,
+                str(r.get("racers")),
+                _fmt(r.get("claims_per_job_tick")),
+                f"{_fmt(r.get('redis_cmds_sent_per_tick'), 0)} / "
+                f"{_fmt(r.get('redis_cmds_executed_per_tick'), 0)}",
+                f"{_fmt(r.get('fire_lag_p50_ms'), 0)} / {_fmt(r.get('fire_lag_p99_ms'), 0)}",
+                f"{r.get('runs_per_node_max', '–')} / {_fmt(r.get('runs_per_node_mean'), 1)}"
+                f" ({_fmt(r.get('spread_max_over_mean'))})",
+                f"{r['duplicates']} / {r['missed']}",
+                str(r.get("late_runs_over_1s", "–")),
+            ]
+        )
+    return _table(header, out) if out else "(not run)"
+
+
+def racers_plot(out_dir: Path, rows: list[dict[str, Any]]) -> Path:
+    """Claims per tick against N, for all, k = 2 and k = 3 (one line per setting and J)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("kind", "sweep") == "sweep"]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    styles = {"all": "o-", "2": "s--", "3": "^:"}
+    for racers, style in styles.items():
+        for jobs in sorted({r["jobs"] for r in ok}):
+            sel = sorted(
+                (r for r in ok if str(r.get("racers", "all")) == racers and r["jobs"] == jobs),
+                key=lambda r: r["nodes"],
+            )
+            if not sel:
+                continue
+            ax.plot(
+                [r["nodes"] for r in sel],
+                [r["claims_per_job_tick"] * jobs for r in sel],
+                style,
+                label=f"racers = {racers}, J = {jobs}",
+            )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes N")
+    ax.set_ylabel("claims per tick (all jobs)")
+    ax.set_title("Claims per tick against N: all nodes race, or k of them")
+    ax.legend(fontsize=8)
+    return _save(plt, fig, out_dir / "racers_claims.png")
+
+
 def peer_table(rows: list[dict[str, Any]]) -> str:
     header = [
         "system",

@@ -52,23 +52,31 @@ def make_handler(node_index: int) -> Any:
     return handler
 
 
-def build_agents(config: dict[str, Any]) -> list[Agent]:
-    agents = []
-    for node_index in config["nodes"]:
-        settings = AgentSettings(
-            redis_url=config["redis_url"],
-            node_id=f"n{node_index:03d}",
-            namespace=config["namespace"],
-            shutdown_grace_s=5.0,
-            startup_timeout_s=float(config.get("startup_timeout_s", 60.0)),
+def build_agent(config: dict[str, Any], node_index: int) -> Agent:
+    settings = AgentSettings(
+        redis_url=config["redis_url"],
+        node_id=f"n{node_index:03d}",
+        namespace=config["namespace"],
+        shutdown_grace_s=5.0,
+        startup_timeout_s=float(config.get("startup_timeout_s", 60.0)),
+        racers=str(config.get("racers", "all")),
+        heartbeat_s=float(config.get("heartbeat_s", 2.0)),
+    )
+    agent = Agent(settings=settings)
+    handler = make_handler(node_index)
+    for job_index in range(config["jobs"]):
+        agent.add_job(
+            handler,
+            config["schedule"],
+            name=job_name(job_index),
+            catchup=config.get("catchup", "latest"),
         )
-        agent = Agent(settings=settings)
-        handler = make_handler(node_index)
-        for job_index in range(config["jobs"]):
-            agent.add_job(handler, config["schedule"], name=job_name(job_index))
-        instrument(agent.store)
-        agents.append(agent)
-    return agents
+    instrument(agent.store)
+    return agent
+
+
+def build_agents(config: dict[str, Any]) -> list[Agent]:
+    return [build_agent(config, node_index) for node_index in config["nodes"]]
 
 
 def _seeded(agent: Agent, jobs: int) -> bool:
@@ -89,6 +97,8 @@ class Worker:
         self.marks: dict[str, dict[str, Any]] = {}
         self.stop_event = anyio.Event()
         self.profiler = cProfile.Profile() if config.get("profile_path") else None
+        self.churned = 0
+        self.finished: dict[int, anyio.Event] = {}
 
     def mark(self, name: str) -> None:
         self.marks[name] = {
@@ -148,10 +158,31 @@ class Worker:
             last_wall, last_cpu = wall, cpu
             next_report = max(next_report + 1, math.floor(time.time()) + 0.5)
 
+    async def churn(self, tg: Any, every_s: float) -> None:
+        """Stop one agent (gracefully) and start it again, in turn, every ``every_s``."""
+        turn = 0
+        while True:
+            await anyio.sleep(every_s)
+            index = turn % len(self.agents)
+            turn += 1
+            self.agents[index].stop()
+            await self.finished[index].wait()
+            await anyio.sleep(every_s / 2)  # gone for a while: the others see it leave
+            self.agents[index] = build_agent(self.config, self.config["nodes"][index])
+            self.churned += 1
+            tg.start_soon(self._run_agent, index, name=f"agent {index} again")
+
+    async def _run_agent(self, index: int) -> None:
+        self.finished[index] = anyio.Event()
+        try:
+            await self.agents[index].run()
+        finally:
+            self.finished[index].set()
+
     async def main(self) -> None:
         async with anyio.create_task_group() as tg:
-            for agent in self.agents:
-                tg.start_soon(agent.run, name=f"agent {agent.node_id}")
+            for index, agent in enumerate(self.agents):
+                tg.start_soon(self._run_agent, index, name=f"agent {agent.node_id}")
             tg.start_soon(self.commands)
             started = time.monotonic()
             while not all(_seeded(agent, self.config["jobs"]) for agent in self.agents):
@@ -162,6 +193,8 @@ class Worker:
             async with anyio.create_task_group() as watchers:
                 watchers.start_soon(self.measure)
                 watchers.start_soon(self.report_ticks)
+                if self.config.get("churn_every_s"):
+                    watchers.start_soon(self.churn, tg, float(self.config["churn_every_s"]))
                 await self.stop_event.wait()
                 watchers.cancel_scope.cancel()
             for agent in self.agents:
@@ -182,6 +215,7 @@ class Worker:
             "claims_by_tick": {str(t): n for t, n in COUNTERS.claims_by_tick.items()},
             "final": COUNTERS.snapshot(),
             "loop": self.config.get("loop", "asyncio"),
+            "churned": self.churned,
         }
         Path(self.config["result_path"]).write_bytes(orjson.dumps(result))
 
