@@ -31,6 +31,9 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from hashlib import blake2b
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: Points per node on the ring. The share of ticks a node is preferred for has a
 #: coefficient of variation of about 1/sqrt(points): 1/sqrt(160) ≈ 8 %, so the busiest of
@@ -51,6 +54,38 @@ def key_point(job: str, tick_s: int) -> int:
 
 def _node_points(node: str) -> list[int]:
     return [_hash64(f"{node}\x00{i}".encode()) for i in range(POINTS_PER_NODE)]
+
+
+def _cached_points(node: str, cache: dict[str, list[int]] | None) -> list[int]:
+    points = cache.get(node) if cache is not None else None
+    if points is None:
+        points = _node_points(node)
+        if cache is not None:
+            cache[node] = points
+    return points
+
+
+def _without(items: list[T], drop: list[int]) -> list[T]:
+    """``items`` without the positions in ``drop`` (sorted), copied slice by slice."""
+    out: list[T] = []
+    start = 0
+    for index in drop:
+        out += items[start:index]
+        start = index + 1
+    out += items[start:]
+    return out
+
+
+def _with(items: list[T], spots: list[tuple[int, T]]) -> list[T]:
+    """``items`` with each value inserted before its position (sorted by position)."""
+    out: list[T] = []
+    start = 0
+    for index, value in spots:
+        out += items[start:index]
+        out.append(value)
+        start = index
+    out += items[start:]
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,15 +136,48 @@ class Ring:
         nodes = frozenset(members)
         pairs: list[tuple[int, str]] = []
         for node in nodes:
-            points = cache.get(node) if cache is not None else None
-            if points is None:
-                points = _node_points(node)
-                if cache is not None:
-                    cache[node] = points
-            pairs.extend((p, node) for p in points)
+            pairs.extend((p, node) for p in _cached_points(node, cache))
         # Ties (a 64-bit collision) are broken by node id, so every node orders them alike.
         pairs.sort()
         return cls(nodes, [p for p, _n in pairs], [n for _p, n in pairs])
+
+    def with_members(
+        self, members: Iterable[str], cache: dict[str, list[int]] | None = None
+    ) -> Ring:
+        """Return the ring of ``members``, derived from this one when few changed.
+
+        The same ring :meth:`build` makes, for less: a join or a leave splices its points
+        in or out (binary searches and list slices) instead of sorting every point again,
+        which at N = 1,000 (160,000 points) is the difference between a few milliseconds
+        and a few hundred of event-loop time at every membership change.
+        """
+        nodes = frozenset(members)
+        added, removed = nodes - self.members, self.members - nodes
+        if not self.members or 4 * (len(added) + len(removed)) > len(nodes):
+            return Ring.build(nodes, cache)
+        points, owners = self._points, self._owners
+        if removed:
+            drop = sorted(
+                self._index(point, node)
+                for node in removed
+                for point in _cached_points(node, cache)
+            )
+            points, owners = _without(points, drop), _without(owners, drop)
+        for node in sorted(added):
+            spots = []
+            for point in sorted(_cached_points(node, cache)):
+                i = bisect.bisect_left(points, point)
+                while i < len(points) and points[i] == point and owners[i] < node:
+                    i += 1  # ties in the order build's sort gives them: by node id
+                spots.append((i, point))
+            points, owners = _with(points, spots), _with(owners, [(i, node) for i, _p in spots])
+        return Ring(nodes, list(points), list(owners))
+
+    def _index(self, point: int, node: str) -> int:
+        i = bisect.bisect_left(self._points, point)
+        while self._owners[i] != node:
+            i += 1
+        return i
 
     def candidates(self, job: str, tick_s: int, k: int) -> tuple[str, ...]:
         """Return the first ``k`` nodes for one (job, tick), most preferred first.

@@ -214,3 +214,33 @@ def test_membership_counts_members_heard_lately_itself_always_and_reports_depart
     racing = sum(view.races("job", t) for t in range(1000))
     assert racing == 1000  # two members, two racers: this node races for every tick
     assert late_fire_bound_s(2.0) == 5.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    before=st.sets(st.integers(min_value=0, max_value=40), min_size=1),
+    after=st.sets(st.integers(min_value=0, max_value=40), min_size=1),
+)
+def test_a_ring_derived_from_the_last_one_is_the_ring_built_from_scratch(
+    before: set[int], after: set[int]
+) -> None:
+    # Nodes must agree whether they built their ring at start-up or spliced it at every
+    # membership change since.
+    cache: dict[str, list[int]] = {}
+    old = Ring.build((f"n{i}" for i in before), cache)
+    derived = old.with_members((f"n{i}" for i in after), cache)
+    fresh = Ring.build(f"n{i}" for i in after)
+    assert derived.members == fresh.members
+    assert [derived.candidates("job", t, 3) for t in range(50)] == [
+        fresh.candidates("job", t, 3) for t in range(50)
+    ]
+    assert derived == fresh
+
+
+def test_one_join_and_one_leave_are_spliced_into_the_same_ring_build_makes() -> None:
+    cache: dict[str, list[int]] = {}
+    ring = Ring.build(nodes(30), cache)
+    left = ring.with_members(nodes(30)[1:], cache)
+    assert left == Ring.build(nodes(30)[1:])
+    joined = left.with_members([*nodes(30)[1:], "newcomer", "other"], cache)
+    assert joined == Ring.build([*nodes(30)[1:], "newcomer", "other"])
