@@ -1,8 +1,11 @@
-"""The agent: the job registry, its lifecycle, and the operator controls.
+"""The agent: the job registry and its lifecycle.
 
-``Agent.run()`` owns every task it starts (anyio task groups): the heartbeat (server clock
-offset, node registration, the Redis epoch), the outbox writer (records Redis could not
-take yet), the control reader (manual triggers), the tick loop, and the runs.
+``Agent.run()`` owns every task it starts (anyio task groups): the heartbeat
+(:mod:`cronrace.heartbeat`: server clock offset, the node set, the Redis epoch), the outbox
+writer (records Redis could not take yet), the control reader (:mod:`cronrace.control`:
+manual triggers), the tick loop, and the runs. Its operator methods (pause, trigger,
+history, status) delegate to an :class:`~cronrace.operator.OperatorClient` sharing its
+store, which the CLI uses on its own.
 
 Stopping (the first :meth:`Agent.stop`, or SIGTERM) starts no new wake-up, but a wake-up
 whose claims were sent decides its ticks and starts their runs; the runs then get
@@ -16,62 +19,45 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import signal
 from collections.abc import Callable, Coroutine
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from cronrace.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.config import AgentSettings, load_settings, redact_url
+from cronrace.control import ControlReader
 from cronrace.errors import (
     JobDefinitionError,
-    NoLiveNodeError,
     RedisAccessError,
     RedisDataError,
     RedisUnavailableError,
     StoreError,
-    UnknownJobError,
 )
-from cronrace.fleetdefs import (
-    FleetDefinitions,
-    JobDefinition,
-    NodeDetails,
-    disagreements,
-    job_definition,
-    live_details,
-    stored_problems,
-)
+from cronrace.fleetdefs import FleetDefinitions, JobDefinition, NodeDetails, job_definition
+from cronrace.heartbeat import Heartbeat
 from cronrace.job import Handler, Job, validate_job_name
 from cronrace.logs import configure_logging
 from cronrace.membership import Membership
 from cronrace.observer import Observer
+from cronrace.operator import OperatorClient
 from cronrace.outbox import Outbox
 from cronrace.policies import Catchup, Overlap
 from cronrace.racers import Racers
+from cronrace.readiness import Readiness
 from cronrace.records import JobStatus, NodeInfo, RunRecord
+from cronrace.retry import Retry, backoff_s
 from cronrace.runner import CLEANUP_TIMEOUT_S, Runner
-from cronrace.scheduler import Scheduler, backoff_s
-from cronrace.schedules import Schedules, ScheduleSync, TargetFactory
+from cronrace.scheduler import Scheduler
+from cronrace.schedules import ScheduleSync, TargetFactory
 from cronrace.store import Owner, Store
 from cronrace.watchdog import LoopWatchdog
 
 log = logging.getLogger("cronrace.agent")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: The fields of a job's definition that ``jobs_status`` shows.
-SPEC_FIELDS = {"schedule", "timezone", "overlap", "catchup"}
-#: A node's heartbeat lives this many heartbeat periods.
-HEARTBEAT_TTL_PERIODS = 3
-#: Prune dead members from the live set every this many heartbeats.
-PRUNE_EVERY_BEATS = 10
-#: Retry a refused command at the longest back-off (it will not pass by itself, but the
-#: operator may fix the ACL or the password; readiness stays failed meanwhile).
-BACKOFF_ATTEMPTS_MAX = 10
 
 
 class Agent:
@@ -105,31 +91,43 @@ class Agent:
         self.observer = observer or Observer()
         self.owner = Owner.new(self.settings.node_id)
         self._jobs: dict[str, Job] = {}
+        self._handlers: dict[str, Handler] = {}
         self._store: Store | None = None
         self._stop_requested = False
         self._stop_event: anyio.Event | None = None
         self._forced = False
         self._force_scopes: list[anyio.CancelScope] = []
-        self._ready = False
-        self._reachable = False
-        self._unreachable_why = "Redis unreachable"
-        self._not_ready_why = "not started"
         self.watchdog = LoopWatchdog(threshold_s=self.settings.loop_lag_threshold_s)
-        self._epoch: str | None = None
-        self._control_from: str | None = None
-        self._beats = 0
-        self._left = False
+        #: Ready or not, and why (``/readyz``).
+        self.readiness = Readiness(self.node_id, self.observer, self.watchdog, self._refusal)
         #: The racers' view of the fleet, read with every heartbeat (membership.py).
         self.membership = Membership(
             self.settings.node_id, Racers.parse(self.settings.racers), self.settings.heartbeat_s
         )
-        self._hold_until_mono = 0.0
+        #: The heartbeat: clock samples, the epoch, and the fleet's live membership.
+        self.heartbeat = Heartbeat(
+            node_id=self.node_id,
+            heartbeat_s=self.settings.heartbeat_s,
+            clock=self.clock,
+            observer=self.observer,
+            readiness=self.readiness,
+            jobs=self._jobs,
+            membership=self.membership,
+        )
+        #: The operator API on this agent's store (what the CLI uses without an agent).
+        self.operator = OperatorClient(
+            self.settings,
+            store=lambda: self.store,
+            clock=self.clock,
+            jobs=self._jobs,
+            handlers=self._handlers,
+            next_tick=self._next_tick,
+        )
+        #: Stored schedules: ``await agent.schedules.add(...)`` and the rest.
+        self.schedules = self.operator.schedules
         self.scheduler: Scheduler | None = None
         self.runner: Runner | None = None
         self._services: list[Callable[[], Coroutine[Any, Any, None]]] = []
-        self._handlers: dict[str, Handler] = {}
-        #: Stored schedules: ``await agent.schedules.add(...)`` and the rest.
-        self.schedules = Schedules(self)
         #: Builds the handler of a stored schedule's target table (set by the sidecar).
         self.target_factory: TargetFactory | None = None
         self.sync: ScheduleSync | None = None
@@ -237,23 +235,20 @@ class Agent:
         """
         self._services.append(service)
 
-    # -- lifecycle -----------------------------------------------------------------------
+    # -- readiness and the store -----------------------------------------------------------
 
     @property
     def ready(self) -> bool:
         """Whether Redis answered the last heartbeat, the scripts are loaded, and Redis
         refuses none of the commands this agent sends."""
-        return self._ready
+        return self.readiness.ready
 
     def readiness_problem(self) -> str | None:
         """Why this agent is not ready (one line), or None when it is (``/readyz``).
 
         Safe to call from any thread (the metrics server's).
         """
-        lag = self.liveness_problem()
-        if lag is not None:
-            return lag
-        return None if self._ready else self._not_ready_why
+        return self.readiness.problem()
 
     def liveness_problem(self) -> str | None:
         """Why this agent is not alive (one line), or None when it is (``/healthz``).
@@ -264,49 +259,8 @@ class Agent:
         """
         return self.watchdog.problem()
 
-    def _set_ready(self, ready: bool, *, why: str = "Redis unreachable") -> None:
-        self._reachable = ready
-        if not ready:
-            self._unreachable_why = why
-        self._publish_readiness()
-
-    def _publish_readiness(self) -> None:
-        """Ready = reachable and nothing refused; log and report when that changes."""
-        refused = self._store.access.problem() if self._store is not None else None
-        why = refused or (None if self._reachable else self._unreachable_why)
-        ready = why is None
-        if why is not None:
-            self._not_ready_why = why
-        if ready != self._ready:
-            self._ready = ready
-            self.observer.ready(ready)
-            log.log(
-                logging.INFO if ready else logging.ERROR,
-                "ready" if ready else f"not ready: {why}",
-                extra={"node": self.node_id},
-            )
-
-    def _refused(self, label: str, error: RedisAccessError, first: bool) -> None:
-        """Redis refused a command (the store's access watch calls this)."""
-        self.observer.redis_refused(error.command, error.cause)
-        # An operator agent (never run) raises the error to its caller, who reports it.
-        if first and self._stop_event is not None:
-            log.error(
-                "Redis refused a command; this is not an outage and will not pass by itself",
-                extra={
-                    "node": self.node_id,
-                    "refused": label,
-                    "command": error.command,
-                    "cause": error.cause,
-                    "error": str(error),
-                },
-            )
-            self._publish_readiness()
-
-    def _allowed(self, label: str) -> None:
-        """A command Redis refused went through again."""
-        log.info("Redis allows it again", extra={"node": self.node_id, "refused": label})
-        self._publish_readiness()
+    def _refusal(self) -> str | None:
+        return self._store.access.problem() if self._store is not None else None
 
     @property
     def store(self) -> Store:
@@ -323,9 +277,18 @@ class Agent:
                 max_connections=self.settings.max_connections,
                 timeout_s=self.settings.redis_timeout_s,
             )
-            self._store.access.on_refused = self._refused
-            self._store.access.on_allowed = self._allowed
+            self._store.access.on_refused = self.readiness.refused
+            self._store.access.on_allowed = self.readiness.allowed
         return self._store
+
+    def hold_s(self) -> float:
+        """Seconds new runs must still wait after Redis was found to have lost its data."""
+        return self.heartbeat.hold_s()
+
+    def _next_tick(self, job: str) -> int | None:
+        return self.scheduler.next_tick.get(job) if self.scheduler is not None else None
+
+    # -- lifecycle -----------------------------------------------------------------------
 
     def stop(self) -> None:
         """Ask :meth:`run` to stop: the first call gracefully, a second one at once.
@@ -342,10 +305,6 @@ class Agent:
         self._stop_requested = True
         if self._stop_event is not None:
             self._stop_event.set()
-
-    def hold_s(self) -> float:
-        """Seconds new runs must still wait after Redis was found to have lost its data."""
-        return max(0.0, self._hold_until_mono - self.clock.monotonic())
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until :meth:`stop` is called or the task is cancelled.
@@ -364,15 +323,41 @@ class Agent:
         self._stop_event = anyio.Event()
         if self._stop_requested:
             self._stop_event.set()
-        self._left = False
         store = self.store
+        self.readiness.running = True
+        self.heartbeat.left = False
+        outbox = Outbox(store, self.clock, retry_delay_s=backoff_s, observer=self.observer)
+        runner = self._prepare(store, outbox)
+        control = ControlReader(
+            store=store,
+            clock=self.clock,
+            observer=self.observer,
+            node_id=self.node_id,
+            redis_timeout_s=self.settings.redis_timeout_s,
+        )
+        try:
+            await self._connect(store, control)
+            scheduler = self._start_scheduler(store, runner, outbox)
+            async with anyio.create_task_group() as services:
+                services.start_soon(self.heartbeat.run, store, self._after_beat)
+                for service in self._services:
+                    services.start_soon(self._run_service, service)
+                services.start_soon(self._watch_loop)
+                services.start_soon(outbox.run)
+                task_status.started()
+                await self._lifecycle(scheduler, runner, control)
+                services.cancel_scope.cancel()
+        finally:
+            await self._shut_down(store, runner, outbox)
+
+    def _prepare(self, store: Store, outbox: Outbox) -> Runner:
+        """Build what a run needs before connecting: the stored schedules, the runner."""
         self.sync = ScheduleSync(
             store, self.node_id, self._handlers, self._jobs, self.target_factory
         )
         self.fleet = FleetDefinitions(store, self.node_id, self.observer)
         self._definitions = {name: job_definition(job) for name, job in self._jobs.items()}
-        outbox = Outbox(store, self.clock, retry_delay_s=backoff_s, observer=self.observer)
-        self.runner = runner = Runner(
+        self.runner = Runner(
             store=store,
             clock=self.clock,
             node_id=self.node_id,
@@ -382,57 +367,54 @@ class Agent:
             hold_s=self.hold_s,
             sync_threads=self.settings.sync_handler_threads,
         )
-        try:
-            await self._connect(store)
-            self.scheduler = Scheduler(
-                jobs={**self._jobs, **self.sync.jobs},
-                store=store,
-                clock=self.clock,
-                settings=self.settings,
-                owner=self.owner,
-                runner=runner,
-                outbox=outbox,
-                observer=self.observer,
-                set_ready=self._set_ready,
-                membership=self.membership,
-            )
-            self.sync.attach(self.scheduler)
-            log.info(
-                "agent started",
-                extra={
-                    "node": self.node_id,
-                    "jobs": len(self._jobs),
-                    "namespace": self.settings.namespace,
-                },
-            )
-            async with anyio.create_task_group() as services:
-                services.start_soon(self._heartbeat_loop)
-                for service in self._services:
-                    services.start_soon(self._run_service, service)
-                services.start_soon(self._watch_loop)
-                services.start_soon(outbox.run)
-                task_status.started()
-                await self._lifecycle(self.scheduler, runner)
-                services.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
-                # Only a forced stop leaves runs granted but never started.
-                await runner.release_unstarted()
-                await outbox.flush()
-            outbox.give_up("Redis did not take it before the agent exited")
-            with (
-                anyio.CancelScope(shield=True),
-                anyio.move_on_after(2),
-                contextlib.suppress(StoreError),
-            ):
-                await store.leave(self.node_id)
-            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                await self.aclose()
-            self._ready = False
-            self.observer.ready(False)
-            log.info("agent stopped", extra={"node": self.node_id})
+        return self.runner
 
-    async def _lifecycle(self, scheduler: Scheduler, runner: Runner) -> None:
+    def _start_scheduler(self, store: Store, runner: Runner, outbox: Outbox) -> Scheduler:
+        assert self.sync is not None
+        self.scheduler = Scheduler(
+            jobs={**self._jobs, **self.sync.jobs},
+            store=store,
+            clock=self.clock,
+            settings=self.settings,
+            owner=self.owner,
+            runner=runner,
+            outbox=outbox,
+            observer=self.observer,
+            set_ready=self.readiness.set_reachable,
+            membership=self.membership,
+        )
+        self.sync.attach(self.scheduler)
+        log.info(
+            "agent started",
+            extra={"node": self.node_id, "jobs": len(self._jobs), "namespace": self.namespace},
+        )
+        return self.scheduler
+
+    async def _shut_down(self, store: Store, runner: Runner, outbox: Outbox) -> None:
+        """Release what never started, flush the outbox, leave the node set, close."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
+            # Only a forced stop leaves runs granted but never started.
+            await runner.release_unstarted()
+            await outbox.flush()
+        outbox.give_up("Redis did not take it before the agent exited")
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(2),
+            contextlib.suppress(StoreError),
+        ):
+            await store.leave(self.node_id)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            await self.aclose()
+        self.readiness.stopped()
+        log.info("agent stopped", extra={"node": self.node_id})
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.namespace
+
+    async def _lifecycle(
+        self, scheduler: Scheduler, runner: Runner, control: ControlReader
+    ) -> None:
         """Run the loops until a stop, finish the wake-up in hand, then the runs' grace.
 
         ``shutdown_grace_s`` bounds both: a wake-up still deciding when it is over (its
@@ -446,7 +428,7 @@ class Agent:
                 if self._forced:
                     runs.cancel_scope.cancel()
                 loops.start_soon(scheduler.run, runs)
-                loops.start_soon(self._control_loop, runs)
+                loops.start_soon(control.run, scheduler, self.sync, runs)
                 await self._stop_event.wait()
                 grace_over = anyio.current_time() + self.settings.shutdown_grace_s
                 log.info(
@@ -456,15 +438,13 @@ class Agent:
                 loops.cancel_scope.deadline = grace_over
                 scheduler.stop()
             # No claim comes from this node any more: leave the live set now rather than
-            # after the runs' grace, so that the ticks it was a racer for go to the others
-            # at their next heartbeat (racers = k) and none waits for it as preferred.
-            self._left = True
+            # after the runs' grace (racers = k: its ticks go to the others at once).
             with (
                 anyio.CancelScope(shield=True),
                 anyio.move_on_after(2),
                 contextlib.suppress(StoreError),
             ):
-                await self.store.leave(self.node_id)
+                await self.heartbeat.leave(scheduler.store)
             log.info(
                 "stopping: no new claims; waiting for runs",
                 extra={
@@ -478,118 +458,42 @@ class Agent:
             runs.cancel_scope.cancel()
         self._force_scopes.clear()
 
-    async def _connect(self, store: Store) -> None:
+    async def _connect(self, store: Store, control: ControlReader) -> None:
         """Load the scripts, take the first heartbeat and publish the jobs; or give up.
 
         A refusal (wrong password, a missing ACL permission, a certificate that does not
         verify) fails at once: retrying cannot fix it. Anything else is retried until
         ``startup_timeout_s``, and the error then names the last cause.
         """
-        attempt = 0
+        # Real time, as the start-up timeout is: a fake clock must not stretch either.
+        retry = Retry(SystemClock())
         last_error = "no answer"
+        where = redact_url(self.settings.redis_url)
         with anyio.move_on_after(self.settings.startup_timeout_s) as scope:
             while True:
                 try:
                     await store.load_scripts()
-                    # Manual triggers come through XREAD: a user who may not run it would
-                    # otherwise fire every scheduled tick and silently drop every trigger.
-                    # The control loop reads on from here: a trigger made once this agent
-                    # reports ready is never before its position (it used to take its own
-                    # position later, and miss a trigger made in between).
-                    self._control_from = await store.control_position()
-                    await store.read_control(self._control_from, block_ms=1)
-                    await self._beat(store)
-                    await store.register_jobs(
-                        {name: job.spec() for name, job in self._jobs.items()}
-                    )
+                    await control.check()
+                    await self.heartbeat.beat(store)
+                    await store.register_jobs({n: job.spec() for n, job in self._jobs.items()})
                     if self.sync is not None:
                         await self.sync.reload("start-up")
-                    break
+                    return
                 except RedisAccessError:
                     raise
                 except RedisDataError as exc:  # a failover passes (unavailable); this not
-                    raise RedisUnavailableError(
-                        f"Redis at {self._redacted_url()} refused: {exc}"
-                    ) from exc
+                    raise RedisUnavailableError(f"Redis at {where} refused: {exc}") from exc
                 except RedisUnavailableError as exc:
                     last_error = str(exc) or type(exc).__name__
                     log.warning("Redis not reachable yet", extra={"error": last_error})
-                    await anyio.sleep(backoff_s(attempt))
-                    attempt += 1
+                    await retry.wait()
         if scope.cancelled_caught:
             raise RedisUnavailableError(
-                f"Redis at {self._redacted_url()} unreachable for "
-                f"{self.settings.startup_timeout_s:g}s at start-up; last error: {last_error}"
+                f"Redis at {where} unreachable for {self.settings.startup_timeout_s:g}s at "
+                f"start-up; last error: {last_error}"
             )
 
-    def _redacted_url(self) -> str:
-        return redact_url(self.settings.redis_url)
-
-    async def _beat(self, store: Store) -> None:
-        base = self.clock.base if isinstance(self.clock, ServerOffsetClock) else self.clock
-        ttl_ms = int(self.settings.heartbeat_s * HEARTBEAT_TTL_PERIODS * 1000)
-        candidate = secrets.token_hex(8)
-        sent_wall, sent_mono = base.time(), base.monotonic()
-        reply = await store.heartbeat(
-            self.node_id,
-            now_ms=int(self.clock.time() * 1000),
-            ttl_ms=ttl_ms,
-            epoch_candidate=candidate,
-            prune=self._beats % PRUNE_EVERY_BEATS == 0,
-        )
-        self._beats += 1
-        self.membership.update(reply.members, now_ms=int(self.clock.time() * 1000), ttl_ms=ttl_ms)
-        self.observer.membership(len(self.membership.ring.members))
-        rtt = base.monotonic() - sent_mono
-        if isinstance(self.clock, ServerOffsetClock):
-            self.clock.add_sample(
-                sent_wall_s=sent_wall, received_wall_s=sent_wall + rtt, server_s=reply.server_time_s
-            )
-        if self._epoch is not None and reply.epoch != self._epoch:
-            hold = max((job.lease_ttl_s for job in self._jobs.values()), default=0.0)
-            self._hold_until_mono = self.clock.monotonic() + hold
-            log.critical(
-                "Redis lost its data (epoch changed): fences were re-seeded from the server "
-                "clock; new runs wait one lease_ttl because runs started before may be alive",
-                extra={
-                    "node": self.node_id,
-                    "old_epoch": self._epoch,
-                    "epoch": reply.epoch,
-                    "hold_s": hold,
-                },
-            )
-            await store.register_jobs({name: job.spec() for name, job in self._jobs.items()})
-        self._epoch = reply.epoch
-        self._set_ready(True)
-
-    async def _run_service(self, service: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        try:
-            await service()
-        except Exception:  # the outermost frame of a service: the agent and its jobs go on
-            log.exception("service failed", extra={"service": getattr(service, "__name__", "?")})
-
-    async def _heartbeat_loop(self) -> None:
-        attempt = 0
-        while True:
-            await self.clock.sleep(self.settings.heartbeat_s if not attempt else backoff_s(attempt))
-            if self._left:  # stopping: it left the live set and must not join it again
-                continue
-            try:
-                await self._beat(self.store)
-                await self._after_beat(reconnected=attempt > 0)
-                attempt = 0
-            except RedisAccessError:
-                # Logged, counted and made readiness fail where it was translated; keep
-                # beating slowly: the operator may fix the ACL or the password meanwhile.
-                attempt = BACKOFF_ATTEMPTS_MAX
-                self.observer.redis_error("heartbeat")
-            except StoreError as exc:
-                attempt += 1
-                self.observer.redis_error("heartbeat")
-                self._set_ready(False, why=f"Redis unreachable: {exc}")
-                log.warning("heartbeat failed", extra={"node": self.node_id, "error": str(exc)})
-
-    async def _after_beat(self, *, reconnected: bool) -> None:
+    async def _after_beat(self, reconnected: bool) -> None:
         """Publish what this node runs, compare with the fleet, follow stored schedules."""
         if self.sync is None or self.fleet is None:
             return
@@ -611,64 +515,17 @@ class Agent:
         else:
             await self.sync.check_version(version)
 
-    async def fleet_details(self) -> list[NodeDetails]:
-        """What every live node publishes: job digests, handlers, refused stored schedules."""
-        ttl_ms = int(self.settings.heartbeat_s * HEARTBEAT_TTL_PERIODS * 1000)
-        return await live_details(self.store, heartbeat_ttl_ms=ttl_ms)
+    async def _run_service(self, service: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        try:
+            await service()
+        except Exception:  # the outermost frame of a service: the agent and its jobs go on
+            log.exception("service failed", extra={"service": getattr(service, "__name__", "?")})
 
     async def _watch_loop(self) -> None:
         """Run the event-loop watchdog that ``/healthz`` reads."""
         self.observer.loop_watched(self.watchdog.lag_s)
         self.watchdog.on_stall = self.observer.loop_stalled
         await self.watchdog.run()
-
-    async def _control_loop(self, runs: TaskGroup) -> None:
-        """Read manual trigger requests and race for them like for a tick."""
-        assert self.scheduler is not None
-        gate = self.scheduler.gate
-        position: str | None = self._control_from
-        attempt = 0
-        while not gate.stopping:
-            entries: list[tuple[str, dict[str, str]]] = []
-            try:
-                with gate.waiting():
-                    if position is None:
-                        position = await self.store.control_position()
-                    # Block as long as the socket timeout allows: each wait costs Redis one
-                    # command per node, and a trigger wakes it at once anyway.
-                    block_ms = max(500, int((self.settings.redis_timeout_s - 1) * 1000))
-                    entries = await self.store.read_control(position, block_ms=block_ms)
-                attempt = 0
-            except RedisAccessError:
-                # Logged, counted and made readiness fail where it was translated: manual
-                # triggers cannot run while Redis refuses this, and /readyz says so.
-                self.observer.redis_error("control")
-                with gate.waiting():
-                    await self.clock.sleep(backoff_s(BACKOFF_ATTEMPTS_MAX))
-                continue
-            except StoreError as exc:
-                attempt += 1
-                self.observer.redis_error("control")
-                if attempt == 1:  # the heartbeat reports the outage; say once that triggers wait
-                    log.warning(
-                        "control read failed; manual triggers wait until it works",
-                        extra={"node": self.node_id, "error": str(exc)},
-                    )
-                with gate.waiting():
-                    await self.clock.sleep(backoff_s(attempt))
-                continue
-            if gate.stopping:
-                # Every node reads every trigger: the ones still running race for these.
-                return
-            for entry_id, fields in entries:
-                position = entry_id
-                if fields.get("op") == "schedules" and self.sync is not None:
-                    with contextlib.suppress(StoreError):  # the heartbeat catches up
-                        await self.sync.on_notice(fields)
-                job = self.scheduler.jobs.get(fields.get("job", ""))
-                if fields.get("op") == "trigger" and job is not None:
-                    log.info("manual trigger", extra={"job": job.name, "trigger": fields.get("id")})
-                    await self.scheduler.fire_trigger(job, fields.get("id", entry_id), runs)
 
     def run_sync(self) -> None:
         """Run until SIGTERM or SIGINT; a second signal stops at once, as a second :meth:`stop`.
@@ -692,147 +549,60 @@ class Agent:
 
     async def _run_with_signals(self) -> None:
         async with anyio.create_task_group() as tg:
-
-            async def watch(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    task_status.started()
-                    async for signum in signals:
-                        if self._stop_requested:
-                            log.warning(
-                                "second signal: cancelling now; won ticks are still recorded",
-                                extra={"signal": signal.Signals(signum).name},
-                            )
-                        else:
-                            log.info(
-                                "signal received; shutting down gracefully",
-                                extra={"signal": signal.Signals(signum).name},
-                            )
-                        self.stop()
-
-            await tg.start(watch)
+            await tg.start(self._watch_signals)
             await self.run()
             tg.cancel_scope.cancel()
 
-    # -- operator controls (work from any process on the same Redis) ----------------------
+    async def _watch_signals(self, *, task_status: TaskStatus[None]) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if self._stop_requested:
+                    log.warning(
+                        "second signal: cancelling now; won ticks are still recorded",
+                        extra={"signal": name},
+                    )
+                else:
+                    log.info("signal received; shutting down gracefully", extra={"signal": name})
+                self.stop()
 
-    async def _known(self, job: str) -> str:
-        if job in self._jobs or job in await self.store.known_jobs():
-            return job
-        if (await self.store.schedules.read([job]))[1].get(job) is not None:
-            return job  # a stored schedule
-        raise UnknownJobError(f"job {job!r}: no such job in namespace {self.settings.namespace!r}")
+    # -- operator controls (delegated to the operator client) -------------------------------
 
     async def pause(self, job: str) -> None:
         """Pause ``job`` on every node: its ticks are recorded ``skipped:paused``."""
-        await self.store.set_paused(await self._known(job), True)
+        await self.operator.pause(job)
 
     async def resume(self, job: str) -> None:
         """Resume a paused job on every node."""
-        await self.store.set_paused(await self._known(job), False)
+        await self.operator.resume(job)
 
     async def trigger(self, job: str) -> str:
-        """Ask the fleet for one immediate run of ``job`` (same lease and overlap policy).
-
-        Returns:
-            The trigger id, found again in the run record's ``trigger_id``.
-
-        Raises:
-            NoLiveNodeError: no node of the namespace is alive to see the request (nodes
-                read requests made while they run, so it would never run).
-        """
-        name = await self._known(job)
-        if not await self.nodes():
-            raise NoLiveNodeError(
-                f"job {name!r}: no live node in namespace {self.settings.namespace!r}, so "
-                "nothing would run this trigger (nodes see only the triggers made while "
-                "they run); start an agent that defines the job"
-            )
-        return await self.store.request_trigger(name)
+        """Ask the fleet for one immediate run of ``job``; see :meth:`OperatorClient.trigger`."""
+        return await self.operator.trigger(job)
 
     async def trigger_claimant(self, job: str, trigger_id: str) -> str | None:
         """Return the node that claimed a manual trigger, or None while none has."""
-        return await self.store.trigger_claimant(job, trigger_id)
+        return await self.operator.trigger_claimant(job, trigger_id)
 
     async def history(self, job: str, limit: int = 20) -> list[RunRecord]:
-        """Return the newest ``limit`` run records of ``job``, newest tick first.
-
-        Records are written when a decision is final, so a long run's record comes after
-        the skips of the ticks it overlapped: read more than asked and sort by tick.
-        """
-        records = await self.store.history(await self._known(job), 2 * limit + 10)
-        records.sort(key=lambda record: record.tick_s, reverse=True)  # stable: ties by write
-        return records[:limit]
+        """Return the newest ``limit`` run records of ``job``, newest tick first."""
+        return await self.operator.history(job, limit)
 
     async def nodes(self) -> list[NodeInfo]:
         """Return the live nodes of this namespace."""
-        ttl_ms = int(self.settings.heartbeat_s * HEARTBEAT_TTL_PERIODS * 1000)
-        rows = await self.store.nodes(heartbeat_ttl_ms=ttl_ms)
-        published = await self.store.fleet.read_details([row.node_id for row in rows])
-        racers = {
-            node: NodeDetails.from_json(node, raw).racers for node, raw in published.items() if raw
-        }
-        return [replace(row, racers=racers.get(row.node_id, "?")) for row in rows]
+        return await self.operator.nodes()
 
     async def jobs_status(self) -> list[JobStatus]:
-        """Describe every job of the namespace: definition, next tick, lease, counters.
+        """Describe every job of the namespace; see :meth:`OperatorClient.jobs_status`."""
+        return await self.operator.jobs_status()
 
-        Stored schedules are listed too; ``problem`` says when live nodes define a job
-        differently, or when no live node runs a stored schedule.
-        """
-        stored = {spec.name: spec for spec in await self.schedules.list()}
-        names = sorted(set(self._jobs) | set(await self.store.known_jobs()) | set(stored))
-        fleet = await self.fleet_details()
-        problems = {
-            d.job: f"live nodes define it differently: {d.describe()}" for d in disagreements(fleet)
-        }
-        problems.update(stored_problems(stored, fleet))
-        states = await self.store.job_states(names)
-        out = []
-        for state in states:
-            job = self._jobs.get(state.job)
-            spec = job.spec() if job is not None else state.spec
-            if job is None and state.job in stored:
-                spec = stored[state.job].model_dump(mode="json", include=SPEC_FIELDS)
-            last = await self.store.history(state.job, 1)
-            next_tick = None
-            if self.scheduler is not None and state.job in self.scheduler.next_tick:
-                next_tick = self.scheduler.next_tick[state.job]
-            else:  # None when its tick math fails (the scheduler logs why)
-                next_tick = _next_from_spec(state.job, spec, int(self.clock.time()))
-            counters = state.counters
-            out.append(
-                JobStatus(
-                    job=state.job,
-                    schedule=spec.get("schedule", "?"),
-                    timezone=spec.get("timezone", "?"),
-                    next_tick_s=next_tick,
-                    last_tick_s=state.watermark_s,
-                    last_outcome=last[0].outcome.value if last else None,
-                    lease_owner=state.lease.owner.node_id if state.lease else None,
-                    lease_fence=state.lease.fence if state.lease else None,
-                    paused=state.paused,
-                    skipped=counters.get("skipped_overlap", 0) + counters.get("skipped_paused", 0),
-                    missed=counters.get("missed", 0),
-                    overlap=spec.get("overlap", "?"),
-                    catchup=spec.get("catchup", "?"),
-                    source="stored" if job is None and state.job in stored else "code",
-                    problem=problems.get(state.job),
-                )
-            )
-        return out
+    async def fleet_details(self) -> list[NodeDetails]:
+        """What every live node publishes: job digests, handlers, refused stored schedules."""
+        return await self.operator.fleet_details()
 
     async def aclose(self) -> None:
         """Close the Redis connections (for operator use outside :meth:`run`)."""
         if self._store is not None:
             await self._store.aclose()
             self._store = None
-
-
-def _next_from_spec(job: str, spec: dict[str, str], now_s: int) -> int | None:
-    from cronrace.schedule import Schedule
-
-    try:
-        schedule = Schedule.parse(spec["schedule"], spec.get("timezone", "UTC"), job=job)
-        return schedule.next_tick(now_s)
-    except (KeyError, ValueError):
-        return None

@@ -34,6 +34,7 @@ from cronrace.fleetview import look
 from cronrace.logs import configure_logging
 from cronrace.metrics import MetricsServer, PrometheusObserver
 from cronrace.observer import Observer
+from cronrace.operator import OperatorClient
 from cronrace.pid1 import supervise_if_pid1
 from cronrace.records import RunRecord
 from cronrace.sidecar import Sidecar, check_file, load_config
@@ -305,16 +306,12 @@ def operator_settings(
     return settings
 
 
-def with_agent(settings: AgentSettings, operation: Callable[[Agent], Awaitable[T]]) -> T:
-    """Run ``operation`` with an operator agent; one line and an exit code on failure."""
+def with_client(settings: AgentSettings, operation: Callable[[OperatorClient], Awaitable[T]]) -> T:
+    """Run ``operation`` with an operator client; one line and an exit code on failure."""
 
     async def main() -> T:
-        agent = Agent(settings=settings)
-        try:
-            return await operation(agent)
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                await agent.aclose()
+        async with OperatorClient(settings) as client:
+            return await operation(client)
 
     try:
         return anyio.run(main)
@@ -342,7 +339,7 @@ def status(
     Exits 1 when no agent has registered in the namespace yet (no jobs, no live nodes).
     """
     settings = operator_settings(config, redis_url, namespace)
-    view = with_agent(settings, look)
+    view = with_client(settings, look)
     if as_json:
         out.print_json([out.status_dict(row) for row in view.jobs])
     if not view.registered:
@@ -375,7 +372,7 @@ def history(
 ) -> None:
     """Show a job's newest run records, newest tick first."""
     settings = operator_settings(config, redis_url, namespace)
-    records = with_agent(settings, lambda agent: agent.history(job, limit))
+    records = with_client(settings, lambda client: client.history(job, limit))
     if as_json:
         out.print_json([out.record_dict(record) for record in records])
     else:
@@ -392,7 +389,7 @@ def nodes(
 ) -> None:
     """Show the live nodes of the namespace and their last heartbeat."""
     settings = operator_settings(config, redis_url, namespace)
-    rows = with_agent(settings, lambda agent: agent.nodes())
+    rows = with_client(settings, lambda client: client.nodes())
     if as_json:
         out.print_json([out.node_dict(row) for row in rows])
     else:
@@ -409,7 +406,7 @@ def pause(
 ) -> None:
     """Pause a job on every node: its ticks are recorded as skipped:paused."""
     settings = operator_settings(config, redis_url, namespace)
-    with_agent(settings, lambda agent: agent.pause(job))
+    with_client(settings, lambda client: client.pause(job))
     if as_json:
         out.print_json({"job": job, "paused": True})
     else:
@@ -426,7 +423,7 @@ def resume(
 ) -> None:
     """Resume a paused job on every node."""
     settings = operator_settings(config, redis_url, namespace)
-    with_agent(settings, lambda agent: agent.resume(job))
+    with_client(settings, lambda client: client.resume(job))
     if as_json:
         out.print_json({"job": job, "paused": False})
     else:
@@ -460,9 +457,9 @@ def trigger(
     settings = operator_settings(config, redis_url, namespace)
 
     async def operation(
-        agent: Agent,
+        client: OperatorClient,
     ) -> tuple[str, RunRecord | None, dict[str, Any] | None]:
-        trigger_id = await agent.trigger(job)
+        trigger_id = await client.trigger(job)
         if not as_json:
             out.say(f"triggered {job}: trigger id {trigger_id}")
         if not wait:
@@ -470,16 +467,16 @@ def trigger(
         queued = False
         with anyio.move_on_after(timeout_s):
             while True:
-                for record in await agent.history(job, 50):
+                for record in await client.history(job, 50):
                     if record.trigger_id != trigger_id:
                         continue
                     if record.outcome != "queued":
                         return trigger_id, record, None
                     queued = True
                 await anyio.sleep(0.2)
-        return trigger_id, None, await _trigger_timeout(agent, job, trigger_id, timeout_s, queued)
+        return trigger_id, None, await _trigger_timeout(client, job, trigger_id, timeout_s, queued)
 
-    trigger_id, record, timeout = with_agent(settings, operation)
+    trigger_id, record, timeout = with_client(settings, operation)
     if not wait:
         if as_json:
             out.print_json({"job": job, "trigger_id": trigger_id})
@@ -498,12 +495,12 @@ def trigger(
 
 
 async def _trigger_timeout(
-    agent: Agent, job: str, trigger_id: str, timeout_s: float, queued: bool
+    client: OperatorClient, job: str, trigger_id: str, timeout_s: float, queued: bool
 ) -> dict[str, Any]:
     """Say why a waited-for trigger has no record: who was alive, who claimed it."""
-    live = [node.node_id for node in await agent.nodes()]
-    claimant = await agent.trigger_claimant(job, trigger_id)
-    lease = next((s for s in await agent.jobs_status() if s.job == job), None)
+    live = [node.node_id for node in await client.nodes()]
+    claimant = await client.trigger_claimant(job, trigger_id)
+    lease = next((s for s in await client.jobs_status() if s.job == job), None)
     alive = f"{len(live)} live node(s): {', '.join(live)}" if live else "no live node now"
     if claimant is None:
         why = (

@@ -18,7 +18,6 @@ from typing import Annotated, Any
 import typer
 
 from cronrace import cli_output as out
-from cronrace.agent import Agent
 from cronrace.cli import (
     EXIT_CODES_HELP,
     EXIT_USAGE,
@@ -30,10 +29,11 @@ from cronrace.cli import (
     fail,
     fail_lines,
     operator_settings,
-    with_agent,
+    with_client,
 )
 from cronrace.cli_table import Col, fit
 from cronrace.errors import CronraceError
+from cronrace.operator import OperatorClient
 from cronrace.schedules import ScheduleDiff
 from cronrace.stored import ScheduleSpec, dump_schedules, load_schedules
 
@@ -140,9 +140,9 @@ def add(
     settings = operator_settings(config, redis_url, namespace)
     found = fields.pop("handler", None)
     arguments = fields.pop("args", None)
-    spec = with_agent(
+    spec = with_client(
         settings,
-        lambda agent: agent.schedules.add(
+        lambda client: client.schedules.add(
             name, schedule, handler=found, args=arguments, strict=strict or None, **fields
         ),
     )
@@ -186,8 +186,8 @@ def update(
     if not fields:
         raise fail("nothing to change: give --schedule, --handler, --timezone, ...", EXIT_USAGE)
     settings = operator_settings(config, redis_url, namespace)
-    spec = with_agent(
-        settings, lambda agent: agent.schedules.update(name, strict=strict or None, **fields)
+    spec = with_client(
+        settings, lambda client: client.schedules.update(name, strict=strict or None, **fields)
     )
     _done(spec, "updated", as_json)
 
@@ -209,7 +209,7 @@ def remove(
 ) -> None:
     """Remove a stored schedule: no node fires it once the change reaches it."""
     settings = operator_settings(config, redis_url, namespace)
-    with_agent(settings, lambda agent: agent.schedules.remove(name))
+    with_client(settings, lambda client: client.schedules.remove(name))
     if as_json:
         out.print_json({"name": name, "removed": True})
     else:
@@ -226,7 +226,7 @@ def list_(
 ) -> None:
     """List the stored schedules: schedule, zone, what each runs, its next tick."""
     settings = operator_settings(config, redis_url, namespace)
-    specs = with_agent(settings, lambda agent: agent.schedules.list())
+    specs = with_client(settings, lambda client: client.schedules.list())
     if as_json:
         out.print_json([{"name": spec.name, **spec.definition()} for spec in specs])
         return
@@ -267,7 +267,7 @@ def show(
 ) -> None:
     """Show one stored schedule as TOML, and its next ticks."""
     settings = operator_settings(config, redis_url, namespace)
-    spec = with_agent(settings, lambda agent: agent.schedules.get(name))
+    spec = with_client(settings, lambda client: client.schedules.get(name))
     ticks = out.next_ticks(spec.name, spec.schedule, spec.timezone, time.time())
     if as_json:
         out.print_json({"name": spec.name, **spec.definition(), "next_ticks_s": ticks})
@@ -287,7 +287,7 @@ def export(
 ) -> None:
     """Print every stored schedule as TOML: a backup, or a file to keep under version control."""
     settings = operator_settings(config, redis_url, namespace)
-    specs = with_agent(settings, lambda agent: agent.schedules.list())
+    specs = with_client(settings, lambda client: client.schedules.list())
     text = dump_schedules(specs)
     if file is None:
         sys.stdout.write(text)
@@ -324,12 +324,12 @@ def apply(
     except CronraceError as exc:
         raise fail_lines(exc) from None
 
-    async def operation(agent: Agent) -> ScheduleDiff:
+    async def operation(client: OperatorClient) -> ScheduleDiff:
         if dry_run:
-            return await agent.schedules.diff(wanted, prune=prune)
-        return await agent.schedules.apply(wanted, prune=prune, strict=strict or None)
+            return await client.schedules.diff(wanted, prune=prune)
+        return await client.schedules.apply(wanted, prune=prune, strict=strict or None)
 
-    found = with_agent(settings, operation)
+    found = with_client(settings, operation)
     if as_json:
         out.print_json(
             {

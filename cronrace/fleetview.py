@@ -1,8 +1,9 @@
 """One look at a fleet: its jobs, its live nodes and its latest runs.
 
 ``cronrace status`` prints it and the status page renders it, so the two always agree.
-It is read through an :class:`~cronrace.Agent` (one with no jobs is enough), from any
-process on the same Redis and namespace.
+It is read through an :class:`~cronrace.operator.OperatorClient` (the CLI's own, or a
+running agent's ``agent.operator``), from any process on the same Redis and namespace,
+in a fixed number of round trips however many jobs there are.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from cronrace.records import JobStatus, NodeInfo, RunRecord, utc_from_s
 
 if TYPE_CHECKING:
-    from cronrace.agent import Agent
+    from cronrace.operator import OperatorClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,24 +58,24 @@ class FleetView:
         }
 
 
-async def look(agent: Agent, *, runs: int = 0, runs_per_job: int = 5) -> FleetView:
-    """Read the fleet's view through ``agent``.
+async def look(client: OperatorClient, *, runs: int = 0, runs_per_job: int = 5) -> FleetView:
+    """Read the fleet's view through ``client``.
 
     Args:
-        agent: any agent of the namespace (the CLI uses one without jobs).
+        client: an operator client of the namespace (``agent.operator`` for an agent).
         runs: how many of the latest run records to include (0: none).
         runs_per_job: how many records to read per job to find them.
     """
-    jobs = await agent.jobs_status()
-    nodes = await agent.nodes()
+    jobs = await client.jobs_status()
+    nodes = await client.nodes()
     latest: list[RunRecord] = []
     if runs:
-        for job in jobs:
-            latest.extend(await agent.history(job.job, runs_per_job))
+        found = await client.latest_runs([job.job for job in jobs], runs_per_job)
+        latest = [record for records in found.values() for record in records]
         latest.sort(key=lambda record: (record.tick_s, record.finished_ms), reverse=True)
     return FleetView(
-        namespace=agent.settings.namespace,
-        now_s=agent.clock.time(),
+        namespace=client.settings.namespace,
+        now_s=client.clock.time(),
         jobs=tuple(jobs),
         nodes=tuple(nodes),
         runs=tuple(latest[:runs]),

@@ -32,7 +32,7 @@ from cronrace.store.schedules import ScheduleChange, WriteReply
 from cronrace.stored import ScheduleSpec, build_job, check_schedule
 
 if TYPE_CHECKING:
-    from cronrace.agent import Agent
+    from cronrace.operator import OperatorClient
     from cronrace.scheduler import Scheduler
     from cronrace.store import Store
 
@@ -87,13 +87,13 @@ class Schedules:
     namespace (an agent that is not running is enough), like the other operator controls.
     """
 
-    def __init__(self, agent: Agent) -> None:
-        self._agent = agent
+    def __init__(self, client: OperatorClient) -> None:
+        self._client = client
         self._live_handlers: tuple[float, set[str]] = (-math.inf, set())
 
     @property
     def _store(self) -> Store:
-        return self._agent.store
+        return self._client.store
 
     async def add(
         self,
@@ -225,14 +225,14 @@ class Schedules:
     # -- checks and writes -------------------------------------------------------------
 
     async def _code_job_names(self) -> set[str]:
-        return set(self._agent.jobs) | set(await self._store.known_jobs())
+        return set(self._client.jobs) | set(await self._store.known_jobs())
 
     async def _checked(
         self, raw: Mapping[str, Any], strict: bool | None, *, code_jobs: set[str] | None = None
     ) -> ScheduleSpec:
-        allow_hosts = list(getattr(self._agent.settings, "allow_hosts", []))
+        allow_hosts = list(getattr(self._client.settings, "allow_hosts", []))
         spec = check_schedule(raw, allow_hosts=allow_hosts)
-        allowed = getattr(self._agent.settings, "stored_targets", None)  # a sidecar's file
+        allowed = getattr(self._client.settings, "stored_targets", None)  # a sidecar's file
         if allowed is not None and spec.handler is None and spec.target_kind not in allowed:
             raise JobDefinitionError(
                 f"job {spec.name!r}: {spec.target_kind} targets from stored schedules are off "
@@ -247,7 +247,7 @@ class Schedules:
                 "another name"
             )
         if strict is None:
-            strict = bool(getattr(self._agent.settings, "strict_handlers", False))
+            strict = bool(getattr(self._client.settings, "strict_handlers", False))
         if strict and spec.handler is not None and not await self._handler_known(spec.handler):
             raise JobDefinitionError(
                 f"job {spec.name!r}: handler {spec.handler!r} is not registered on this agent "
@@ -257,12 +257,12 @@ class Schedules:
         return spec
 
     async def _handler_known(self, handler: str) -> bool:
-        if handler in self._agent.handlers:
+        if handler in self._client.handlers:
             return True
         read_at, known = self._live_handlers
         now = time.monotonic()
-        if now - read_at > self._agent.settings.heartbeat_s:  # an apply checks many at once
-            fleet = await self._agent.fleet_details()
+        if now - read_at > self._client.settings.heartbeat_s:  # an apply checks many at once
+            fleet = await self._client.fleet_details()
             known = {name for node in fleet for name in node.handlers}
             self._live_handlers = (now, known)
         return handler in known
@@ -281,7 +281,7 @@ class Schedules:
     def _unknown(self, name: str) -> UnknownJobError:
         return UnknownJobError(
             f"job {name!r}: no stored schedule of that name in namespace "
-            f"{self._agent.settings.namespace!r}"
+            f"{self._client.settings.namespace!r}"
         )
 
 

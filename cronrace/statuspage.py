@@ -147,7 +147,9 @@ class StatusPage:
         with self._lock:
             if self._cached is not None and time.monotonic() - self._cached[0] < VIEW_TTL_S:
                 return self._cached[1]
-            view = self.bridge.call(lambda: look(self.agent, runs=self.runs), READ_TIMEOUT_S)
+            view = self.bridge.call(
+                lambda: look(self.agent.operator, runs=self.runs), READ_TIMEOUT_S
+            )
             self._cached = (time.monotonic(), view)
             return view
 

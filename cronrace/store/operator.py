@@ -139,3 +139,27 @@ class OperatorCommands(StoreBase):
             )
             return []
         return decode_run_entries(job, entries)
+
+    async def histories(self, jobs: Sequence[str], limit: int) -> dict[str, list[RunRecord]]:
+        """Return the newest ``limit`` run records of each job, newest first; one round trip.
+
+        A job whose history key holds garbage reads as no history (logged), as in
+        :meth:`history`.
+        """
+        if not jobs:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for job in jobs:
+            pipe.xrevrange(self.keys.runs(job), count=limit)
+        out: dict[str, list[RunRecord]] = {}
+        for job, reply in zip(jobs, await pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(reply, Exception):
+                if not is_wrong_type(reply):
+                    raise reply
+                log.error(
+                    "garbage under the run history key; no history to show",
+                    extra={"job": job, "key": self.keys.runs(job), "error": str(reply)},
+                )
+                reply = []
+            out[job] = decode_run_entries(job, reply)
+        return out

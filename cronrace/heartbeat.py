@@ -1,0 +1,173 @@
+"""This node's heartbeat: the server clock, the Redis epoch, and the fleet's membership.
+
+Every ``heartbeat_s`` a node, in one round trip (``Store.heartbeat``):
+
+- samples the server's ``TIME``, which corrects its :class:`~cronrace.clock.ServerOffsetClock`
+  (every node then schedules on one shared clock);
+- writes its own expiry into the live set ``<ns>:nodes`` (``HEARTBEAT_TTL_PERIODS``
+  heartbeats from now) and reads the whole set back with every member's expiry, into
+  :attr:`Heartbeat.membership` (:class:`~cronrace.membership.Membership`): the node's one
+  view of who is alive, which k-of-N racers rank (DESIGN.md section 12);
+- reads the namespace's epoch, written once by the first node: a different epoch means
+  Redis lost its data, so new runs wait one ``lease_ttl`` (runs started before the wipe
+  may still be alive) and the jobs are published again.
+
+A beat that fails makes the node not ready and is retried on the project's backoff; a
+refusal (ACL, password) is retried slowly, as the operator may fix it meanwhile. A node
+that stops claiming leaves the live set at once (:meth:`~Heartbeat.leave`) and beats no more.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+
+from cronrace.clock import Clock, ServerOffsetClock
+from cronrace.errors import RedisAccessError, StoreError
+from cronrace.job import Job
+from cronrace.membership import Membership
+from cronrace.observer import Observer
+from cronrace.readiness import Readiness
+from cronrace.retry import Retry
+from cronrace.store import Store
+
+log = logging.getLogger("cronrace.heartbeat")
+
+#: A node's heartbeat lives this many heartbeat periods.
+HEARTBEAT_TTL_PERIODS = 3
+#: Prune dead members from the live set every this many heartbeats.
+PRUNE_EVERY_BEATS = 10
+
+
+def heartbeat_ttl_ms(heartbeat_s: float) -> int:
+    """How long one heartbeat keeps a node in the live set, in milliseconds."""
+    return int(heartbeat_s * HEARTBEAT_TTL_PERIODS * 1000)
+
+
+class Heartbeat:
+    """Beat for one node: clock samples, the epoch, the membership, readiness.
+
+    Args:
+        node_id: this node.
+        heartbeat_s: the period between beats.
+        clock: the agent's clock; a :class:`ServerOffsetClock` is fed the samples.
+        observer: told about failed beats.
+        readiness: set reachable after each beat, unreachable after a failed one.
+        jobs: this node's jobs (published again after a wipe; the longest ``lease_ttl``
+            is how long new runs wait then).
+        membership: the racers' view of the fleet, updated with every beat.
+    """
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        heartbeat_s: float,
+        clock: Clock,
+        observer: Observer,
+        readiness: Readiness,
+        jobs: Mapping[str, Job],
+        membership: Membership,
+    ) -> None:
+        self.node_id = node_id
+        self.heartbeat_s = heartbeat_s
+        self.clock = clock
+        self.observer = observer
+        self.readiness = readiness
+        self._jobs = jobs
+        #: The namespace's epoch as last read (None before the first beat).
+        self.epoch: str | None = None
+        #: The live members as the last beat read them (the racers' view of the fleet).
+        self.membership = membership
+        #: Set once this node left the live set for good (stopping): it beats no more.
+        self.left = False
+        self._beats = 0
+        self._hold_until_mono = 0.0
+
+    @property
+    def ttl_ms(self) -> int:
+        """How long one beat keeps this node in the live set."""
+        return heartbeat_ttl_ms(self.heartbeat_s)
+
+    def hold_s(self) -> float:
+        """Seconds new runs must still wait after Redis was found to have lost its data."""
+        return max(0.0, self._hold_until_mono - self.clock.monotonic())
+
+    async def beat(self, store: Store) -> None:
+        """Beat once: sample the server clock, refresh this node, read epoch and members."""
+        base = self.clock.base if isinstance(self.clock, ServerOffsetClock) else self.clock
+        sent_wall, sent_mono = base.time(), base.monotonic()
+        reply = await store.heartbeat(
+            self.node_id,
+            now_ms=int(self.clock.time() * 1000),
+            ttl_ms=self.ttl_ms,
+            epoch_candidate=secrets.token_hex(8),
+            prune=self._beats % PRUNE_EVERY_BEATS == 0,
+        )
+        self._beats += 1
+        rtt = base.monotonic() - sent_mono
+        if isinstance(self.clock, ServerOffsetClock):
+            self.clock.add_sample(
+                sent_wall_s=sent_wall, received_wall_s=sent_wall + rtt, server_s=reply.server_time_s
+            )
+        now_ms = int(self.clock.time() * 1000)
+        self.membership.update(reply.members, now_ms=now_ms, ttl_ms=self.ttl_ms)
+        self.observer.membership(len(self.membership.ring.members))
+        if self.epoch is not None and reply.epoch != self.epoch:
+            await self._after_wipe(store, reply.epoch)
+        self.epoch = reply.epoch
+        self.readiness.set_reachable(True)
+
+    async def _after_wipe(self, store: Store, epoch: str) -> None:
+        hold = max((job.lease_ttl_s for job in self._jobs.values()), default=0.0)
+        self._hold_until_mono = self.clock.monotonic() + hold
+        log.critical(
+            "Redis lost its data (epoch changed): fences were re-seeded from the server "
+            "clock; new runs wait one lease_ttl because runs started before may be alive",
+            extra={"node": self.node_id, "old_epoch": self.epoch, "epoch": epoch, "hold_s": hold},
+        )
+        await store.register_jobs({name: job.spec() for name, job in self._jobs.items()})
+
+    async def leave(self, store: Store) -> None:
+        """Leave the live set now and beat no more (this node claims nothing any longer).
+
+        The ticks it was a racer for then go to the others at their next heartbeat
+        (racers = k), and none waits for it as their preferred node.
+        """
+        self.left = True
+        await store.leave(self.node_id)
+
+    async def run(
+        self, store: Store, after_beat: Callable[[bool], Awaitable[None]] | None = None
+    ) -> None:
+        """Beat every ``heartbeat_s`` until cancelled; back off while Redis fails.
+
+        Args:
+            store: where to beat.
+            after_beat: called after each successful beat with whether it ended an outage
+                (the agent exchanges definitions and follows stored schedules there).
+        """
+        retry = Retry(self.clock)
+        delay_s = self.heartbeat_s
+        while True:
+            await self.clock.sleep(delay_s)
+            if self.left:  # stopping: it left the live set and must not join it again
+                continue
+            try:
+                await self.beat(store)
+                if after_beat is not None:
+                    await after_beat(retry.attempt > 0)
+                retry.succeeded()
+                delay_s = self.heartbeat_s
+            except RedisAccessError:
+                # Logged, counted and made readiness fail where it was translated; keep
+                # beating slowly: the operator may fix the ACL or the password meanwhile.
+                retry.refused()
+                delay_s = retry.failed()
+                self.observer.redis_error("heartbeat")
+            except StoreError as exc:
+                delay_s = retry.failed()
+                self.observer.redis_error("heartbeat")
+                self.readiness.set_reachable(False, why=f"Redis unreachable: {exc}")
+                log.warning("heartbeat failed", extra={"node": self.node_id, "error": str(exc)})
