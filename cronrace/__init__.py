@@ -15,6 +15,7 @@ from cronrace.errors import (
     UnknownJobError,
 )
 from cronrace.job import Job, RunContext
+from cronrace.operator import OperatorClient
 from cronrace.policies import Catchup, Outcome, Overlap
 from cronrace.records import JobStatus, NodeInfo, RunRecord
 from cronrace.schedule import Schedule
@@ -29,6 +30,7 @@ __all__ = [
     "JobDefinitionError",
     "JobStatus",
     "NodeInfo",
+    "OperatorClient",
     "Outcome",
     "Overlap",
     "RedisAmbiguousError",
