@@ -13,7 +13,7 @@ Example::
         fired = []
         agent.add_job(lambda ctx: fired.append(ctx.tick_s), "* * * * *", name="minutely")
         async with anyio.create_task_group() as tg:
-            tg.start_soon(agent.run)
+            await tg.start(agent.run)   # returns once the agent is ready
             await clock.advance(180)    # three minutes pass at once
             agent.stop()
         assert len(fired) == 3
@@ -65,24 +65,31 @@ class FakeClock:
     max_sleep_s = math.inf
 
     def __init__(self, start_s: float = 1_700_000_000.0) -> None:
-        self._now_s = float(start_s)
         self._origin_s = float(start_s)
+        # Time is kept as seconds since the start, where a float resolves nanoseconds; an
+        # epoch time (~1.7e9) resolves only ~0.2 us, and a sleep shorter than that (a lease
+        # renewal's "the rest of the interval") would not move it: the sleeper would wake
+        # at once, sleep again, and never let time pass.
+        self._elapsed_s = 0.0
         self._sleepers: list[tuple[float, int, anyio.Event]] = []
         self._order = itertools.count()
         self._busy: list[Callable[[], bool]] = []
 
     def time(self) -> float:
-        return self._now_s
+        return self._origin_s + self._elapsed_s
 
     def monotonic(self) -> float:
-        return self._now_s - self._origin_s
+        return self._elapsed_s
 
     async def sleep(self, seconds: float) -> None:
         if seconds <= 0:
             await anyio.lowlevel.checkpoint()
             return
         wake = anyio.Event()
-        heapq.heappush(self._sleepers, (self._now_s + seconds, next(self._order), wake))
+        # Strictly later than now, however short the sleep: a sleeper never wakes where it
+        # fell asleep.
+        wake_s = max(self._elapsed_s + seconds, math.nextafter(self._elapsed_s, math.inf))
+        heapq.heappush(self._sleepers, (wake_s, next(self._order), wake))
         await wake.wait()
 
     def wait_while(self, busy: Callable[[], bool]) -> None:
@@ -101,16 +108,16 @@ class FakeClock:
             step_s: also stop at least this often (sleepers wake at their own instant
                 whatever it is; a smaller step only adds stops).
         """
-        target = self._now_s + max(0.0, seconds)
+        target = self._elapsed_s + max(0.0, seconds)
         await self._settle()
         while True:
             stop = min(self._sleepers[0][0], target) if self._sleepers else target
             if step_s is not None and step_s > 0:
-                stop = min(stop, self._now_s + step_s)
-            self._now_s = max(self._now_s, stop)
+                stop = min(stop, self._elapsed_s + step_s)
+            self._elapsed_s = max(self._elapsed_s, stop)
             self._wake_due()
             await self._settle()
-            if self._now_s >= target:
+            if self._elapsed_s >= target:
                 return
 
     async def set_time(self, time_s: float) -> None:
@@ -119,12 +126,12 @@ class FakeClock:
         Sleepers due on the way all wake together, late; use :meth:`advance` for time that
         passes while the process runs.
         """
-        self._now_s = max(self._now_s, float(time_s))
+        self._elapsed_s = max(self._elapsed_s, float(time_s) - self._origin_s)
         self._wake_due()
         await self._settle()
 
     def _wake_due(self) -> None:
-        while self._sleepers and self._sleepers[0][0] <= self._now_s:
+        while self._sleepers and self._sleepers[0][0] <= self._elapsed_s:
             heapq.heappop(self._sleepers)[2].set()
 
     async def _settle(self) -> None:

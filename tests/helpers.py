@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
-from cronrace import Agent, AgentSettings, RunContext
+from cronrace import Agent, AgentSettings, RunContext, RunRecord
+from cronrace.testing import FakeClock, memory_agent
 
 
 async def wait_for(
@@ -63,13 +66,45 @@ def settings(url: str, namespace: str, node: str, **extra: object) -> AgentSetti
 
 @asynccontextmanager
 async def running(*agents: Agent) -> AsyncIterator[None]:
-    """Run agents in a task group; stop them (gracefully) on exit."""
+    """Run agents in a task group, each ready when entered; stop them (gracefully) on exit."""
     async with anyio.create_task_group() as tg:
-        for agent in agents:
-            tg.start_soon(agent.run)
-        await wait_for(lambda: all(a.ready for a in agents), timeout_s=10, what="agents ready")
+        with anyio.fail_after(10):
+            for agent in agents:
+                await tg.start(agent.run)
         try:
             yield
         finally:
             for agent in agents:
                 agent.stop()
+
+
+def memory_fleet(clock: FakeClock, size: int, *, prefix: str = "node", **extra: Any) -> list[Agent]:
+    """``size`` agents on one fake clock and one embedded store: the nodes of one fleet.
+
+    ``shutdown_grace_s`` is 0 unless given: the grace is real time, and a handler sleeping on
+    the fake clock would only wait it out (tests read what they check before stopping).
+    """
+    options: dict[str, Any] = {
+        "redis_url": f"memory://fleet-{secrets.token_hex(4)}",
+        "shutdown_grace_s": 0.0,
+        **extra,
+    }
+    return [memory_agent(clock, node_id=f"{prefix}{i}", **options) for i in range(size)]
+
+
+def memory_server(agent: Agent) -> Any:
+    """The fakeredis server behind an agent's embedded store.
+
+    Setting its ``connected`` to False makes every command fail to connect, as a Redis that
+    went away does; True brings it back with its data.
+    """
+    return agent.store.client.connection_pool.connection_kwargs["server"]
+
+
+async def history(agent: Agent, job: str, *, first_s: int, last_s: int) -> list[RunRecord]:
+    """The job's records of the ticks ``first_s..last_s``, oldest tick first."""
+    records = await agent.history(job, 1000)
+    return sorted(
+        (r for r in records if first_s <= r.tick_s <= last_s),
+        key=lambda r: (r.tick_s, r.outcome.value),
+    )

@@ -6,10 +6,10 @@ import time
 from datetime import UTC, datetime
 
 import anyio
+import pytest
 
 from cronrace import RunContext
 from cronrace.testing import FakeClock, memory_agent, run_handler
-from tests.helpers import wait_for
 
 
 async def test_fake_clock_drives_an_agent_through_three_minutes_at_once() -> None:
@@ -23,10 +23,9 @@ async def test_fake_clock_drives_an_agent_through_three_minutes_at_once() -> Non
 
     agent.add_job(minutely, "* * * * *", name="minutely")
     async with anyio.create_task_group() as tg:
-        tg.start_soon(agent.run)
-        await wait_for(lambda: agent.ready, timeout_s=5, what="ready")
+        await tg.start(agent.run)
         await clock.advance(180)
-        await wait_for(lambda: len(fired) == 3, timeout_s=5, what="three runs")
+        assert len(fired) == 3, "advance returns once what it woke has run"
         agent.stop()
     assert [t - int(start) for t in fired] == [30, 90, 150]
 
@@ -54,8 +53,7 @@ async def test_advance_in_big_steps_still_fires_each_tick_at_its_instant() -> No
 
     agent.add_job(daily, "0 3 * * *", name="daily")
     async with anyio.create_task_group() as tg:
-        tg.start_soon(agent.run)
-        await wait_for(lambda: agent.ready, timeout_s=5, what="ready")
+        await tg.start(agent.run)
         await clock.advance(2 * 86400, step_s=3600)
         records = await agent.history("daily", 10)
         agent.stop()
@@ -75,8 +73,7 @@ async def test_advance_waits_for_sync_handlers_in_worker_threads() -> None:
 
     agent.add_job(slow, "*/10 * * * * *", name="slow", lease_ttl=3)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(agent.run)
-        await wait_for(lambda: agent.ready, timeout_s=5, what="ready")
+        await tg.start(agent.run)
         await clock.advance(30)
         assert finished == [1_700_000_010, 1_700_000_020, 1_700_000_030]
         records = await agent.history("slow", 10)
@@ -100,3 +97,28 @@ async def test_set_time_wakes_sleepers_late_as_a_paused_process_sees_it() -> Non
         assert woke == [120.0]
         await clock.advance(40)
     assert woke == [120.0, 150.0]
+
+
+async def test_a_sleeper_that_sleeps_to_a_monotonic_instant_gets_there_and_time_moves_on() -> None:
+    # A lease's renewal loop: sleep for "the rest of the interval", look again. At an epoch
+    # time (~1.8e9, resolving ~0.2 us) the rest was sometimes below the clock's resolution:
+    # the sleep did not move time, the sleeper woke where it was, and advance never returned.
+    clock = FakeClock(start_s=1_800_000_000.5)
+    renewals: list[float] = []
+
+    async def renewer() -> None:
+        next_s = clock.monotonic() + 0.3
+        while len(renewals) < 10:
+            now = clock.monotonic()
+            if now < next_s:
+                await clock.sleep(next_s - now)
+                continue
+            renewals.append(now)
+            next_s = now + 0.3
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(renewer)
+        with anyio.fail_after(5):
+            await clock.advance(3.05)
+    assert renewals == pytest.approx([0.3 * i for i in range(1, 11)])
+    assert clock.time() == pytest.approx(1_800_000_003.55)
