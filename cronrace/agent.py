@@ -508,6 +508,7 @@ class Agent:
         version: int | None = None
         try:
             version = await self.fleet.exchange(details, int(self.clock.time() * 1000))
+            self.membership.alike(self.fleet.fingerprints)
         except RedisDataError as exc:  # garbage under a fleet key: ticks must not care
             log.error("fleet definitions exchange failed", extra={"error": str(exc)})
         if reconnected:

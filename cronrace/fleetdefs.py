@@ -186,6 +186,8 @@ class FleetDefinitions:
         self.disagreements: list[Disagreement] = []
         self._written: str | None = None
         self._known: dict[str, tuple[str, NodeDetails]] = {}  # node -> (fingerprint, details)
+        #: Every live node's fingerprint as of the last exchange, this node's included.
+        self.fingerprints: dict[str, str] = {}
 
     async def exchange(self, details: NodeDetails, now_ms: int) -> int:
         """Publish ``details``, read the live nodes', report disagreements.
@@ -207,6 +209,7 @@ class FleetDefinitions:
                 self.node_id, fingerprint, details=details.to_json(), now_ms=now_ms
             )
         self._written = fingerprint
+        self.fingerprints = {**reply.fingerprints, self.node_id: fingerprint}
         self._known[self.node_id] = (fingerprint, details)
         own_jobs = fingerprint.split(" ")[0]
         others = {n: f for n, f in reply.fingerprints.items() if n != self.node_id}

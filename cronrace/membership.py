@@ -59,6 +59,11 @@ class Membership:
         #: Each member's last heartbeat, epoch ms, as of the last read.
         self.last_beat_ms: dict[str, int] = {}
         self.on_departure: DepartureHook | None = None
+        #: Whether every member publishes what this node does (the same jobs, handlers,
+        #: refusals and racers setting). Until it is known, and whenever it is not so,
+        #: this node races for every tick: a racer without the job would never claim it.
+        self.uniform = False
+        self._fingerprints: dict[str, str] = {}
 
     @property
     def k(self) -> int | None:
@@ -78,6 +83,7 @@ class Membership:
         if len(_POINTS) > _POINTS_MAX_NODES:  # members come and go: memory stays bounded
             _POINTS.clear()
         self.ring = old.with_members(live, _POINTS)
+        self._check_uniform()  # a member not in the last exchange: not known alike yet
         left, joined = old.members - live, live - old.members
         log.info(
             "membership changed",
@@ -94,8 +100,31 @@ class Membership:
             )
             self.on_departure(old, self.ring, min(last_ms, now_ms))
 
+    def alike(self, fingerprints: Mapping[str, str]) -> None:
+        """Take the fleet exchange's fingerprints (node -> what it runs), this node's too."""
+        self._fingerprints = dict(fingerprints)
+        self._check_uniform()
+
+    def _check_uniform(self) -> None:
+        own = self._fingerprints.get(self.node_id)
+        uniform = own is not None and all(
+            self._fingerprints.get(node) == own for node in self.ring.members
+        )
+        if uniform != self.uniform and self.racers.k is not None:
+            log.log(
+                logging.INFO if uniform else logging.WARNING,
+                "every live node runs the same jobs: racing as racers = k"
+                if uniform
+                else "live nodes run different jobs, handlers or racers settings (or have "
+                "not said yet): this node races for every tick until they agree",
+                extra={"node": self.node_id, "racers": str(self.racers)},
+            )
+        self.uniform = uniform
+
     def races(self, job: str, tick_s: int) -> bool:
         """Whether this node races for one (job, tick) in its current view."""
+        if not self.uniform:
+            return True
         return self.ring.races(self.node_id, job, tick_s, self.racers.k)
 
     def preferred(self, job: str, tick_s: int) -> bool:

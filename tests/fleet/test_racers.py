@@ -14,6 +14,7 @@ from cronrace.cli_output import print_nodes, racers_line
 from cronrace.membership import late_fire_bound_s
 from cronrace.observer import Observer
 from cronrace.racers import Ring
+from cronrace.store import Store
 from cronrace.testing import FakeClock, memory_agent
 
 START_S = 1_700_000_000
@@ -32,6 +33,12 @@ class Claims(Observer):
 
     def claims_skipped(self, count: int) -> None:
         self.skipped += count
+
+
+async def publish_like(store: Store, node: str, ghosts: tuple[str, ...]) -> None:
+    """Make ghosts publish what ``node`` runs, as a node that died would have."""
+    fingerprint = await store.client.hget(store.keys.fleet_defs, node)
+    await store.client.hset(store.keys.fleet_defs, mapping=dict.fromkeys(ghosts, fingerprint))
 
 
 def fleet(
@@ -124,9 +131,9 @@ async def test_ticks_whose_racers_are_dead_but_listed_fire_late_within_the_bound
             await tg.start(agent.run)
         await clock.advance(1.2)
         store = agents[0].store
-        await store.client.zadd(
-            store.keys.nodes, {g: int(last_beat_s * 1000) + 3000 for g in ghosts}
-        )
+        beat_ms = int(last_beat_s * 1000)
+        await store.client.zadd(store.keys.nodes, {g: beat_ms + 3000 for g in ghosts})
+        await publish_like(store, "node-0", ghosts)
         await clock.advance(1.0)  # every live node has read the ghosts with its heartbeat
         assert all(len(a.membership.ring.members) == 6 for a in agents)
         await clock.advance(70)
@@ -204,6 +211,7 @@ async def test_a_latest_job_records_missed_only_the_ticks_nobody_ran() -> None:
         store = agents[0].store
         last_beat_ms = (START_S + 2) * 1000 + 400
         await store.client.zadd(store.keys.nodes, {g: last_beat_ms + 3000 for g in GHOSTS})
+        await publish_like(store, "node-0", GHOSTS)
         await clock.advance(30)
         history = await agents[0].history("every-second", 200)
         for agent in agents:
@@ -217,3 +225,32 @@ async def test_a_latest_job_records_missed_only_the_ticks_nobody_ran() -> None:
     assert not_run, "the ghosts held no tick: the test saw no fault"
     assert missed == len(not_run), (missed, not_run)
     assert {r.outcome.value for r in history} <= {"ok", "missed", "stale"}
+
+
+@pytest.mark.timeout(60)
+async def test_a_job_only_some_nodes_run_is_raced_by_them_at_every_tick() -> None:
+    # A racer that lacks the job would never claim it: while the live nodes do not all
+    # publish the same jobs, every node races for every tick of what it runs.
+    clock = FakeClock(start_s=START_S)
+    runs: list[tuple[int, str]] = []
+    agents, _observers = fleet(clock, 3, "1", runs)
+    only_here: list[int] = []
+
+    async def rare(ctx: RunContext) -> None:
+        only_here.append(ctx.tick_s)
+
+    agents[0].add_job(rare, "@every 1s", name="only-on-node-0")
+    async with anyio.create_task_group() as tg:
+        for agent in agents:
+            await tg.start(agent.run)
+        await clock.advance(20)
+        uniform = [agent.membership.uniform for agent in agents]
+        for agent in agents:
+            agent.stop()
+        await clock.advance(3)
+    assert uniform == [False, False, False]
+    ticks = sorted(only_here)
+    assert ticks == list(range(ticks[0], ticks[0] + len(ticks)))
+    assert len(ticks) >= 19
+    ran = Counter(t for t, _n in runs)
+    assert [t for t, n in ran.items() if n > 1] == []
