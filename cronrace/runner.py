@@ -337,7 +337,6 @@ class Runner:
             trigger_id=trigger_id,
             _store=self.store,
         )
-        outcome, error, detail = Outcome.OK, None, None
         started_ms = self._now_ms()
         lag_s = self.clock.time() - tick_s
         log.info(
@@ -353,29 +352,7 @@ class Runner:
         )
         self.observer.run_started(job.name, lag_s)
         try:
-            async with anyio.create_task_group() as tg:
-                handler_scope = anyio.CancelScope()
-                if renew:
-                    tg.start_soon(lease.keep, handler_scope, ctx._lost)
-                with handler_scope:
-                    hold_s = self._job_hold_s(job.name)
-                    if hold_s > 0:
-                        log.warning(
-                            "holding a new run: Redis lost its data, older runs may be alive",
-                            extra={"job": job.name, "tick": tick_s, "hold_s": round(hold_s, 1)},
-                        )
-                        await self.clock.sleep(hold_s)
-                    try:
-                        detail = await self._call(job, ctx)
-                    except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's outcome
-                        outcome, error = Outcome.ERROR, _error_text(exc)
-                tg.cancel_scope.cancel()
-            # Looked at once the renewal task has stopped, so that its verdict is in; and
-            # whatever the handler did: a handler that blocked the event loop past the
-            # deadline, or a paused process that resumed, ran without a lease.
-            if renew and lease.check_deadline():
-                ctx._lost.set()
-                outcome, error = Outcome.LEASE_LOST, lease.lost_reason
+            outcome, error, detail = await self._handle(job, ctx, lease, renew=renew)
         except anyio.get_cancelled_exc_class():
             ctx._lost.set()
             record = self._make_record(
@@ -400,6 +377,36 @@ class Runner:
                 },
             )
         return self._make_record(job, ctx, outcome, started_ms, error, detail)
+
+    async def _handle(
+        self, job: Job, ctx: RunContext, lease: Lease, *, renew: bool
+    ) -> tuple[Outcome, str | None, Any]:
+        """Call the handler under its lease (renewed beside it); its outcome, error, detail."""
+        outcome, error, detail = Outcome.OK, None, None
+        async with anyio.create_task_group() as tg:
+            handler_scope = anyio.CancelScope()
+            if renew:
+                tg.start_soon(lease.keep, handler_scope, ctx._lost)
+            with handler_scope:
+                hold_s = self._job_hold_s(job.name)
+                if hold_s > 0:
+                    log.warning(
+                        "holding a new run: Redis lost its data, older runs may be alive",
+                        extra={"job": job.name, "tick": ctx.tick_s, "hold_s": round(hold_s, 1)},
+                    )
+                    await self.clock.sleep(hold_s)
+                try:
+                    detail = await self._call(job, ctx)
+                except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's outcome
+                    outcome, error = Outcome.ERROR, _error_text(exc)
+            tg.cancel_scope.cancel()
+        # Looked at once the renewal task has stopped, so that its verdict is in; and
+        # whatever the handler did: a handler that blocked the event loop past the
+        # deadline, or a paused process that resumed, ran without a lease.
+        if renew and lease.check_deadline():
+            ctx._lost.set()
+            outcome, error = Outcome.LEASE_LOST, lease.lost_reason
+        return outcome, error, detail
 
     def _make_record(
         self,

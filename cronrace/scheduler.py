@@ -1,9 +1,10 @@
-"""The tick loop: wake, race, advance, decide (DESIGN.md section 3, steps 1-4).
+"""The tick loop: wake, plan, race, advance (DESIGN.md section 3, steps 1-3).
 
 A heap holds each job's next tick. At each wake-up the loop pops every due job, plans
-what to fire (one tick in the steady state, a catch-up plan after a backlog), sends all
-claims in one pipeline, decides the won ones in a second pipeline, records the
-decisions, and hands runs to the runner. It never awaits a handler.
+what to fire (one tick in the steady state, a catch-up plan after a backlog; with
+``racers = k`` only the ticks this node races for), and hands the proposals to the claim
+step (:class:`~cronrace.race.TickRace`: claims, decisions, runs). It never awaits a
+handler.
 """
 
 from __future__ import annotations
@@ -11,37 +12,25 @@ from __future__ import annotations
 import heapq
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import anyio
 from anyio.abc import TaskGroup
 
-from cronrace.acquiring import acquire_retrying
 from cronrace.clock import Clock
 from cronrace.config import AgentSettings
-from cronrace.decisions import (
-    EXPIRED_COUNT_CAP,
-    RAN_OUT,
-    Proposal,
-    RunStart,
-    acquire_request,
-    decide,
-    not_replicated,
-    report,
-    report_not_replicated,
-)
+from cronrace.decisions import EXPIRED_COUNT_CAP, Proposal
 from cronrace.errors import CronraceError, StoreError
 from cronrace.job import Job
-from cronrace.lease import SAFETY_MARGIN
 from cronrace.membership import Membership, late_fire_bound_s
 from cronrace.observer import Observer
 from cronrace.outbox import Outbox
-from cronrace.policies import Outcome, Overlap, TickPlan, plan_ticks
+from cronrace.policies import TickPlan, plan_ticks
+from cronrace.race import TickRace
 from cronrace.racers import Racers, Ring
-from cronrace.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
 from cronrace.runner import Runner
-from cronrace.store import Claim, ClaimOutcome, ClaimReply, Owner, Store
-from cronrace.wakeup import ABORT_TIMEOUT_S, StopGate, WakeUp, account_for_cut_wakeup
+from cronrace.store import Owner, Store
+from cronrace.wakeup import StopGate
 
 log = logging.getLogger("cronrace.scheduler")
 
@@ -49,11 +38,6 @@ log = logging.getLogger("cronrace.scheduler")
 MAX_SLEEP_S = 1.0
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 2.0
-#: Claims failing for this long make an outage (not a blip: a restart, a stale connection)
-#: after which runs on other nodes may have finished with their releases still pending.
-LONG_OUTAGE_S = 0.5
-#: The longest a decision waits for this node's own pending releases of the same jobs.
-RELEASE_FIRST_TIMEOUT_S = 1.0
 #: How much later than a tick's preferred node the others claim it (racers.py): more than
 #: the wake-up jitter of a loaded 2-core machine (tens of ms), so the preferred node wins
 #: when alive and runs spread across the fleet; the others still fire it if it is not.
@@ -107,18 +91,23 @@ class Scheduler:
         self._heap: list[tuple[float, int, str]] = []
         self._unanswered: dict[str, int] = {}
         self._woken = anyio.Event()  # set by put_job: the loop looks at the heap again
-        self._ambiguous: set[tuple[str, int, str | None]] = set()
         self.next_tick: dict[str, int] = {}
         self.gate = StopGate()
-        self._unreachable_since: float | None = None
-        self._recovered_mono = float("-inf")  # when claims went through after an outage
+        #: The claim step: every tick's claim and decision goes through it.
+        self.tick_race = TickRace(
+            store=store,
+            clock=clock,
+            settings=settings,
+            owner=owner,
+            runner=runner,
+            outbox=outbox,
+            observer=observer,
+            set_ready=set_ready,
+            backoff_s=backoff_s,
+        )
         # A clock whose sleepers wake exactly when it steps (the testing FakeClock) says so
         # with max_sleep_s; re-checking it every second would only cost its users time.
         self._max_sleep_s = float(getattr(clock, "max_sleep_s", MAX_SLEEP_S))
-
-    def claim_ttl_ms(self, job: Job) -> int:
-        """A claim must outlive every attempt at its tick (DESIGN.md section 5)."""
-        return int((job.catchup_window_s + self.settings.skew_tolerance_s + 1) * 1000)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -146,58 +135,69 @@ class Scheduler:
                 with self.gate.waiting():
                     await self._nap(min(wait_s, self._max_sleep_s))
                 continue
-            planned: dict[str, Job] = {}
-            due: list[tuple[int, str]] = []
-            while self._heap and self._heap[0][0] <= now:
-                _wake_s, first_due, name = heapq.heappop(self._heap)
-                # Entries of a job replaced or removed at runtime (stored schedules) are
-                # stale: only the one matching its current next tick counts, once.
-                if self.next_tick.get(name) == first_due and name not in planned:
-                    planned[name] = self.jobs[name]
-                    due.append((first_due, name))
-            plans: list[Proposal] = []
-            following: dict[str, int] = {}
-            skipped = 0
-            for first_due, name in due:
-                job = planned[name]
-                try:
-                    plan, following[name] = self._plan(job, first_due, now)
-                    if plan is not None and not self.membership.races(name, plan.claim_tick_s):
-                        # racers = k: other nodes race for this one (racers.py).
-                        self._passed.setdefault(name, first_due)
-                        skipped += 1
-                        continue
-                    if plan is not None:
-                        plans.append(self._with_passed(job, plan, first_due, now))
-                except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
-                    self._unschedule(job, exc)
-                    continue
-            if skipped:
-                self.observer.claims_skipped(skipped)
+            await self._wake(now, runs)
+
+    async def _wake(self, now: float, runs: TaskGroup) -> None:
+        """Pop every due job, propose what it fires, race, and push each job's next tick."""
+        planned: dict[str, Job] = {}
+        due: list[tuple[int, str]] = []
+        while self._heap and self._heap[0][0] <= now:
+            _wake_s, first_due, name = heapq.heappop(self._heap)
+            # Entries of a job replaced or removed at runtime (stored schedules) are
+            # stale: only the one matching its current next tick counts, once.
+            if self.next_tick.get(name) == first_due and name not in planned:
+                planned[name] = self.jobs[name]
+                due.append((first_due, name))
+        plans, following = self._propose(planned, due, now)
+        try:
+            unanswered = await self.tick_race.race(plans, runs) if plans else set()
+        except Exception:  # the outermost loop: one job's surprise must not stop the rest
+            log.exception(
+                "unexpected error deciding ticks; moving on",
+                extra={"jobs": [p.job.name for p in plans]},
+            )
+            unanswered = set()
+        # A job replaced or removed while its claims were out has its new next tick
+        # already (put_job, drop_job): the old definition's must not overwrite it.
+        following = {n: s for n, s in following.items() if self.jobs.get(n) is planned[n]}
+        for first_due, name in due:
+            if name not in following:  # dropped by _unschedule, replaced or removed
+                continue
+            if name not in unanswered:
+                self._unanswered.pop(name, None)
+                self._push(name, following[name])
+                continue
+            # Redis (or this job's shard) did not answer: nothing was decided. Put the
+            # tick back and back off; the next attempt plans it again, as a backlog
+            # for the catch-up policy if late. Other shards' jobs go on meanwhile.
+            attempt = self._unanswered.get(name, 0)
+            self._unanswered[name] = attempt + 1
+            self._push(name, first_due, wake_s=self.clock.time() + backoff_s(attempt))
+
+    def _propose(
+        self, planned: dict[str, Job], due: list[tuple[int, str]], now: float
+    ) -> tuple[list[Proposal], dict[str, int]]:
+        """What this node races for among the due jobs, and each job's following tick."""
+        plans: list[Proposal] = []
+        following: dict[str, int] = {}
+        skipped = 0
+        for first_due, name in due:
+            job = planned[name]
             try:
-                unanswered = await self.race(plans, runs) if plans else set()
-            except Exception:  # the outermost loop: one job's surprise must not stop the rest
-                log.exception(
-                    "unexpected error deciding ticks; moving on",
-                    extra={"jobs": [p.job.name for p in plans]},
-                )
-                unanswered = set()
-            # A job replaced or removed while its claims were out has its new next tick
-            # already (put_job, drop_job): the old definition's must not overwrite it.
-            following = {n: s for n, s in following.items() if self.jobs.get(n) is planned[n]}
-            for first_due, name in due:
-                if name not in following:  # dropped by _unschedule, replaced or removed
+                plan, following[name] = self._plan(job, first_due, now)
+                if plan is not None and not self.membership.races(name, plan.claim_tick_s):
+                    # racers = k: other nodes race for this one (racers.py).
+                    self._passed.setdefault(name, first_due)
+                    skipped += 1
                     continue
-                if name not in unanswered:
-                    self._unanswered.pop(name, None)
-                    self._push(name, following[name])
-                    continue
-                # Redis (or this job's shard) did not answer: nothing was decided. Put the
-                # tick back and back off; the next attempt plans it again, as a backlog
-                # for the catch-up policy if late. Other shards' jobs go on meanwhile.
-                attempt = self._unanswered.get(name, 0)
-                self._unanswered[name] = attempt + 1
-                self._push(name, first_due, wake_s=self.clock.time() + backoff_s(attempt))
+                if plan is not None:
+                    plans.append(self._with_passed(job, plan, first_due, now))
+            except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
+                self._unschedule(job, exc)
+                continue
+        if skipped:
+            self.observer.claims_skipped(skipped)
+        return plans, following
 
     async def _seed(self) -> None:
         """Start each job from its watermark, or from now when it has none."""
@@ -406,194 +406,18 @@ class Scheduler:
             if plan is not None:
                 plans.append(Proposal(job, plan, shared_from_s=ticks[0]))
         try:
-            unanswered = await self.race(plans, runs) if plans else set()
+            unanswered = await self.tick_race.race(plans, runs) if plans else set()
         except Exception:  # the outermost loop: one job's surprise must not stop the rest
             log.exception("unexpected error racing for orphaned ticks; moving on")
             return
         for name in unanswered:  # Redis did not answer: they go on with the next claim
             self._passed[name] = min(self._passed.get(name, orphans[name][0]), orphans[name][0])
 
-    # -- race and decide -----------------------------------------------------------------
-
-    async def race(self, proposals: Sequence[Proposal], runs: TaskGroup) -> set[str]:
-        """Claim every plan (one pipeline per shard), then decide the won ones.
-
-        A graceful stop never cuts this short; a forced one (cancellation) leaves what it
-        may have won to :func:`~cronrace.wakeup.account_for_cut_wakeup`.
-
-        Returns:
-            The jobs whose claims got no answer: nothing was decided for them.
-        """
-        claims = [
-            Claim(p.job.name, p.plan.claim_tick_s, self.claim_ttl_ms(p.job), p.trigger_id)
-            for p in proposals
-        ]
-        wakeup = WakeUp(proposals, claims)
-        try:
-            return await self._race(wakeup, runs)
-        except anyio.get_cancelled_exc_class():
-            if not wakeup.decided:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_TIMEOUT_S):
-                    await account_for_cut_wakeup(
-                        wakeup,
-                        store=self.store,
-                        runner=self.runner,
-                        outbox=self.outbox,
-                        owner=self.owner,
-                        node_id=self.settings.node_id,
-                        clock=self.clock,
-                    )
-            raise
-
-    async def _race(self, wakeup: WakeUp, runs: TaskGroup) -> set[str]:
-        replies = await self._claim(wakeup.claims)
-        by_outcome: dict[ClaimOutcome, list[tuple[Proposal, ClaimReply]]] = {}
-        for p, reply in zip(wakeup.plans, replies, strict=True):
-            by_outcome.setdefault(reply.outcome, []).append((p, reply))
-        winners = [p for p, _reply in by_outcome.get(ClaimOutcome.WON, [])]
-        short = by_outcome.get(ClaimOutcome.NOT_REPLICATED, [])
-        lost = by_outcome.get(ClaimOutcome.LOST, [])
-        wakeup.winners = winners
-        if winners or short or lost:
-            self.observer.claims(len(winners) + len(short), len(lost))
-        if short:
-            await self._not_replicated(short)
-        if winners:
-            await self._releases_first(winners)
-            await self._decide(wakeup, runs)
-        wakeup.decided = True
-        return {p.job.name for p, _reply in by_outcome.get(ClaimOutcome.UNKNOWN, [])}
-
-    async def _not_replicated(self, short: list[tuple[Proposal, ClaimReply]]) -> None:
-        """Record won claims that too few replicas confirmed: they do not run."""
-        wanted = self.settings.claim_replicas
-        verdict = not_replicated(
-            [(p, reply.acked) for p, reply in short],
-            wanted=wanted,
-            node_id=self.settings.node_id,
-            now_ms=int(self.clock.time() * 1000),
-        )
-        acked = min(reply.acked for _p, reply in short)
-        report_not_replicated(verdict, acked=acked, wanted=wanted, observer=self.observer)
-        history = max(p.job.history for p, _r in short)
-        await self.outbox.write(list(verdict.records), history=history)
-
-    async def _releases_first(self, winners: list[Proposal]) -> None:
-        """Let finished runs' releases reach Redis before their jobs' decision (releases.py).
-
-        This node's own are sent at once and awaited (bounded); after an outage, a lease
-        another node holds is given a moment to go.
-        """
-        self.runner.releases.retry_now()
-        with anyio.move_on_after(RELEASE_FIRST_TIMEOUT_S):
-            await self.runner.releases.settled({p.job.name for p in winners})
-        until_mono = self._recovered_mono + FOREIGN_RELEASE_WAIT_S
-        if self.clock.monotonic() < until_mono:
-            await let_others_release(
-                self.store,
-                [p.job.name for p in winners if p.job.overlap is not Overlap.ALLOW],
-                owner=self.owner,
-                clock=self.clock,
-                until_mono=until_mono,
-            )
-
-    async def _claim(self, claims: list[Claim]) -> list[ClaimReply]:
-        """Send the claims; ``UNKNOWN`` for those Redis (or their shard) did not answer.
-
-        A claim whose reply was lost may have been written. Such claims are remembered,
-        and the next attempt at the same key reads it back instead of trusting ``NX``.
-        """
-        keys = [(c.job, c.tick_s, c.trigger_id) for c in claims]
-        try:
-            replies = await self.store.claim_each(
-                claims,
-                self.owner,
-                read_back=not self._ambiguous.isdisjoint(keys),
-                wait_replicas=self.settings.claim_replicas,
-                wait_ms=self.settings.claim_replicas_timeout_ms,
-            )
-        except StoreError as exc:
-            log.error("claims failed; will retry and read back", extra={"error": str(exc)})
-            replies = [ClaimReply(ClaimOutcome.UNKNOWN)] * len(claims)
-        unknown = {
-            key
-            for key, reply in zip(keys, replies, strict=True)
-            if reply.outcome is ClaimOutcome.UNKNOWN
-        }
-        oldest_s = int(self.clock.time()) - 3600
-        self._ambiguous = {
-            key for key in (self._ambiguous - set(keys)) | unknown if key[1] >= oldest_s
-        }
-        if unknown:
-            self.observer.redis_error("claim")
-        if len(unknown) < len(keys):
-            if self._after_long_outage():
-                self._recovered_mono = self.clock.monotonic()
-            self._unreachable_since = None
-        elif self._unreachable_since is None:
-            self._unreachable_since = self.clock.monotonic()
-        self._set_ready(not unknown)
-        return replies
-
-    def _after_long_outage(self) -> bool:
-        since = self._unreachable_since
-        return since is not None and self.clock.monotonic() - since >= LONG_OUTAGE_S
-
-    async def _decide(self, wakeup: WakeUp, runs: TaskGroup) -> None:
-        winners = wakeup.winners or []
-        answers = await acquire_retrying(
-            self.store,
-            self.clock,
-            [acquire_request(p, self.owner) for p in winners],
-            [p.plan.claim_tick_s + p.job.catchup_window_s for p in winners],
-            observer=self.observer,
-            set_ready=self._set_ready,
-            backoff_s=backoff_s,
-        )
-        # From here on nothing awaits until every run is registered with the runner: a
-        # forced stop finds each one there (started or not) and none in between.
-        wakeup.decided = True
-        unrun: list[tuple[Proposal, RunStart]] = []
-        now_ms = int(self.clock.time() * 1000)
-        node = self.settings.node_id
-        for p, (reply, granted_mono) in zip(winners, answers, strict=True):
-            if isinstance(reply, Exception):
-                continue
-            deadline_mono = granted_mono + p.job.lease_ttl_s * (1 - SAFETY_MARGIN)
-            late = self.clock.monotonic() >= deadline_mono
-            verdict = decide(p, reply, node_id=node, now_ms=now_ms, answered_late=late)
-            report(p, reply, verdict, node_id=node, observer=self.observer)
-            wakeup.records += verdict.records
-            if verdict.unrun is not None:
-                unrun.append((p, verdict.unrun))
-            if verdict.start is not None:
-                self._start(p, verdict.start, granted_mono, runs)
-        for p, grant in unrun:
-            await self.runner.release_unrun(
-                p.job,
-                list(grant.ticks),
-                grant.fence,
-                Outcome.LEASE_LOST,
-                RAN_OUT,
-                trigger_id=p.trigger_id,
-                retry_s=0,
-            )
-        if wakeup.records:
-            history = max(p.job.history for p in winners)
-            await self.outbox.write(wakeup.records, history=history)
-
-    def _start(self, p: Proposal, start: RunStart, granted_mono: float, runs: TaskGroup) -> None:
-        """Register a granted run with the runner, then start its task."""
-        if start.hold_s:
-            self.runner.hold_job(p.job.name, start.hold_s)
-        grant = self.runner.admit(p.job, list(start.ticks), start.fence, granted_mono, p.trigger_id)
-        runs.start_soon(self.runner.run_sequence, grant, name=f"cronrace run {p.job.name}")
-
     async def fire_trigger(self, job: Job, trigger_id: str, runs: TaskGroup) -> None:
         """Race for a manual trigger: its own claim key, the same lease and overlap policy."""
         now_s = int(self.clock.time())
         plan = TickPlan(now_s, now_s, (now_s,), 0)
-        if await self.race([Proposal(job, plan, trigger_id)], runs):
+        if await self.tick_race.race([Proposal(job, plan, trigger_id)], runs):
             log.error(
                 "manual trigger dropped: Redis did not answer",
                 extra={"job": job.name, "trigger": trigger_id},

@@ -1,0 +1,262 @@
+"""One wake-up's race: claim, decide, start (DESIGN.md section 3, steps 2 and 4-5).
+
+The scheduler hands :meth:`TickRace.race` what each due job proposes (``decisions.
+Proposal``). The race sends every claim in one pipeline per shard, decides the won ones in
+a second (``acquire.lua``, retried idempotently while Redis is away: ``acquiring.py``),
+applies each decision's verdict (``decisions.decide``: records, observer events, the run
+to start) and hands runs to the runner. It never awaits a handler. This is the one place
+a claim is sent for a tick; the scheduler's loop decides only what to propose, and when.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import anyio
+from anyio.abc import TaskGroup
+
+from cronrace.acquiring import acquire_retrying
+from cronrace.clock import Clock
+from cronrace.config import AgentSettings
+from cronrace.decisions import (
+    RAN_OUT,
+    Proposal,
+    RunStart,
+    acquire_request,
+    decide,
+    not_replicated,
+    report,
+    report_not_replicated,
+)
+from cronrace.errors import StoreError
+from cronrace.job import Job
+from cronrace.lease import SAFETY_MARGIN
+from cronrace.observer import Observer
+from cronrace.outbox import Outbox
+from cronrace.policies import Outcome, Overlap
+from cronrace.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
+from cronrace.runner import Runner
+from cronrace.store import Claim, ClaimOutcome, ClaimReply, Owner, Store
+from cronrace.wakeup import ABORT_TIMEOUT_S, WakeUp, account_for_cut_wakeup
+
+log = logging.getLogger("cronrace.scheduler")
+
+#: Claims failing for this long make an outage (not a blip: a restart, a stale connection)
+#: after which runs on other nodes may have finished with their releases still pending.
+LONG_OUTAGE_S = 0.5
+#: The longest a decision waits for this node's own pending releases of the same jobs.
+RELEASE_FIRST_TIMEOUT_S = 1.0
+
+
+class TickRace:
+    """Claims and decisions of one agent's wake-ups, and what it learnt from past ones.
+
+    It remembers the claims whose reply was lost (the next attempt at the same key reads
+    it back) and when claims last went through after an outage (runs elsewhere may have
+    finished with their releases still pending).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        clock: Clock,
+        settings: AgentSettings,
+        owner: Owner,
+        runner: Runner,
+        outbox: Outbox,
+        observer: Observer,
+        set_ready: Callable[[bool], None],
+        backoff_s: Callable[[int], float],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.owner = owner
+        self.runner = runner
+        self.outbox = outbox
+        self.observer = observer
+        self._set_ready = set_ready
+        self._backoff_s = backoff_s
+        self._ambiguous: set[tuple[str, int, str | None]] = set()
+        self._unreachable_since: float | None = None
+        self._recovered_mono = float("-inf")  # when claims went through after an outage
+
+    def claim_ttl_ms(self, job: Job) -> int:
+        """A claim must outlive every attempt at its tick (DESIGN.md section 5)."""
+        return int((job.catchup_window_s + self.settings.skew_tolerance_s + 1) * 1000)
+
+    async def race(self, proposals: Sequence[Proposal], runs: TaskGroup) -> set[str]:
+        """Claim every plan (one pipeline per shard), then decide the won ones.
+
+        A graceful stop never cuts this short; a forced one (cancellation) leaves what it
+        may have won to :func:`~cronrace.wakeup.account_for_cut_wakeup`.
+
+        Returns:
+            The jobs whose claims got no answer: nothing was decided for them.
+        """
+        claims = [
+            Claim(p.job.name, p.plan.claim_tick_s, self.claim_ttl_ms(p.job), p.trigger_id)
+            for p in proposals
+        ]
+        wakeup = WakeUp(proposals, claims)
+        try:
+            return await self._race(wakeup, runs)
+        except anyio.get_cancelled_exc_class():
+            if not wakeup.decided:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_TIMEOUT_S):
+                    await account_for_cut_wakeup(
+                        wakeup,
+                        store=self.store,
+                        runner=self.runner,
+                        outbox=self.outbox,
+                        owner=self.owner,
+                        node_id=self.settings.node_id,
+                        clock=self.clock,
+                    )
+            raise
+
+    async def _race(self, wakeup: WakeUp, runs: TaskGroup) -> set[str]:
+        replies = await self._claim(wakeup.claims)
+        by_outcome: dict[ClaimOutcome, list[tuple[Proposal, ClaimReply]]] = {}
+        for p, reply in zip(wakeup.plans, replies, strict=True):
+            by_outcome.setdefault(reply.outcome, []).append((p, reply))
+        winners = [p for p, _reply in by_outcome.get(ClaimOutcome.WON, [])]
+        short = by_outcome.get(ClaimOutcome.NOT_REPLICATED, [])
+        lost = by_outcome.get(ClaimOutcome.LOST, [])
+        wakeup.winners = winners
+        if winners or short or lost:
+            self.observer.claims(len(winners) + len(short), len(lost))
+        if short:
+            await self._not_replicated(short)
+        if winners:
+            await self._releases_first(winners)
+            await self._decide(wakeup, runs)
+        wakeup.decided = True
+        return {p.job.name for p, _reply in by_outcome.get(ClaimOutcome.UNKNOWN, [])}
+
+    async def _not_replicated(self, short: list[tuple[Proposal, ClaimReply]]) -> None:
+        """Record won claims that too few replicas confirmed: they do not run."""
+        wanted = self.settings.claim_replicas
+        verdict = not_replicated(
+            [(p, reply.acked) for p, reply in short],
+            wanted=wanted,
+            node_id=self.settings.node_id,
+            now_ms=int(self.clock.time() * 1000),
+        )
+        acked = min(reply.acked for _p, reply in short)
+        report_not_replicated(verdict, acked=acked, wanted=wanted, observer=self.observer)
+        history = max(p.job.history for p, _r in short)
+        await self.outbox.write(list(verdict.records), history=history)
+
+    async def _releases_first(self, winners: list[Proposal]) -> None:
+        """Let finished runs' releases reach Redis before their jobs' decision (releases.py).
+
+        This node's own are sent at once and awaited (bounded); after an outage, a lease
+        another node holds is given a moment to go.
+        """
+        self.runner.releases.retry_now()
+        with anyio.move_on_after(RELEASE_FIRST_TIMEOUT_S):
+            await self.runner.releases.settled({p.job.name for p in winners})
+        until_mono = self._recovered_mono + FOREIGN_RELEASE_WAIT_S
+        if self.clock.monotonic() < until_mono:
+            await let_others_release(
+                self.store,
+                [p.job.name for p in winners if p.job.overlap is not Overlap.ALLOW],
+                owner=self.owner,
+                clock=self.clock,
+                until_mono=until_mono,
+            )
+
+    async def _claim(self, claims: list[Claim]) -> list[ClaimReply]:
+        """Send the claims; ``UNKNOWN`` for those Redis (or their shard) did not answer.
+
+        A claim whose reply was lost may have been written. Such claims are remembered,
+        and the next attempt at the same key reads it back instead of trusting ``NX``.
+        """
+        keys = [(c.job, c.tick_s, c.trigger_id) for c in claims]
+        try:
+            replies = await self.store.claim_each(
+                claims,
+                self.owner,
+                read_back=not self._ambiguous.isdisjoint(keys),
+                wait_replicas=self.settings.claim_replicas,
+                wait_ms=self.settings.claim_replicas_timeout_ms,
+            )
+        except StoreError as exc:
+            log.error("claims failed; will retry and read back", extra={"error": str(exc)})
+            replies = [ClaimReply(ClaimOutcome.UNKNOWN)] * len(claims)
+        unknown = {
+            key
+            for key, reply in zip(keys, replies, strict=True)
+            if reply.outcome is ClaimOutcome.UNKNOWN
+        }
+        oldest_s = int(self.clock.time()) - 3600
+        self._ambiguous = {
+            key for key in (self._ambiguous - set(keys)) | unknown if key[1] >= oldest_s
+        }
+        if unknown:
+            self.observer.redis_error("claim")
+        if len(unknown) < len(keys):
+            if self._after_long_outage():
+                self._recovered_mono = self.clock.monotonic()
+            self._unreachable_since = None
+        elif self._unreachable_since is None:
+            self._unreachable_since = self.clock.monotonic()
+        self._set_ready(not unknown)
+        return replies
+
+    def _after_long_outage(self) -> bool:
+        since = self._unreachable_since
+        return since is not None and self.clock.monotonic() - since >= LONG_OUTAGE_S
+
+    async def _decide(self, wakeup: WakeUp, runs: TaskGroup) -> None:
+        winners = wakeup.winners or []
+        answers = await acquire_retrying(
+            self.store,
+            self.clock,
+            [acquire_request(p, self.owner) for p in winners],
+            [p.plan.claim_tick_s + p.job.catchup_window_s for p in winners],
+            observer=self.observer,
+            set_ready=self._set_ready,
+            backoff_s=self._backoff_s,
+        )
+        # From here on nothing awaits until every run is registered with the runner: a
+        # forced stop finds each one there (started or not) and none in between.
+        wakeup.decided = True
+        unrun: list[tuple[Proposal, RunStart]] = []
+        now_ms = int(self.clock.time() * 1000)
+        node = self.settings.node_id
+        for p, (reply, granted_mono) in zip(winners, answers, strict=True):
+            if isinstance(reply, Exception):
+                continue
+            deadline_mono = granted_mono + p.job.lease_ttl_s * (1 - SAFETY_MARGIN)
+            late = self.clock.monotonic() >= deadline_mono
+            verdict = decide(p, reply, node_id=node, now_ms=now_ms, answered_late=late)
+            report(p, reply, verdict, node_id=node, observer=self.observer)
+            wakeup.records += verdict.records
+            if verdict.unrun is not None:
+                unrun.append((p, verdict.unrun))
+            if verdict.start is not None:
+                self._start(p, verdict.start, granted_mono, runs)
+        for p, grant in unrun:
+            await self.runner.release_unrun(
+                p.job,
+                list(grant.ticks),
+                grant.fence,
+                Outcome.LEASE_LOST,
+                RAN_OUT,
+                trigger_id=p.trigger_id,
+                retry_s=0,
+            )
+        if wakeup.records:
+            history = max(p.job.history for p in winners)
+            await self.outbox.write(wakeup.records, history=history)
+
+    def _start(self, p: Proposal, start: RunStart, granted_mono: float, runs: TaskGroup) -> None:
+        """Register a granted run with the runner, then start its task."""
+        if start.hold_s:
+            self.runner.hold_job(p.job.name, start.hold_s)
+        grant = self.runner.admit(p.job, list(start.ticks), start.fence, granted_mono, p.trigger_id)
+        runs.start_soon(self.runner.run_sequence, grant, name=f"cronrace run {p.job.name}")
