@@ -40,6 +40,7 @@ from cronrace.store.replies import (
     ReleaseReply,
     Renewal,
     decode_acquire,
+    decode_claim_owner,
     decode_quarantined,
     decode_release,
     decode_renewal,
@@ -118,13 +119,9 @@ class Store(OperatorCommands):
                 out.append(ClaimReply(ClaimOutcome.UNKNOWN))
                 continue
             assert isinstance(answers, list)
-            # acquire.lua appends its answer to the claim value ("<value>\n..."), so a won
-            # claim that was already decided still reads as won.
-            won = (
-                decode_text(answers[1]).split("\n", 1)[0] == value
-                if read_back
-                else bool(answers[0])
-            )
+            # acquire.lua appends its answer to the claim value, so a won claim that was
+            # already decided still reads as won.
+            won = str(decode_claim_owner(answers[1])) == value if read_back else bool(answers[0])
             if not won:
                 # Lost to another node: the job has been decided, almost always with a
                 # fence: evidence (1) that a missing counter is a wipe, not a new job.
@@ -176,7 +173,7 @@ class Store(OperatorCommands):
             pipe.get(self._claim_key(claim))
         found = await pipe.execute()
         value = str(owner)
-        return [raw is not None and decode_text(raw).split("\n", 1)[0] == value for raw in found]
+        return [raw is not None and str(decode_claim_owner(raw)) == value for raw in found]
 
     async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
         """Decide every won claim in one pipeline (``acquire.lua``).

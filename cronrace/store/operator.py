@@ -16,7 +16,13 @@ from cronrace.records import NodeInfo, RunRecord
 from cronrace.store.base import StoreBase
 from cronrace.store.errors import translating
 from cronrace.store.garbage import is_wrong_type, quarantine
-from cronrace.store.replies import JobState, decode_job_state, decode_run_entries, decode_text
+from cronrace.store.replies import (
+    JobState,
+    decode_claim_owner,
+    decode_job_state,
+    decode_run_entries,
+    decode_text,
+)
 
 log = logging.getLogger("cronrace.store")
 
@@ -94,7 +100,8 @@ class OperatorCommands(StoreBase):
     async def trigger_claimant(self, job: str, trigger_id: str) -> str | None:
         """Return the node that claimed a manual trigger, or None while nobody has."""
         value = await self.client.get(self.keys.trigger_claim(job, trigger_id))
-        return None if value is None else decode_text(value).split("\n", 1)[0].split(":")[0]
+        owner = decode_claim_owner(value)
+        return None if owner is None else owner.node_id
 
     async def control_position(self) -> str:
         """Return the stream id after which new control requests will appear."""

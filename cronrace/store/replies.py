@@ -262,6 +262,14 @@ def decode_owner(raw: Any) -> Owner | None:
     return Owner.parse(text) if text else None
 
 
+def decode_claim_owner(raw: Any) -> Owner | None:
+    """Who holds a claim key: its value is ``<owner>``, and once decided
+    ``<owner>\n<request_id>\n<reply>`` (acquire.lua keeps its answer there)."""
+    if raw is None:
+        return None
+    return Owner.parse(decode_text(raw).split("\n", 1)[0])
+
+
 def decode_quarantined(raw: Any) -> tuple[Quarantined, ...]:
     """Decode a script's ``warnings`` string: ``kind|key|moved_to`` items, comma-separated."""
     out = []
