@@ -46,6 +46,7 @@ from rich.progress import (
 from benchmarks import limit as limits
 from benchmarks import report
 from benchmarks.cells import CellSpec, Context, run_cell
+from benchmarks.floor import floor_cell
 from benchmarks.peer import ensure_peer, uvloop_installed
 from benchmarks.server import BenchServer
 
@@ -76,6 +77,9 @@ RACER_CELLS_FULL = tuple(
     for k in ("all", "2", "3")
     if (n, j, k) not in ((200, 100, "all"), (200, 1000, "all"))  # in the sweep already
 )
+#: The winner's path against bare redis-py doing what a winner must (benchmarks/floor.py).
+FLOOR_CELLS_FULL = ((1, 100), (1, 1000), (10, 100))
+FLOOR_CELLS_QUICK = ((1, 100),)
 #: Nodes x jobs of the churn cell: racers = 2, one agent stopped and started again in turn.
 CHURN_CELL = (6, 20)
 CHURN_EVERY_S = 3.0
@@ -97,6 +101,8 @@ class Plan:
     per_node_cells: list[tuple[int, int]] = field(default_factory=list)
     loser_repeats: int = 3
     racer_cells: list[tuple[int, int, str]] = field(default_factory=list)
+    floor_cells: list[tuple[int, int]] = field(default_factory=list)
+    floor_repeats: int = 3
     churn: bool = False
     churn_ticks: int = 15
 
@@ -105,6 +111,7 @@ class Plan:
         ours = (
             len(self.cells)
             + len(self.racer_cells)
+            + len(self.floor_cells) * self.floor_repeats
             + int(self.churn)
             + len(self.extra_ours)
             + len(self.loser_cells)
@@ -150,6 +157,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         plan.loser_repeats = 1
         plan.racer_cells = list(RACER_CELLS_QUICK)
         plan.churn = True
+        plan.floor_cells = list(FLOOR_CELLS_QUICK)
+        plan.floor_repeats = 1
     else:
         cells = [(n, j) for n in FULL_NODES for j in FULL_JOBS]
         plan = Plan(
@@ -167,6 +176,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
         plan.racer_cells = list(RACER_CELLS_FULL)
         plan.churn = True
         plan.churn_ticks = 40
+        plan.floor_cells = list(FLOOR_CELLS_FULL)
     if args.racers is not None:
         plan.racer_cells = [_racer_cell(text) for text in args.racers.split(",") if text]
     if args.cells:
@@ -177,6 +187,10 @@ def build_plan(args: argparse.Namespace) -> Plan:
         if args.racers is None:
             plan.racer_cells = []
         plan.churn = False
+        if args.floor is None:
+            plan.floor_cells = []
+    if args.floor is not None:
+        plan.floor_cells = [_cell(text) for text in args.floor.split(",") if text]
     if args.churn:
         plan.churn = True
     if args.losers:
@@ -257,6 +271,7 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
         },
         "fleet": [],
         "racers": [],
+        "floor": {},
         "losers": [],
         "per_node": [],
         "peer": [],
@@ -307,6 +322,8 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
             row = run_cell(spec, ctx, display.status)
             out["racers"].append(row)
             display.done(_summary(row))
+        if plan.floor_cells:
+            out["floor"] = floor_cells(plan, ctx, display)
         if plan.churn:
             nodes, jobs = CHURN_CELL
             spec = CellSpec(
@@ -393,6 +410,57 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
     out["wall_s"] = round(time.time() - started, 1)
     out["commit_end"] = report.git_commit()
     out["machine"]["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    return out
+
+
+def floor_cells(plan: Plan, ctx: Context, display: Display) -> dict[str, Any]:
+    """Bare redis-py doing a winner's work, then cronrace, side by side, repeated.
+
+    Ratios are taken within each repeat (the shared machine's load drifts) and reported
+    as medians: cronrace's agent CPU per run and fire lag p99 over the floor's.
+    """
+    cells = []
+    for nodes, jobs in plan.floor_cells:
+        repeats = []
+        for repeat in range(plan.floor_repeats):
+            display.begin(f"floor {nodes}x{jobs}: bare redis-py ({repeat + 1})")
+            ctx.server.flush()
+            bare = floor_cell(ctx.server.url, "floor", nodes, jobs, plan.ticks, ctx.loop)
+            display.done(f"floor {nodes}x{jobs}: {json.dumps(bare)}")
+            display.begin(f"floor {nodes}x{jobs}: cronrace ({repeat + 1})")
+            spec = CellSpec("cronrace", nodes, jobs, ticks=plan.ticks, procs=1)
+            row = run_cell(spec, ctx, display.status)
+            display.done(_summary(row))
+            if row.get("status") != "ok":
+                repeats.append({"floor": bare, "cronrace": row})
+                continue
+            repeats.append(
+                {
+                    "floor": bare,
+                    "cronrace_cpu_us_per_run": row["client_cpu_us_per_job_tick"],
+                    "cronrace_fire_lag_p99_ms": row["fire_lag_p99_ms"],
+                    "cpu_over_floor": _over(
+                        row["client_cpu_us_per_job_tick"], bare["cpu_us_per_run"]
+                    ),
+                    "lag_p99_over_floor": _over(row["fire_lag_p99_ms"], bare["fire_lag_p99_ms"]),
+                }
+            )
+        cells.append({"nodes": nodes, "jobs": jobs, "repeats": repeats, **_medians(repeats)})
+    ratios = [c["cpu_over_floor"] for c in cells if c.get("cpu_over_floor") is not None]
+    return {"cells": cells, "winner_cpu_over_floor": max(ratios, default=None)}
+
+
+def _over(value: float | None, floor: float | None) -> float | None:
+    return round(value / floor, 2) if value and floor else None
+
+
+def _medians(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ("cpu_over_floor", "lag_p99_over_floor", "cronrace_cpu_us_per_run"):
+        values = [r[key] for r in repeats if r.get(key) is not None]
+        out[key] = round(statistics.median(values), 2) if values else None
+    floor_cpu = [r["floor"]["cpu_us_per_run"] for r in repeats]
+    out["floor_cpu_us_per_run"] = round(statistics.median(floor_cpu), 1) if floor_cpu else None
     return out
 
 
@@ -545,6 +613,17 @@ def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
         "",
         report.racers_table(out.get("racers", [])),
         "",
+        "### The winner's path against its floor",
+        "",
+        "The floor is bare redis-py doing what a winner must, for the same N × J on the same "
+        "server, measured right before cronrace in each repeat (benchmarks/floor.py: the "
+        "claim pipeline, the acquire pipeline with cronrace's own script, the handler task, "
+        "one pipelined release with its run record). CPU per run is the whole process's "
+        "(every node's claims, and for cronrace its heartbeats too) over the runs; ratios "
+        "are medians of the repeats' ratios.",
+        "",
+        report.floor_table(out.get("floor", {})),
+        "",
         "### Where the fire lag goes",
         "",
         "The sweep's simulated agents share fleet processes (at most "
@@ -616,6 +695,9 @@ def main(argv: list[str] | None = None) -> int:
         help="racers cells to run instead, NxJ:k, e.g. 10x100:2,10x100:all ('' for none)",
     )
     parser.add_argument("--churn", action="store_true", help="run the churn cell too")
+    parser.add_argument(
+        "--floor", help="winner-path floor cells to run instead, e.g. 1x100,10x100 ('' for none)"
+    )
     parser.add_argument("--ticks", type=int, help="measured ticks per cell")
     parser.add_argument(
         "--agents-per-process",

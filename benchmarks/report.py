@@ -268,6 +268,30 @@ def racers_table(rows: list[dict[str, Any]]) -> str:
     return _table(header, out) if out else "(not run)"
 
 
+def floor_table(floor: dict[str, Any]) -> str:
+    """cronrace's winner path against bare redis-py doing the same work."""
+    header = [
+        "N × J",
+        "floor CPU µs per run",
+        "cronrace CPU µs per run",
+        "CPU over floor",
+        "fire lag p99 over floor",
+        "repeats",
+    ]
+    rows = [
+        [
+            f"{c['nodes']} × {c['jobs']}",
+            _fmt(c.get("floor_cpu_us_per_run"), 1),
+            _fmt(c.get("cronrace_cpu_us_per_run"), 1),
+            _fmt(c.get("cpu_over_floor")),
+            _fmt(c.get("lag_p99_over_floor")),
+            str(len(c.get("repeats", []))),
+        ]
+        for c in floor.get("cells", [])
+    ]
+    return _table(header, rows) if rows else "(not run)"
+
+
 def racers_plot(out_dir: Path, rows: list[dict[str, Any]]) -> Path:
     """Claims per tick against N, for all, k = 2 and k = 3 (one line per setting and J)."""
     import matplotlib
