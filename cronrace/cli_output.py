@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import orjson
@@ -25,7 +25,9 @@ from cronrace.cli_table import Col, Fitted, fit
 from cronrace.fleetview import relative, when
 from cronrace.records import JobStatus, NodeInfo, RunRecord
 from cronrace.schedule import Schedule
-from cronrace.sidecar import SidecarConfig
+
+if TYPE_CHECKING:
+    from cronrace.sidecar import SidecarConfig
 
 #: Piped output is not squeezed into a terminal: lines are for grep.
 PIPE_WIDTH = 200

@@ -28,9 +28,8 @@ from cronrace.cli import (
     WideOption,
     fail,
     fail_lines,
-    operator_settings,
-    with_client,
 )
+from cronrace.cli_operate import operator_settings, with_client
 from cronrace.cli_table import Col, fit
 from cronrace.errors import CronraceError
 from cronrace.operator import OperatorClient
