@@ -1,25 +1,16 @@
-"""The agent: the job registry and its lifecycle.
+"""The agent: the job registry, and the parts that run it.
 
-``Agent.run()`` owns every task it starts (anyio task groups): the heartbeat
-(:mod:`cronrace.heartbeat`: server clock offset, the node set, the Redis epoch), the outbox
-writer (records Redis could not take yet), the control reader (:mod:`cronrace.control`:
-manual triggers), the tick loop, and the runs. Its operator methods (pause, trigger,
-history, status) delegate to an :class:`~cronrace.operator.OperatorClient` sharing its
-store, which the CLI uses on its own.
-
-Stopping (the first :meth:`Agent.stop`, or SIGTERM) starts no new wake-up, but a wake-up
-whose claims were sent decides its ticks and starts their runs; the runs then get
-``shutdown_grace_s``, and are cancelled after it (they record ``cancelled`` and release
-their leases). A second stop (or signal), or cancelling ``run()``, cuts all of that short:
-every tick won but not yet decided or started is still recorded, and a lease granted to
-a run that never started is released.
+An :class:`Agent` is what users define jobs on and run. It is made of one part per role:
+:mod:`cronrace.lifecycle` (connect, run the loops, stop, shut down), the
+:mod:`cronrace.heartbeat` (server clock samples, the epoch, the live members),
+:mod:`cronrace.readiness` (``/readyz``), and an :class:`~cronrace.operator.OperatorClient`
+on its store, to which its operator methods (pause, trigger, history, status) delegate;
+the CLI uses that client on its own, without an agent.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -27,29 +18,20 @@ import anyio
 from anyio.abc import TaskStatus
 
 from cronrace.clock import Clock, ServerOffsetClock, SystemClock
-from cronrace.config import AgentSettings, load_settings, redact_url
-from cronrace.control import ControlReader
-from cronrace.errors import (
-    JobDefinitionError,
-    RedisAccessError,
-    RedisDataError,
-    RedisUnavailableError,
-    StoreError,
-)
-from cronrace.fleetdefs import FleetDefinitions, JobDefinition, NodeDetails, job_definition
+from cronrace.config import AgentSettings, load_settings
+from cronrace.errors import JobDefinitionError
+from cronrace.fleetdefs import FleetDefinitions, NodeDetails
 from cronrace.heartbeat import Heartbeat
 from cronrace.job import Handler, Job, validate_job_name
-from cronrace.logs import configure_logging
+from cronrace.lifecycle import Lifecycle
 from cronrace.membership import Membership
 from cronrace.observer import Observer
 from cronrace.operator import OperatorClient
-from cronrace.outbox import Outbox
 from cronrace.policies import Catchup, Overlap
 from cronrace.racers import Racers
 from cronrace.readiness import Readiness
 from cronrace.records import JobStatus, NodeInfo, RunRecord
-from cronrace.retry import Retry, backoff_s
-from cronrace.runner import CLEANUP_TIMEOUT_S, Runner
+from cronrace.runner import Runner
 from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync, TargetFactory
 from cronrace.store import Owner, Store
@@ -88,15 +70,11 @@ class Agent:
         )
         base = clock if clock is not None else SystemClock()
         self.clock: Clock = ServerOffsetClock(base) if self.settings.clock == "redis" else base
-        self.observer = observer or Observer()
+        self._observer = observer or Observer()
         self.owner = Owner.new(self.settings.node_id)
         self._jobs: dict[str, Job] = {}
         self._handlers: dict[str, Handler] = {}
         self._store: Store | None = None
-        self._stop_requested = False
-        self._stop_event: anyio.Event | None = None
-        self._forced = False
-        self._force_scopes: list[anyio.CancelScope] = []
         self.watchdog = LoopWatchdog(threshold_s=self.settings.loop_lag_threshold_s)
         #: Ready or not, and why (``/readyz``).
         self.readiness = Readiness(self.node_id, self.observer, self.watchdog, self._refusal)
@@ -125,14 +103,24 @@ class Agent:
         )
         #: Stored schedules: ``await agent.schedules.add(...)`` and the rest.
         self.schedules = self.operator.schedules
-        self.scheduler: Scheduler | None = None
-        self.runner: Runner | None = None
         self._services: list[Callable[[], Coroutine[Any, Any, None]]] = []
         #: Builds the handler of a stored schedule's target table (set by the sidecar).
         self.target_factory: TargetFactory | None = None
-        self.sync: ScheduleSync | None = None
-        self.fleet: FleetDefinitions | None = None
-        self._definitions: dict[str, JobDefinition] = {}
+        #: Connects, runs the loops, stops and shuts down (lifecycle.py).
+        self.lifecycle = Lifecycle(self)
+
+    @property
+    def observer(self) -> Observer:
+        """Receives the agent's events (metrics plug in here)."""
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: Observer) -> None:
+        # Replaced after construction by `cronrace run --metrics-address`: every part
+        # that reports must see the new one.
+        self._observer = observer
+        self.readiness.observer = observer
+        self.heartbeat.observer = observer
 
     # -- defining jobs -------------------------------------------------------------------
 
@@ -227,6 +215,11 @@ class Agent:
         """The handlers stored schedules may name on this agent, by name."""
         return dict(self._handlers)
 
+    @property
+    def services(self) -> tuple[Callable[[], Coroutine[Any, Any, None]], ...]:
+        """What :meth:`add_service` added, in order."""
+        return tuple(self._services)
+
     def add_service(self, service: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run ``service()`` in the agent's event loop while it runs (from connection on).
 
@@ -288,7 +281,27 @@ class Agent:
     def _next_tick(self, job: str) -> int | None:
         return self.scheduler.next_tick.get(job) if self.scheduler is not None else None
 
-    # -- lifecycle -----------------------------------------------------------------------
+    # -- lifecycle (lifecycle.py) ---------------------------------------------------------
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        """The tick loop while :meth:`run` runs (None before)."""
+        return self.lifecycle.scheduler
+
+    @property
+    def runner(self) -> Runner | None:
+        """What runs handlers while :meth:`run` runs (None before)."""
+        return self.lifecycle.runner
+
+    @property
+    def sync(self) -> ScheduleSync | None:
+        """This node's side of the stored schedules while :meth:`run` runs (None before)."""
+        return self.lifecycle.sync
+
+    @property
+    def fleet(self) -> FleetDefinitions | None:
+        """The fleet's published definitions while :meth:`run` runs (None before)."""
+        return self.lifecycle.fleet
 
     def stop(self) -> None:
         """Ask :meth:`run` to stop: the first call gracefully, a second one at once.
@@ -297,14 +310,7 @@ class Agent:
         decides its ticks and starts their runs, which then get ``shutdown_grace_s``. A
         second call cancels whatever is left (still recording every won tick).
         """
-        if self._stop_requested:
-            self._forced = True
-            for scope in self._force_scopes:
-                scope.cancel()
-            return
-        self._stop_requested = True
-        if self._stop_event is not None:
-            self._stop_event.set()
+        self.lifecycle.stop()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until :meth:`stop` is called or the task is cancelled.
@@ -320,213 +326,7 @@ class Agent:
         Raises:
             RedisUnavailableError: Redis could not be reached within the start-up timeout.
         """
-        self._stop_event = anyio.Event()
-        if self._stop_requested:
-            self._stop_event.set()
-        store = self.store
-        self.readiness.running = True
-        self.heartbeat.left = False
-        outbox = Outbox(store, self.clock, retry_delay_s=backoff_s, observer=self.observer)
-        runner = self._prepare(store, outbox)
-        control = ControlReader(
-            store=store,
-            clock=self.clock,
-            observer=self.observer,
-            node_id=self.node_id,
-            redis_timeout_s=self.settings.redis_timeout_s,
-        )
-        try:
-            await self._connect(store, control)
-            scheduler = self._start_scheduler(store, runner, outbox)
-            async with anyio.create_task_group() as services:
-                services.start_soon(self.heartbeat.run, store, self._after_beat)
-                for service in self._services:
-                    services.start_soon(self._run_service, service)
-                services.start_soon(self._watch_loop)
-                services.start_soon(outbox.run)
-                task_status.started()
-                await self._lifecycle(scheduler, runner, control)
-                services.cancel_scope.cancel()
-        finally:
-            await self._shut_down(store, runner, outbox)
-
-    def _prepare(self, store: Store, outbox: Outbox) -> Runner:
-        """Build what a run needs before connecting: the stored schedules, the runner."""
-        self.sync = ScheduleSync(
-            store, self.node_id, self._handlers, self._jobs, self.target_factory
-        )
-        self.fleet = FleetDefinitions(store, self.node_id, self.observer)
-        self._definitions = {name: job_definition(job) for name, job in self._jobs.items()}
-        self.runner = Runner(
-            store=store,
-            clock=self.clock,
-            node_id=self.node_id,
-            owner=self.owner,
-            observer=self.observer,
-            outbox=outbox,
-            hold_s=self.hold_s,
-            sync_threads=self.settings.sync_handler_threads,
-        )
-        return self.runner
-
-    def _start_scheduler(self, store: Store, runner: Runner, outbox: Outbox) -> Scheduler:
-        assert self.sync is not None
-        self.scheduler = Scheduler(
-            jobs={**self._jobs, **self.sync.jobs},
-            store=store,
-            clock=self.clock,
-            settings=self.settings,
-            owner=self.owner,
-            runner=runner,
-            outbox=outbox,
-            observer=self.observer,
-            set_ready=self.readiness.set_reachable,
-            membership=self.membership,
-        )
-        self.sync.attach(self.scheduler)
-        log.info(
-            "agent started",
-            extra={"node": self.node_id, "jobs": len(self._jobs), "namespace": self.namespace},
-        )
-        return self.scheduler
-
-    async def _shut_down(self, store: Store, runner: Runner, outbox: Outbox) -> None:
-        """Release what never started, flush the outbox, leave the node set, close."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
-            # Only a forced stop leaves runs granted but never started.
-            await runner.release_unstarted()
-            await outbox.flush()
-        outbox.give_up("Redis did not take it before the agent exited")
-        with (
-            anyio.CancelScope(shield=True),
-            anyio.move_on_after(2),
-            contextlib.suppress(StoreError),
-        ):
-            await store.leave(self.node_id)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-            await self.aclose()
-        self.readiness.stopped()
-        log.info("agent stopped", extra={"node": self.node_id})
-
-    @property
-    def namespace(self) -> str:
-        return self.settings.namespace
-
-    async def _lifecycle(
-        self, scheduler: Scheduler, runner: Runner, control: ControlReader
-    ) -> None:
-        """Run the loops until a stop, finish the wake-up in hand, then the runs' grace.
-
-        ``shutdown_grace_s`` bounds both: a wake-up still deciding when it is over (its
-        acquire retried while Redis is away) is cut short like a forced stop.
-        """
-        assert self._stop_event is not None
-        async with anyio.create_task_group() as runs:
-            self._force_scopes.append(runs.cancel_scope)
-            async with anyio.create_task_group() as loops:
-                self._force_scopes.append(loops.cancel_scope)
-                if self._forced:
-                    runs.cancel_scope.cancel()
-                loops.start_soon(scheduler.run, runs)
-                loops.start_soon(control.run, scheduler, self.sync, runs)
-                await self._stop_event.wait()
-                grace_over = anyio.current_time() + self.settings.shutdown_grace_s
-                log.info(
-                    "stopping: no new wake-ups; deciding the one in hand",
-                    extra={"node": self.node_id},
-                )
-                loops.cancel_scope.deadline = grace_over
-                scheduler.stop()
-            # No claim comes from this node any more: leave the live set now rather than
-            # after the runs' grace (racers = k: its ticks go to the others at once).
-            with (
-                anyio.CancelScope(shield=True),
-                anyio.move_on_after(2),
-                contextlib.suppress(StoreError),
-            ):
-                await self.heartbeat.leave(scheduler.store)
-            log.info(
-                "stopping: no new claims; waiting for runs",
-                extra={
-                    "node": self.node_id,
-                    "running": runner.active,
-                    "grace_s": round(max(0.0, grace_over - anyio.current_time()), 3),
-                },
-            )
-            with anyio.move_on_after(max(0.0, grace_over - anyio.current_time())):
-                await runner.wait_idle()
-            runs.cancel_scope.cancel()
-        self._force_scopes.clear()
-
-    async def _connect(self, store: Store, control: ControlReader) -> None:
-        """Load the scripts, take the first heartbeat and publish the jobs; or give up.
-
-        A refusal (wrong password, a missing ACL permission, a certificate that does not
-        verify) fails at once: retrying cannot fix it. Anything else is retried until
-        ``startup_timeout_s``, and the error then names the last cause.
-        """
-        # Real time, as the start-up timeout is: a fake clock must not stretch either.
-        retry = Retry(SystemClock())
-        last_error = "no answer"
-        where = redact_url(self.settings.redis_url)
-        with anyio.move_on_after(self.settings.startup_timeout_s) as scope:
-            while True:
-                try:
-                    await store.load_scripts()
-                    await control.check()
-                    await self.heartbeat.beat(store)
-                    await store.register_jobs({n: job.spec() for n, job in self._jobs.items()})
-                    if self.sync is not None:
-                        await self.sync.reload("start-up")
-                    return
-                except RedisAccessError:
-                    raise
-                except RedisDataError as exc:  # a failover passes (unavailable); this not
-                    raise RedisUnavailableError(f"Redis at {where} refused: {exc}") from exc
-                except RedisUnavailableError as exc:
-                    last_error = str(exc) or type(exc).__name__
-                    log.warning("Redis not reachable yet", extra={"error": last_error})
-                    await retry.wait()
-        if scope.cancelled_caught:
-            raise RedisUnavailableError(
-                f"Redis at {where} unreachable for {self.settings.startup_timeout_s:g}s at "
-                f"start-up; last error: {last_error}"
-            )
-
-    async def _after_beat(self, reconnected: bool) -> None:
-        """Publish what this node runs, compare with the fleet, follow stored schedules."""
-        if self.sync is None or self.fleet is None:
-            return
-        details = NodeDetails(
-            self.node_id,
-            self._definitions,
-            tuple(sorted(self._handlers)),
-            self.target_factory is not None,
-            dict(self.sync.refused),
-            self.settings.racers,
-        )
-        version: int | None = None
-        try:
-            version = await self.fleet.exchange(details, int(self.clock.time() * 1000))
-            self.membership.alike(self.fleet.fingerprints)
-        except RedisDataError as exc:  # garbage under a fleet key: ticks must not care
-            log.error("fleet definitions exchange failed", extra={"error": str(exc)})
-        if reconnected:
-            await self.sync.reload("reconnected")
-        else:
-            await self.sync.check_version(version)
-
-    async def _run_service(self, service: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        try:
-            await service()
-        except Exception:  # the outermost frame of a service: the agent and its jobs go on
-            log.exception("service failed", extra={"service": getattr(service, "__name__", "?")})
-
-    async def _watch_loop(self) -> None:
-        """Run the event-loop watchdog that ``/healthz`` reads."""
-        self.observer.loop_watched(self.watchdog.lag_s)
-        self.watchdog.on_stall = self.observer.loop_stalled
-        await self.watchdog.run()
+        await self.lifecycle.run(task_status=task_status)
 
     def run_sync(self) -> None:
         """Run until SIGTERM or SIGINT; a second signal stops at once, as a second :meth:`stop`.
@@ -537,36 +337,7 @@ class Agent:
         Raises:
             RedisUnavailableError: Redis could not be reached within the start-up timeout.
         """
-        if not logging.getLogger().handlers and not logging.getLogger("cronrace").handlers:
-            configure_logging(self.settings.log_format, self.settings.log_level)
-        try:
-            anyio.run(self._run_with_signals)
-        except BaseExceptionGroup as group:
-            # The signal watcher's task group wraps what run() raised; callers (the CLI)
-            # expect the error itself, e.g. RedisUnavailableError, not a group of one.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
-
-    async def _run_with_signals(self) -> None:
-        async with anyio.create_task_group() as tg:
-            await tg.start(self._watch_signals)
-            await self.run()
-            tg.cancel_scope.cancel()
-
-    async def _watch_signals(self, *, task_status: TaskStatus[None]) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            task_status.started()
-            async for signum in signals:
-                name = signal.Signals(signum).name
-                if self._stop_requested:
-                    log.warning(
-                        "second signal: cancelling now; won ticks are still recorded",
-                        extra={"signal": name},
-                    )
-                else:
-                    log.info("signal received; shutting down gracefully", extra={"signal": name})
-                self.stop()
+        self.lifecycle.run_sync()
 
     # -- operator controls (delegated to the operator client) -------------------------------
 

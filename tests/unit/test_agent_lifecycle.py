@@ -34,3 +34,13 @@ async def test_start_raises_when_redis_is_unreachable_at_start_up() -> None:
         with pytest.raises(RedisUnavailableError, match="unreachable"):
             await tg.start(agent.run)
     assert not agent.ready
+
+
+def test_an_observer_set_after_construction_reaches_every_part() -> None:
+    from cronrace.observer import Observer
+
+    agent = Agent(redis_url="memory://observer-swap", node_id="n")
+    observer = Observer()  # what `cronrace run --metrics-address` does with its own
+    agent.observer = observer
+    assert agent.readiness.observer is observer
+    assert agent.heartbeat.observer is observer

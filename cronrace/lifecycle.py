@@ -1,0 +1,347 @@
+"""An agent's lifecycle: connect, run the loops, stop gracefully or at once, shut down.
+
+:meth:`Lifecycle.run` owns every task it starts (anyio task groups): the heartbeat
+(:mod:`cronrace.heartbeat`), the outbox writer (records Redis could not take yet), the
+agent's services, the loop watchdog, the control reader (:mod:`cronrace.control`), the tick
+loop, and the runs.
+
+Stopping (the first :meth:`Lifecycle.stop`, or SIGTERM) starts no new wake-up, but a
+wake-up whose claims were sent decides its ticks and starts their runs; the node leaves
+the live set at once, and the runs then get ``shutdown_grace_s`` and are cancelled after
+it (they record ``cancelled`` and release their leases). A second stop (or signal), or
+cancelling ``run()``, cuts all of that short: every tick won but not yet decided or
+started is still recorded, and a lease granted to a run that never started is released.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from cronrace.clock import SystemClock
+from cronrace.config import redact_url
+from cronrace.control import ControlReader
+from cronrace.errors import RedisAccessError, RedisDataError, RedisUnavailableError, StoreError
+from cronrace.fleetdefs import FleetDefinitions, JobDefinition, NodeDetails, job_definition
+from cronrace.logs import configure_logging
+from cronrace.outbox import Outbox
+from cronrace.retry import Retry, backoff_s
+from cronrace.runner import CLEANUP_TIMEOUT_S, Runner
+from cronrace.scheduler import Scheduler
+from cronrace.schedules import ScheduleSync
+from cronrace.store import Store
+
+if TYPE_CHECKING:
+    from cronrace.agent import Agent
+
+log = logging.getLogger("cronrace.agent")
+
+
+class Lifecycle:
+    """Runs one agent: what :meth:`Agent.run`, :meth:`Agent.stop` and ``run_sync`` do.
+
+    While it runs it holds the parts of the run (the scheduler, the runner, the stored
+    schedules' sync, the fleet's definitions) that metrics and tests read through the agent.
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.stop_requested = False
+        self.forced = False
+        self._stop_event: anyio.Event | None = None
+        self._force_scopes: list[anyio.CancelScope] = []
+        self.scheduler: Scheduler | None = None
+        self.runner: Runner | None = None
+        self.sync: ScheduleSync | None = None
+        self.fleet: FleetDefinitions | None = None
+        self._definitions: dict[str, JobDefinition] = {}
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to stop: the first call gracefully, a second one at once.
+
+        The first call starts no new wake-up; a wake-up whose claims were sent still
+        decides its ticks and starts their runs, which then get ``shutdown_grace_s``. A
+        second call cancels whatever is left (still recording every won tick).
+        """
+        if self.stop_requested:
+            self.forced = True
+            for scope in self._force_scopes:
+                scope.cancel()
+            return
+        self.stop_requested = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until :meth:`stop` is called or the task is cancelled.
+
+        Start it with ``await task_group.start(agent.run)`` to wait until it is ready: the
+        scripts are loaded, the first heartbeat is taken, the jobs are published, and a
+        manual trigger made from then on is seen.
+
+        Args:
+            task_status: anyio's ``TaskGroup.start`` protocol; ``started()`` is called once
+                the agent is connected and its loops are about to start.
+
+        Raises:
+            RedisUnavailableError: Redis could not be reached within the start-up timeout.
+        """
+        self._stop_event = anyio.Event()
+        if self.stop_requested:
+            self._stop_event.set()
+        store = self.agent.store
+        self.agent.readiness.running = True
+        self.agent.heartbeat.left = False
+        outbox = Outbox(
+            store, self.agent.clock, retry_delay_s=backoff_s, observer=self.agent.observer
+        )
+        runner = self._prepare(store, outbox)
+        control = ControlReader(
+            store=store,
+            clock=self.agent.clock,
+            observer=self.agent.observer,
+            node_id=self.agent.node_id,
+            redis_timeout_s=self.agent.settings.redis_timeout_s,
+        )
+        try:
+            await self._connect(store, control)
+            scheduler = self._start_scheduler(store, runner, outbox)
+            async with anyio.create_task_group() as services:
+                services.start_soon(self.agent.heartbeat.run, store, self._after_beat)
+                for service in self.agent.services:
+                    services.start_soon(self._run_service, service)
+                services.start_soon(self._watch_loop)
+                services.start_soon(outbox.run)
+                task_status.started()
+                await self._loops(scheduler, runner, control)
+                services.cancel_scope.cancel()
+        finally:
+            await self._shut_down(store, runner, outbox)
+
+    def _prepare(self, store: Store, outbox: Outbox) -> Runner:
+        """Build what a run needs before connecting: the stored schedules, the runner."""
+        self.sync = ScheduleSync(
+            store,
+            self.agent.node_id,
+            self.agent.handlers,
+            self.agent.jobs,
+            self.agent.target_factory,
+        )
+        self.fleet = FleetDefinitions(store, self.agent.node_id, self.agent.observer)
+        self._definitions = {name: job_definition(job) for name, job in self.agent.jobs.items()}
+        self.runner = Runner(
+            store=store,
+            clock=self.agent.clock,
+            node_id=self.agent.node_id,
+            owner=self.agent.owner,
+            observer=self.agent.observer,
+            outbox=outbox,
+            hold_s=self.agent.hold_s,
+            sync_threads=self.agent.settings.sync_handler_threads,
+        )
+        return self.runner
+
+    def _start_scheduler(self, store: Store, runner: Runner, outbox: Outbox) -> Scheduler:
+        assert self.sync is not None
+        self.scheduler = Scheduler(
+            jobs={**self.agent.jobs, **self.sync.jobs},
+            store=store,
+            clock=self.agent.clock,
+            settings=self.agent.settings,
+            owner=self.agent.owner,
+            runner=runner,
+            outbox=outbox,
+            observer=self.agent.observer,
+            set_ready=self.agent.readiness.set_reachable,
+            membership=self.agent.membership,
+        )
+        self.sync.attach(self.scheduler)
+        log.info(
+            "agent started",
+            extra={
+                "node": self.agent.node_id,
+                "jobs": len(self.agent.jobs),
+                "namespace": self.agent.settings.namespace,
+            },
+        )
+        return self.scheduler
+
+    async def _shut_down(self, store: Store, runner: Runner, outbox: Outbox) -> None:
+        """Release what never started, flush the outbox, leave the node set, close."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
+            # Only a forced stop leaves runs granted but never started.
+            await runner.release_unstarted()
+            await outbox.flush()
+        outbox.give_up("Redis did not take it before the agent exited")
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(2),
+            contextlib.suppress(StoreError),
+        ):
+            await store.leave(self.agent.node_id)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            await self.agent.aclose()
+        self.agent.readiness.stopped()
+        log.info("agent stopped", extra={"node": self.agent.node_id})
+
+    async def _loops(self, scheduler: Scheduler, runner: Runner, control: ControlReader) -> None:
+        """Run the loops until a stop, finish the wake-up in hand, then the runs' grace.
+
+        ``shutdown_grace_s`` bounds both: a wake-up still deciding when it is over (its
+        acquire retried while Redis is away) is cut short like a forced stop.
+        """
+        assert self._stop_event is not None
+        async with anyio.create_task_group() as runs:
+            self._force_scopes.append(runs.cancel_scope)
+            async with anyio.create_task_group() as loops:
+                self._force_scopes.append(loops.cancel_scope)
+                if self.forced:
+                    runs.cancel_scope.cancel()
+                loops.start_soon(scheduler.run, runs)
+                loops.start_soon(control.run, scheduler, self.sync, runs)
+                await self._stop_event.wait()
+                grace_over = anyio.current_time() + self.agent.settings.shutdown_grace_s
+                log.info(
+                    "stopping: no new wake-ups; deciding the one in hand",
+                    extra={"node": self.agent.node_id},
+                )
+                loops.cancel_scope.deadline = grace_over
+                scheduler.stop()
+            # No claim comes from this node any more: leave the live set now rather than
+            # after the runs' grace (racers = k: its ticks go to the others at once).
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(2),
+                contextlib.suppress(StoreError),
+            ):
+                await self.agent.heartbeat.leave(scheduler.store)
+            log.info(
+                "stopping: no new claims; waiting for runs",
+                extra={
+                    "node": self.agent.node_id,
+                    "running": runner.active,
+                    "grace_s": round(max(0.0, grace_over - anyio.current_time()), 3),
+                },
+            )
+            with anyio.move_on_after(max(0.0, grace_over - anyio.current_time())):
+                await runner.wait_idle()
+            runs.cancel_scope.cancel()
+        self._force_scopes.clear()
+
+    async def _connect(self, store: Store, control: ControlReader) -> None:
+        """Load the scripts, take the first heartbeat and publish the jobs; or give up.
+
+        A refusal (wrong password, a missing ACL permission, a certificate that does not
+        verify) fails at once: retrying cannot fix it. Anything else is retried until
+        ``startup_timeout_s``, and the error then names the last cause.
+        """
+        # Real time, as the start-up timeout is: a fake clock must not stretch either.
+        retry = Retry(SystemClock())
+        last_error = "no answer"
+        where = redact_url(self.agent.settings.redis_url)
+        with anyio.move_on_after(self.agent.settings.startup_timeout_s) as scope:
+            while True:
+                try:
+                    await store.load_scripts()
+                    await control.check()
+                    await self.agent.heartbeat.beat(store)
+                    await store.register_jobs({n: job.spec() for n, job in self.agent.jobs.items()})
+                    if self.sync is not None:
+                        await self.sync.reload("start-up")
+                    return
+                except RedisAccessError:
+                    raise
+                except RedisDataError as exc:  # a failover passes (unavailable); this not
+                    raise RedisUnavailableError(f"Redis at {where} refused: {exc}") from exc
+                except RedisUnavailableError as exc:
+                    last_error = str(exc) or type(exc).__name__
+                    log.warning("Redis not reachable yet", extra={"error": last_error})
+                    await retry.wait()
+        if scope.cancelled_caught:
+            raise RedisUnavailableError(
+                f"Redis at {where} unreachable for {self.agent.settings.startup_timeout_s:g}s at "
+                f"start-up; last error: {last_error}"
+            )
+
+    async def _after_beat(self, reconnected: bool) -> None:
+        """Publish what this node runs, compare with the fleet, follow stored schedules."""
+        if self.sync is None or self.fleet is None:
+            return
+        details = NodeDetails(
+            self.agent.node_id,
+            self._definitions,
+            tuple(sorted(self.agent.handlers)),
+            self.agent.target_factory is not None,
+            dict(self.sync.refused),
+            self.agent.settings.racers,
+        )
+        version: int | None = None
+        try:
+            version = await self.fleet.exchange(details, int(self.agent.clock.time() * 1000))
+            self.agent.membership.alike(self.fleet.fingerprints)
+        except RedisDataError as exc:  # garbage under a fleet key: ticks must not care
+            log.error("fleet definitions exchange failed", extra={"error": str(exc)})
+        if reconnected:
+            await self.sync.reload("reconnected")
+        else:
+            await self.sync.check_version(version)
+
+    async def _run_service(self, service: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        try:
+            await service()
+        except Exception:  # the outermost frame of a service: the agent and its jobs go on
+            log.exception("service failed", extra={"service": getattr(service, "__name__", "?")})
+
+    async def _watch_loop(self) -> None:
+        """Run the event-loop watchdog that ``/healthz`` reads."""
+        self.agent.observer.loop_watched(self.agent.watchdog.lag_s)
+        self.agent.watchdog.on_stall = self.agent.observer.loop_stalled
+        await self.agent.watchdog.run()
+
+    def run_sync(self) -> None:
+        """Run until SIGTERM or SIGINT; a second signal stops at once, as a second :meth:`stop`.
+
+        Logs go to stderr (``log_format``, ``log_level``) unless the program configured
+        logging itself: a script that only calls ``run_sync()`` still shows its ticks.
+
+        Raises:
+            RedisUnavailableError: Redis could not be reached within the start-up timeout.
+        """
+        if not logging.getLogger().handlers and not logging.getLogger("cronrace").handlers:
+            configure_logging(self.agent.settings.log_format, self.agent.settings.log_level)
+        try:
+            anyio.run(self._run_with_signals)
+        except BaseExceptionGroup as group:
+            # The signal watcher's task group wraps what run() raised; callers (the CLI)
+            # expect the error itself, e.g. RedisUnavailableError, not a group of one.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
+    async def _run_with_signals(self) -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._watch_signals)
+            await self.run()
+            tg.cancel_scope.cancel()
+
+    async def _watch_signals(self, *, task_status: TaskStatus[None]) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if self.stop_requested:
+                    log.warning(
+                        "second signal: cancelling now; won ticks are still recorded",
+                        extra={"signal": name},
+                    )
+                else:
+                    log.info("signal received; shutting down gracefully", extra={"signal": name})
+                self.stop()
+
+    # -- operator controls (delegated to the operator client) -------------------------------
