@@ -17,7 +17,14 @@ import pytest
 import redis
 
 from cronrace.store import Keys
-from tests.faults.witness import Witness, judge, sleep_until_fraction, start_node, stop_all
+from tests.faults.witness import (
+    Witness,
+    judge,
+    log_lines,
+    sleep_until_fraction,
+    start_node,
+    stop_all,
+)
 from tests.redis_server import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -102,7 +109,7 @@ def test_garbage_of_every_type_under_every_key_is_moved_aside_and_loses_no_tick(
         [],
         [],
         [],
-    ), fast.summary()
+    ), f"{fast.summary()}\n{log_lines(tmp_path, {t + d for t in fast.missed for d in (-1, 0, 1)})}"
     assert (slow.duplicates, slow.overlaps, slow.fence_disorder) == ([], [], []), slow.summary()
     # Garbage was there to move: at least each job's fence and watermark, six times over.
     assert len(moved) >= 2 * 2 * 6 + 2
