@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from cronrace.job import Job
 from cronrace.observer import Observer
-from cronrace.policies import Outcome, Overlap, TickPlan
+from cronrace.policies import Catchup, Outcome, Overlap, TickPlan
 from cronrace.records import RunRecord
 from cronrace.store import AcquireDecision, AcquireMode, AcquireReply, AcquireRequest, Owner
 
@@ -42,12 +42,16 @@ class Proposal:
         shared_from_s: racers = k: the plan also covers ticks from this one on that other
             racers may have decided; the acquire's watermark tells which were really
             missed (:func:`really_missed`).
+        prior_tick_s: the job's tick just before those the plan covers (0: unknown). A
+            decision passing it while another node's claim on it is still undecided lets
+            that node decide it late (``acquire.lua``, ``passed``).
     """
 
     job: Job
     plan: TickPlan
     trigger_id: str | None = None
     shared_from_s: int | None = None
+    prior_tick_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,8 @@ def acquire_request(proposal: Proposal, owner: Owner) -> AcquireRequest:
         overlap=job.overlap,
         mode=mode,
         trigger_id=trigger_id,
+        prior_tick_s=proposal.prior_tick_s,
+        late_ok=job.catchup is Catchup.ALL,
     )
 
 
@@ -253,6 +259,22 @@ def report(
         log.warning(
             "tick already decided (stale claim)",
             extra={"job": job, "tick": plan.claim_tick_s, "watermark": reply.prev_watermark_s},
+        )
+    elif reply.decision is AcquireDecision.MISSED or (
+        reply.prev_watermark_s is not None
+        and reply.prev_watermark_s >= plan.claim_tick_s
+        and not proposal.trigger_id
+    ):
+        # A later tick was decided while this won claim's answer was on the way.
+        log.warning(
+            "won tick decided late: a later tick was decided first",
+            extra={
+                "job": job,
+                "tick": plan.claim_tick_s,
+                "watermark": reply.prev_watermark_s,
+                "outcome": reply.decision.value,
+                "catchup": proposal.job.catchup.value,
+            },
         )
     elif reply.decision.outcome is not None:
         log.info(

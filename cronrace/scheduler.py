@@ -86,6 +86,11 @@ class Scheduler:
         #: Ticks this node became a racer for because members left (their racers may be
         #: dead): raced at the next wake-up, late, under the catch-up policy.
         self._orphans: dict[str, list[int]] = {}
+        #: Each job's newest tick this node planned (raced or left to others) and had an
+        #: answer for: the tick before its next plan's. A decision passing it while its
+        #: claim is still undecided (a slow answer on another node) notes it, so that node
+        #: can still decide it late instead of finding it stale (acquire.lua, passed).
+        self._prior_tick: dict[str, int] = {}
         #: (when to wake for it, tick, job): a job whose claim got no answer wakes later
         #: than its tick (backoff), and only the entry matching ``next_tick`` counts.
         self._heap: list[tuple[float, int, str]] = []
@@ -148,7 +153,7 @@ class Scheduler:
             if self.next_tick.get(name) == first_due and name not in planned:
                 planned[name] = self.jobs[name]
                 due.append((first_due, name))
-        plans, following = self._propose(planned, due, now)
+        plans, following, newest = self._propose(planned, due, now)
         try:
             unanswered = await self.tick_race.race(plans, runs) if plans else set()
         except Exception:  # the outermost loop: one job's surprise must not stop the rest
@@ -165,6 +170,8 @@ class Scheduler:
                 continue
             if name not in unanswered:
                 self._unanswered.pop(name, None)
+                if name in newest:
+                    self._prior_tick[name] = newest[name]
                 self._push(name, following[name])
                 continue
             # Redis (or this job's shard) did not answer: nothing was decided. Put the
@@ -176,15 +183,19 @@ class Scheduler:
 
     def _propose(
         self, planned: dict[str, Job], due: list[tuple[int, str]], now: float
-    ) -> tuple[list[Proposal], dict[str, int]]:
-        """What this node races for among the due jobs, and each job's following tick."""
+    ) -> tuple[list[Proposal], dict[str, int], dict[str, int]]:
+        """What this node races for among the due jobs, each job's following tick, and the
+        newest tick each plan covers."""
         plans: list[Proposal] = []
         following: dict[str, int] = {}
+        newest: dict[str, int] = {}
         skipped = 0
         for first_due, name in due:
             job = planned[name]
             try:
                 plan, following[name] = self._plan(job, first_due, now)
+                if plan is not None:
+                    newest[name] = plan.claim_tick_s
                 if plan is not None and not self.membership.races(name, plan.claim_tick_s):
                     # racers = k: other nodes race for this one (racers.py).
                     self._passed.setdefault(name, first_due)
@@ -197,7 +208,7 @@ class Scheduler:
                 continue
         if skipped:
             self.observer.claims_skipped(skipped)
-        return plans, following
+        return plans, following, newest
 
     async def _seed(self) -> None:
         """Start each job from its watermark, or from now when it has none."""
@@ -332,16 +343,17 @@ class Scheduler:
         watermark passed, so never twice), before this tick's decision would pass them.
         """
         name = job.name
+        alone = Proposal(job, plan, prior_tick_s=self._prior_tick.get(name, 0))
         passed = self._passed.pop(name, None)
         orphans = self._orphans.pop(name, None)
         left = [t for t in (passed, *(orphans or ())) if t is not None]
         oldest = max(min(left, default=first_due_s), int(now - self._orphan_window_s()))
         oldest = job.schedule.next_tick(oldest - 1)  # the first tick at or after it
         if oldest >= first_due_s:
-            return Proposal(job, plan)
+            return alone
         wide, _following = self._plan(job, oldest, now, quiet=True)
         if wide is None or wide.claim_tick_s != plan.claim_tick_s:
-            return Proposal(job, plan)
+            return alone
         return Proposal(job, wide, shared_from_s=oldest)
 
     def _orphan_window_s(self) -> float:

@@ -21,11 +21,20 @@
 -- ARGV[10] quarantine  prefix for keys moved aside: "<ns>:quarantine:{<job>}"
 -- ARGV[11] trigger_id  the manual trigger decided ('' for a tick): a trigger that has to
 --                      wait (queue_one) stays one, as state.pending_trigger
+-- KEYS[8] prior_claim  the claim of the tick just before those this decision covers (the
+--                      caller's previous tick of the job; any unused claim key when none)
+-- ARGV[12] prior_tick  that tick (0: none). Deciding past it while its claim is won but
+--                      undecided (its winner's answer is still on the way, or its reply
+--                      was lost and is being read back) notes it in state.passed: no one
+--                      else will decide it, so its winner still may, late
+-- ARGV[13] late_ok     '1' (catchup = all): a passed tick decided late runs, under the
+--                      overlap policy; otherwise it is answered 'missed'
 --
 -- Reply: {decision, fence, prev_watermark, holder_fence, holder_owner,
 --         abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick,
 --         hold_ms, data_lost, superseded_trigger, replayed, renewed}
---   decision: run | stale | marked | skipped:paused | skipped:overlap | queued
+--   decision: run | stale | marked | skipped:paused | skipped:overlap | queued | missed
+--     (missed: a won tick passed while its answer was on the way, and late_ok is not set)
 --   prev_watermark: -1 when there was none; holder_*: the live lease met (0 / "")
 --   abandoned_*: a run whose lease expired without release (0 / "")
 --   warnings: keys moved aside, "kind|key|moved_to" items (see _lib.lua)
@@ -46,7 +55,7 @@
 -- at all, and never leaves the watermark advanced without a decision.
 
 local lease_key, fence_key, last_key, pending_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local state_key, claim_key, hold_key = KEYS[5], KEYS[6], KEYS[7]
+local state_key, claim_key, hold_key, prior_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local decide_tick = tonumber(ARGV[1])
 local mark_tick = tonumber(ARGV[2])
 local run_tick = tonumber(ARGV[3])
@@ -58,6 +67,8 @@ local request_id = ARGV[8]
 local known_fence = tonumber(ARGV[9]) or 0
 quarantine_prefix = ARGV[10]
 local trigger_id = ARGV[11] or ''
+local prior_tick = tonumber(ARGV[12]) or 0
+local late_ok = ARGV[13] == '1'
 
 check(hold_key, 'string', 'hold')
 if check_lease(lease_key) then
@@ -70,6 +81,7 @@ check_int(last_key, 'watermark')
 check_int(pending_key, 'pending')
 check(state_key, 'hash', 'state')
 check(claim_key, 'string', 'claim')
+if prior_key then check(prior_key, 'string', 'claim') end
 
 local prev = -1
 local holder_fence, holder_owner = 0, ''
@@ -138,15 +150,70 @@ local function take_fence()
   return fence
 end
 
+-- Ticks passed by a later decision while their won claims were undecided (newest last).
+local PASSED_KEPT = 16
+local function passed_ticks()
+  local out = {}
+  for tick in string.gmatch(redis.call('HGET', state_key, 'passed') or '', '%S+') do
+    out[#out + 1] = tick
+  end
+  return out
+end
+
+local function save_passed(ticks)
+  while #ticks > PASSED_KEPT do table.remove(ticks, 1) end
+  if #ticks == 0 then
+    redis.call('HDEL', state_key, 'passed')
+  else
+    redis.call('HSET', state_key, 'passed', table.concat(ticks, ' '))
+  end
+end
+
+-- The claim of the tick before this decision's is won and undecided: note it passed.
+local function note_prior_passed()
+  if not prior_key or prior_tick <= prev or prior_tick >= decide_tick then return end
+  local held = redis.call('GET', prior_key)
+  if held and not string.find(held, '\n', 1, true) then
+    local ticks = passed_ticks()
+    ticks[#ticks + 1] = int_text(prior_tick)
+    save_passed(ticks)
+  end
+end
+
+-- This tick was passed while this owner's claim on it was undecided: take it off the list.
+local function take_passed(tick)
+  local ticks, text = passed_ticks(), int_text(tick)
+  for i, t in ipairs(ticks) do
+    if t == text then
+      table.remove(ticks, i)
+      save_passed(ticks)
+      return true
+    end
+  end
+  return false
+end
+
+local late = false
 if mode ~= 'trigger' then
   local raw = redis.call('GET', last_key)
   if raw then prev = tonumber(raw) end
   if prev >= decide_tick then
-    return reply('stale', 0)
-  end
-  redis.call('SET', last_key, int_text(mark_tick))
-  if mode == 'mark' then
-    return reply('marked', 0)
+    -- A later tick was decided first. Stale, unless that decision passed this tick while
+    -- this owner's claim on it was undecided: then no one else decided it, and no one else
+    -- can (the claim is ours), so it is decided now, late.
+    if not (mode == 'run' and remember and take_passed(decide_tick)) then
+      return reply('stale', 0)
+    end
+    if not late_ok then
+      return reply('missed', 0)
+    end
+    late, mode = true, 'trigger'  -- decided like a trigger: the watermark stays where it is
+  else
+    note_prior_passed()
+    redis.call('SET', last_key, int_text(mark_tick))
+    if mode == 'mark' then
+      return reply('marked', 0)
+    end
   end
 end
 
@@ -204,7 +271,7 @@ if alive then
     end
     redis.call('HINCRBY', state_key, 'queued', 1)
     return reply('queued', 0)
-  elseif overlap ~= 'replace' then
+  elseif overlap ~= 'replace' or late then  -- an older tick never replaces a newer run
     redis.call('HINCRBY', state_key, 'skipped_overlap', 1)
     return reply('skipped:overlap', 0)
   end

@@ -201,6 +201,7 @@ class Store(OperatorCommands):
                 self.keys.state(req.job),
                 self._claim_key(Claim(req.job, req.decide_tick_s, 0, req.trigger_id)),
                 self.keys.hold(req.job),
+                self.keys.claim(req.job, req.prior_tick_s),
             )
             args = (
                 req.decide_tick_s,
@@ -214,6 +215,8 @@ class Store(OperatorCommands):
                 self.known_fence(req.job),
                 self.keys.quarantine(req.job),
                 req.trigger_id or "",
+                req.prior_tick_s,
+                "1" if req.late_ok else "0",
             )
             calls.append((keys, args))
         try:

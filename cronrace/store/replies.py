@@ -98,6 +98,9 @@ class AcquireDecision(enum.StrEnum):
     SKIPPED_PAUSED = "skipped:paused"
     SKIPPED_OVERLAP = "skipped:overlap"
     QUEUED = "queued"
+    MISSED = "missed"
+    """A won tick whose answer came after a later tick's decision (which passed it), when
+    the job's catch-up policy does not run late ticks."""
 
     @property
     def outcome(self) -> Outcome | None:
@@ -111,6 +114,7 @@ _DECISION_OUTCOMES = {
     AcquireDecision.SKIPPED_PAUSED: Outcome.SKIPPED_PAUSED,
     AcquireDecision.SKIPPED_OVERLAP: Outcome.SKIPPED_OVERLAP,
     AcquireDecision.QUEUED: Outcome.QUEUED,
+    AcquireDecision.MISSED: Outcome.MISSED,
 }
 
 
@@ -187,6 +191,11 @@ class AcquireRequest:
     overlap: Overlap
     mode: AcquireMode
     trigger_id: str | None = None
+    prior_tick_s: int = 0
+    """The tick before those this decision covers (0: unknown). If another node's claim
+    on it is undecided, the script notes it passed, so that node may still decide it."""
+    late_ok: bool = False
+    """A passed tick decided late runs (catchup = all) rather than being answered missed."""
 
     @property
     def request_id(self) -> str:

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
 import pytest
 
 from cronrace import Agent, RunContext
 from cronrace.errors import RedisUnavailableError
 from cronrace.store import AcquireReply, AcquireRequest
-from tests.helpers import Recorder, running, settings, wait_for
+from cronrace.testing import FakeClock
+from tests.helpers import Recorder, history, memory_fleet, running, settings, wait_for
+
+#: A tick; the fake clock starts half a second before it.
+T0 = 1_800_000_000
 
 
 def lose_answers(
@@ -92,3 +97,58 @@ async def test_a_lost_answer_whose_lease_ran_out_meanwhile_is_decided_again(
     assert fence > first.fence, "a new fence: the first grant never ran"
     abandoned = [r for r in records if r.outcome.value == "abandoned"]
     assert [(r.tick_s, r.fence) for r in abandoned] == [(tick, first.fence)]
+
+
+@pytest.mark.parametrize(
+    ("catchup", "overlap", "late"),
+    [
+        ("all", "allow", ["ok"]),
+        ("all", "queue_one", ["ok", "queued"]),  # queued behind tick 4's run, then run
+        ("all", "skip", ["skipped:overlap"]),  # tick 4's run holds the lease
+        ("latest", "skip", ["missed"]),
+    ],
+)
+async def test_a_won_tick_decided_after_the_next_tick_is_run_or_recorded_not_lost(
+    catchup: str, overlap: str, late: list[str]
+) -> None:
+    """The winner of tick 3 answers only after the other node decided tick 4.
+
+    Its acquire is held until then (a slow answer, or a claim reply read back after an
+    outage). Before, the tick was stale: never run, recorded only as stale, and nobody
+    else had decided it. Now it is decided late by its catch-up and overlap policies.
+    """
+    clock = FakeClock(start_s=T0 - 0.5)
+    recorder = Recorder()
+    agents = memory_fleet(clock, 2)
+    for agent in agents:
+        agent.add_job(recorder.note, "* * * * * *", name="j", catchup=catchup, overlap=overlap)
+    next_decided = anyio.Event()
+
+    def hold_tick_3(agent: Agent) -> None:
+        store = agent.store
+        acquire = store.acquire
+
+        async def held(requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
+            if any(r.decide_tick_s == T0 + 3 and not r.trigger_id for r in requests):
+                await next_decided.wait()  # this node's loop waits with it, as when slow
+            replies = await acquire(requests)
+            if any(r.decide_tick_s == T0 + 4 for r in requests):
+                next_decided.set()
+            return replies
+
+        store.acquire = held  # type: ignore[method-assign]
+
+    async with running(*agents):
+        for agent in agents:
+            hold_tick_3(agent)
+        await clock.advance(8.0)  # ticks 0..7
+        records = await history(agents[0], "j", first_s=T0, last_s=T0 + 7)
+    assert next_decided.is_set()
+    outcomes: dict[int, list[str]] = {}
+    for record in records:
+        outcomes.setdefault(record.tick_s - T0, []).append(record.outcome.value)
+    assert sorted(outcomes[3]) == late, outcomes
+    assert sorted(t - T0 for t in recorder.ticks()) == [
+        t for t in range(8) if t != 3 or "ok" in late
+    ], "every other tick once; tick 3 once when it runs late"
+    assert all(outcomes[t] == ["ok"] for t in range(8) if t != 3), outcomes

@@ -70,6 +70,26 @@ CASES: list[tuple[str, Overlap, TickPlan, str | None, AcquireReply, list[Any], l
         ((100,), 7),
     ),
     (
+        "a won tick passed by a later decision runs late (catchup all)",
+        Overlap.ALLOW,
+        steady(),
+        None,
+        answer(prev_watermark_s=101),
+        [],
+        [],
+        ((100,), 7),
+    ),
+    (
+        "a won tick passed by a later decision is recorded missed otherwise",
+        Overlap.SKIP,
+        steady(),
+        None,
+        answer(AcquireDecision.MISSED, prev_watermark_s=101),
+        [("missed", 100, 1)],
+        [(Outcome.MISSED, 1)],
+        None,
+    ),
+    (
         "overlap skip records the tick with the holder's fence",
         Overlap.SKIP,
         steady(),
@@ -303,6 +323,14 @@ def test_acquire_request_follows_the_plan(
     )
     expected_id = f"trigger:{trigger_id}" if trigger_id else f"{mode}:{plan.claim_tick_s}"
     assert request.request_id == expected_id
+
+
+def test_acquire_request_carries_the_prior_tick_and_whether_late_ticks_run() -> None:
+    every = Job.define(lambda ctx: None, "* * * * * *", name="j", catchup="all", lease_ttl=10)
+    request = acquire_request(Proposal(every, steady(), prior_tick_s=99), OWNER)
+    assert (request.prior_tick_s, request.late_ok) == (99, True)
+    request = acquire_request(Proposal(job(), steady()), OWNER)  # catchup latest
+    assert (request.prior_tick_s, request.late_ok) == (0, False)
 
 
 def test_a_further_catch_up_tick_is_never_remembered() -> None:

@@ -1,0 +1,130 @@
+"""A won tick whose answer comes after a later tick's decision is decided late, not lost.
+
+Node A wins tick 100, but its acquire reaches Redis only after node B, on time for tick
+101, has decided 101 (A's answer was slow, or its claim's reply was lost and is read back
+after an outage). Before, A's acquire found the watermark past 100 and answered ``stale``:
+the tick never ran, recorded only as stale, though nobody else had decided it (found by
+the Cluster fault test, README's known gap). Now B's decision, seeing 100's claim won and
+undecided, notes it passed; A's acquire then decides it late: under catchup = all it runs
+(by the overlap policy), otherwise it is answered ``missed``. A tick some decision covered
+(a catch-up) stays stale: that decision ran it or recorded it.
+
+Each test runs on fakeredis, a real redis-server and a real Cluster.
+"""
+
+from __future__ import annotations
+
+from cronrace.policies import Overlap
+from cronrace.store import (
+    AcquireDecision,
+    AcquireMode,
+    AcquireReply,
+    AcquireRequest,
+    Claim,
+    Owner,
+    Store,
+)
+
+A, B, C = Owner.parse("a:1"), Owner.parse("b:2"), Owner.parse("c:3")
+
+
+def request(
+    tick: int,
+    owner: Owner,
+    *,
+    prior: int = 0,
+    late_ok: bool = True,
+    overlap: Overlap = Overlap.SKIP,
+) -> AcquireRequest:
+    return AcquireRequest(
+        "j",
+        tick,
+        tick,
+        tick,
+        owner,
+        5000,
+        overlap,
+        AcquireMode.RUN,
+        prior_tick_s=prior,
+        late_ok=late_ok,
+    )
+
+
+async def claim(store: Store, tick: int, owner: Owner) -> None:
+    assert await store.claim([Claim("j", tick, 60_000)], owner) == [True]
+
+
+async def acquire(store: Store, req: AcquireRequest) -> AcquireReply:
+    (reply,) = await store.acquire([req])
+    assert isinstance(reply, AcquireReply), reply
+    return reply
+
+
+async def watermark(store: Store) -> bytes | None:
+    value: bytes | None = await store.client.get(store.keys.last("j"))
+    return value
+
+
+async def test_a_won_tick_passed_while_undecided_runs_late_under_catchup_all(store: Store) -> None:
+    await claim(store, 100, A)
+    await claim(store, 101, B)
+    later = await acquire(store, request(101, B, prior=100, overlap=Overlap.ALLOW))
+    assert later.decision is AcquireDecision.RUN
+    late = await acquire(store, request(100, A, overlap=Overlap.ALLOW))
+    assert late.decision is AcquireDecision.RUN
+    assert late.fence > later.fence
+    assert late.prev_watermark_s == 101
+    assert await watermark(store) == b"101"  # a late decision never moves the watermark back
+    again = await acquire(store, request(100, A, overlap=Overlap.ALLOW))
+    assert (again.decision, again.fence, again.replayed) == (AcquireDecision.RUN, late.fence, True)
+
+
+async def test_a_passed_tick_is_answered_missed_when_the_policy_runs_no_late_tick(
+    store: Store,
+) -> None:
+    await claim(store, 100, A)
+    await claim(store, 101, B)
+    await acquire(store, request(101, B, prior=100))
+    late = await acquire(store, request(100, A, late_ok=False))
+    assert late.decision is AcquireDecision.MISSED
+    assert late.fence == 0
+
+
+async def test_a_late_tick_never_replaces_the_newer_run_holding_the_lease(store: Store) -> None:
+    await claim(store, 100, A)
+    await claim(store, 101, B)
+    newer = await acquire(store, request(101, B, prior=100, overlap=Overlap.REPLACE))
+    late = await acquire(store, request(100, A, overlap=Overlap.REPLACE))
+    assert late.decision is AcquireDecision.SKIPPED_OVERLAP
+    assert late.holder_fence == newer.fence
+    held = await store.client.hget(store.keys.lease("j"), "fence")
+    assert int(held) == newer.fence
+
+
+async def test_a_tick_no_decision_passed_stays_stale(store: Store) -> None:
+    """The later decision covered 100 itself (its prior tick is older): it ran or recorded it."""
+    await claim(store, 100, A)
+    await claim(store, 101, B)
+    await acquire(store, request(101, B, prior=99))
+    assert (await acquire(store, request(100, A))).decision is AcquireDecision.STALE
+
+
+async def test_only_the_claims_owner_may_decide_a_passed_tick_and_only_once(store: Store) -> None:
+    await claim(store, 100, A)
+    await claim(store, 101, B)
+    await acquire(store, request(101, B, prior=100, overlap=Overlap.ALLOW))
+    # C never won 100: stale, and the passed note stays for A.
+    assert (await acquire(store, request(100, C))).decision is AcquireDecision.STALE
+    first = await acquire(store, request(100, A, overlap=Overlap.ALLOW))
+    assert first.decision is AcquireDecision.RUN
+    # Taken off the list: with the claim's memo gone too, nothing decides it again.
+    await store.client.set(store.keys.claim("j", 100), str(A))
+    assert (await acquire(store, request(100, A))).decision is AcquireDecision.STALE
+
+
+async def test_a_decided_prior_claim_is_not_noted_passed(store: Store) -> None:
+    await claim(store, 100, A)
+    await acquire(store, request(100, A))
+    await claim(store, 101, B)
+    await acquire(store, request(101, B, prior=100))
+    assert await store.client.hget(store.keys.state("j"), "passed") is None
