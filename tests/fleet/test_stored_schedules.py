@@ -3,123 +3,103 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections import Counter
+import secrets
 
 import pytest
 
 from cronrace import Agent, RunContext
 from cronrace.errors import JobDefinitionError, ScheduleError, UnknownJobError
-from tests.helpers import Recorder, running, settings, wait_for
+from cronrace.testing import FakeClock, memory_agent
+from tests.helpers import history, running, settings
 
-
-def node(url: str, namespace: str, name: str, recorder: Recorder, *, handler: bool = True) -> Agent:
-    agent = Agent(settings=settings(url, namespace, name))
-    if handler:
-
-        @agent.handler("note")
-        async def note(ctx: RunContext) -> None:
-            assert ctx.args == {"customer": "acme"}
-            recorder.note(ctx)
-
-    return agent
+#: A tick; the fake clock starts half a second before it.
+T0 = 1_800_000_000
+HEARTBEAT_S = 0.4
 
 
 def operator(url: str, namespace: str) -> Agent:
     return Agent(settings=settings(url, namespace, "operator"))
 
 
-@pytest.mark.timeout(60)
-async def test_stored_schedule_fires_once_per_tick_and_follows_update_pause_and_remove(
-    redis_url: str, namespace: str
-) -> None:
-    if not redis_url.startswith("memory://"):
-        pytest.skip("on a real redis-server: tests/faults/test_stored_schedules.py, processes")
-    recorder = Recorder()
-    nodes = [node(redis_url, namespace, f"node{i}", recorder) for i in range(3)]
-    ops = operator(redis_url, namespace)
+def fake_node(clock: FakeClock, url: str, name: str, ran: list[tuple[str, int]]) -> Agent:
+    """A node on the fake clock; its handler "note" records (node, tick after ``T0``)."""
+    # Beats at 0.4 s steps from -0.5: never on a tick, so a change made half-way between
+    # two ticks is in every node before the next one, whatever the control stream does.
+    agent = memory_agent(clock, redis_url=url, node_id=name, heartbeat_s=HEARTBEAT_S)
+
+    @agent.handler("note")
+    async def note(ctx: RunContext) -> None:
+        assert ctx.args == {"customer": "acme"}
+        ran.append((ctx.node_id, ctx.tick_s - T0))
+
+    return agent
+
+
+async def test_stored_schedule_fires_once_per_tick_and_follows_update_pause_and_remove() -> None:
+    # On a fake clock; on a real redis-server, in processes: tests/faults/test_stored_schedules.py
+    clock = FakeClock(start_s=T0 - 0.5)
+    url = f"memory://stored-{secrets.token_hex(4)}"
+    ran: list[tuple[str, int]] = []
+    nodes = [fake_node(clock, url, f"node{i}", ran) for i in range(3)]
+    ops = Agent(redis_url=url, node_id="operator")
+
+    def ticks() -> list[int]:
+        return [tick for _, tick in ran]
+
     async with running(*nodes):
-        added_s = time.time()
+        await clock.advance(1.0)  # tick 0 passes with nothing stored
         await ops.schedules.add("report", "* * * * * *", handler="note", args={"customer": "acme"})
-        await wait_for(lambda: len(recorder.runs) >= 3, timeout_s=10, what="three runs")
-        # Picked up within a heartbeat (0.5 s here) plus the tick it waited for.
-        assert recorder.runs[0].tick_s - added_s <= 0.5 + 1.0
-        ticks = recorder.ticks("report")
-        assert len(ticks) == len(set(ticks)), "a tick fired twice"
+        await clock.advance(4.0)  # ticks 1..4
+        assert ticks() == [1, 2, 3, 4]
 
         await ops.schedules.update("report", schedule="*/3 * * * * *")
-        changed_s = time.time()
-        await wait_for(
-            lambda: len([t for t in recorder.ticks() if t > changed_s + 1]) >= 2,
-            timeout_s=15,
-            what="two ticks of the new schedule",
-        )
-        assert all(t % 3 == 0 for t in recorder.ticks() if t > changed_s + 0.5)
+        await clock.advance(7.0)  # ticks 5..11: the new schedule's are 6 and 9
+        assert ticks() == [1, 2, 3, 4, 6, 9]
 
         await ops.pause("report")
         await ops.schedules.update("report", schedule="* * * * * *")
-        paused_s = time.time()
-        await wait_for(
-            lambda: _skipped_paused(ops, paused_s),
-            timeout_s=10,
-            what="a tick recorded skipped:paused after the update",
-        )
-        assert not [t for t in recorder.ticks() if t > paused_s + 0.5]
+        await clock.advance(3.0)  # ticks 12..14, paused
         await ops.resume("report")
-        await wait_for(
-            lambda: any(t > paused_s + 1 for t in recorder.ticks()), timeout_s=10, what="resumed"
-        )
+        await clock.advance(2.0)  # ticks 15 and 16
+        assert ticks() == [1, 2, 3, 4, 6, 9, 15, 16]
+        records = await history(ops, "report", first_s=T0 + 12, last_s=T0 + 14)
 
         await ops.schedules.remove("report")
-        removed_s = time.time()
-        await wait_for(
-            lambda: all("report" not in n.scheduler.jobs for n in nodes if n.scheduler),
-            timeout_s=5,
-            what="every node dropped it",
-        )
-        late = time.time()
-        await _sleep_real(2.0)
-        assert not [t for t in recorder.ticks() if t > late], "fired after removal"
-        assert removed_s <= late
-    ticks = recorder.ticks()
-    assert [t for t, n in Counter(ticks).items() if n > 1] == []
+        await clock.advance(5.0)  # ticks 17..21
+        assert all("report" not in n.scheduler.jobs for n in nodes if n.scheduler)
+        assert ticks() == [1, 2, 3, 4, 6, 9, 15, 16], "fired after removal"
+    assert len({node for node, _ in ran}) > 1
+    assert [(r.tick_s - T0, r.outcome.value) for r in records] == [
+        (12, "skipped:paused"),
+        (13, "skipped:paused"),
+        (14, "skipped:paused"),
+    ]
     await ops.aclose()
 
 
-async def _skipped_paused(agent: Agent, after_s: float) -> bool:
-    records = await agent.history("report", 20)
-    return any(r.outcome == "skipped:paused" and r.tick_s > after_s for r in records)
-
-
-async def _sleep_real(seconds: float) -> None:
-    import anyio
-
-    await anyio.sleep(seconds)
-
-
-@pytest.mark.timeout(30)
 async def test_node_without_the_handler_does_not_race_and_says_so_once(
-    redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    recorder = Recorder()
-    with_handler = node(redis_url, namespace, "worker", recorder)
-    without = node(redis_url, namespace, "web", recorder, handler=False)
-    ops = operator(redis_url, namespace)
+    clock = FakeClock(start_s=T0 - 0.5)
+    url = f"memory://stored-{secrets.token_hex(4)}"
+    ran: list[tuple[str, int]] = []
+    with_handler = fake_node(clock, url, "worker", ran)
+    without = memory_agent(clock, redis_url=url, node_id="web", heartbeat_s=HEARTBEAT_S)
+    ops = Agent(redis_url=url, node_id="operator")
     with caplog.at_level(logging.WARNING, logger="cronrace.schedules"):
         async with running(with_handler, without):
             await ops.schedules.add(
                 "report", "* * * * * *", handler="note", args={"customer": "acme"}
             )
-            await wait_for(lambda: len(recorder.runs) >= 3, timeout_s=10, what="three runs")
-            assert {run.node for run in recorder.runs} == {"worker"}
+            await clock.advance(5.0)  # ticks 0..4, all run by the node with the handler
+            assert ran == [("worker", tick) for tick in range(5)]
             assert without.sync is not None
             assert "report" in without.sync.refused
             assert without.scheduler is not None
             assert "report" not in without.scheduler.jobs
             await ops.schedules.add("orphan", "* * * * * *", handler="nobody")
-            await wait_for(
-                lambda: _problem(ops, "orphan"), timeout_s=10, what="status reports the orphan"
-            )
+            await clock.advance(1.0)
+            assert await _problem(ops, "orphan"), "status reports the orphan"
             statuses = {row.job: row for row in await ops.jobs_status()}
             assert statuses["report"].problem is None
             assert statuses["report"].source == "stored"
