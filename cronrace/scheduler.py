@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import random
 from collections.abc import Callable
 
 import anyio
@@ -28,6 +27,7 @@ from cronrace.outbox import Outbox
 from cronrace.policies import TickPlan, plan_ticks
 from cronrace.race import TickRace
 from cronrace.racers import Racers, Ring
+from cronrace.retry import backoff_s
 from cronrace.runner import Runner
 from cronrace.store import Owner, Store
 from cronrace.wakeup import StopGate
@@ -36,17 +36,10 @@ log = logging.getLogger("cronrace.scheduler")
 
 #: The loop re-reads the wall clock at least this often (clock steps, new offsets).
 MAX_SLEEP_S = 1.0
-BACKOFF_START_S = 0.1
-BACKOFF_MAX_S = 2.0
 #: How much later than a tick's preferred node the others claim it (racers.py): more than
 #: the wake-up jitter of a loaded 2-core machine (tens of ms), so the preferred node wins
 #: when alive and runs spread across the fleet; the others still fire it if it is not.
 PREFERRED_HEAD_START_S = 0.1
-
-
-def backoff_s(attempt: int) -> float:
-    """Capped exponential backoff with full jitter."""
-    return random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_START_S * 2**attempt))
 
 
 class Scheduler:
