@@ -9,63 +9,56 @@ import pytest
 
 from cronrace import Agent, RunContext
 from cronrace.testing import FakeClock, memory_agent
-from tests.helpers import running, settings, wait_for
+from tests.helpers import history, running, settings, wait_for
+
+#: A tick; the fake clock starts half a second before it.
+T0 = 1_800_000_000
 
 
-@pytest.mark.timeout(30)
-async def test_failing_handler_is_recorded_as_error_and_the_job_keeps_firing(
-    redis_url: str, namespace: str
-) -> None:
+async def test_failing_handler_is_recorded_as_error_and_the_job_keeps_firing() -> None:
+    clock = FakeClock(start_s=T0 - 0.5)
     calls: list[int] = []
 
     async def flaky(ctx: RunContext) -> str:
-        calls.append(ctx.tick_s)
+        calls.append(ctx.tick_s - T0)
+        await clock.sleep(0.25)
         if len(calls) == 1:
             raise ValueError("disk full")
         return "cleaned 3 rows"
 
-    agent = Agent(settings=settings(redis_url, namespace, "n0"))
+    agent = memory_agent(clock)
     agent.add_job(flaky, "* * * * * *", name="flaky")
     async with running(agent):
-        await wait_for(lambda: len(calls) >= 3, timeout_s=10, what="3 calls")
-        records = await agent.history("flaky", 10)
-    by_tick = {r.tick_s: r for r in records}
-    first = by_tick[calls[0]]
-    assert first.outcome == "error"
-    assert first.error == "ValueError: disk full"
-    second = by_tick[calls[1]]
-    assert (second.outcome, second.detail) == ("ok", "cleaned 3 rows")
-    assert second.duration_s is not None
-    assert second.duration_s >= 0
+        await clock.advance(3.0)  # ticks 0..2
+        records = await history(agent, "flaky", first_s=T0, last_s=T0 + 2)
+    assert calls == [0, 1, 2]
+    assert [(r.tick_s - T0, r.outcome.value, r.error, r.detail) for r in records] == [
+        (0, "error", "ValueError: disk full", None),
+        (1, "ok", None, "cleaned 3 rows"),
+        (2, "ok", None, "cleaned 3 rows"),
+    ]
+    assert [r.duration_s for r in records] == pytest.approx([0.25] * 3, abs=0.001)
 
 
-@pytest.mark.timeout(30)
 async def test_run_longer_than_the_overrun_ratio_logs_a_warning_with_the_numbers(
-    redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    done = anyio.Event()
+    clock = FakeClock(start_s=T0 - 0.5)
 
     async def slow(ctx: RunContext) -> None:
-        await anyio.sleep(0.9)
-        done.set()
+        await clock.sleep(0.9 if ctx.tick_s == T0 else 0.2)
 
-    agent = Agent(settings=settings(redis_url, namespace, "n0"))
+    agent = memory_agent(clock)
     agent.add_job(slow, "* * * * * *", name="slow", overrun_ratio=0.5)
     async with running(agent):
-        await done.wait()
-        await wait_for(
-            lambda: any(
-                r.getMessage() == "run is overrunning its schedule" for r in caplog.records
-            ),
-            timeout_s=5,
-            what="the overrun warning",
-        )
-    warning = next(r for r in caplog.records if r.getMessage() == "run is overrunning its schedule")
+        await clock.advance(2.0)  # ticks 0 and 1: 0.9 s, then 0.2 s
+    (warning,) = [r for r in caplog.records if r.getMessage() == "run is overrunning its schedule"]
     assert warning.job == "slow"  # type: ignore[attr-defined]
+    assert warning.duration_s == pytest.approx(0.9, abs=0.001)  # type: ignore[attr-defined]
     assert warning.interval_s == 1  # type: ignore[attr-defined]
-    assert warning.ratio >= 0.8  # type: ignore[attr-defined]
+    assert warning.ratio == pytest.approx(0.9, abs=0.001)  # type: ignore[attr-defined]
     assert agent.runner is not None
-    assert agent.runner.last_ratio["slow"] >= 0.8
+    assert agent.runner.last_ratio["slow"] == pytest.approx(0.2, abs=0.001)
 
 
 @pytest.mark.timeout(30)
@@ -97,34 +90,29 @@ async def test_handler_that_blocks_the_loop_past_its_lease_is_recorded_lease_los
     assert "lease_ttl" in (first["lease_lost"].error or "")
 
 
-@pytest.mark.timeout(30)
-async def test_handler_cancelled_for_a_lost_lease_already_sees_ctx_lease_lost(
-    namespace: str,
-) -> None:
-    seen: list[bool] = []
+async def test_handler_cancelled_for_a_lost_lease_already_sees_ctx_lease_lost() -> None:
+    clock = FakeClock(start_s=T0 - 0.5)
+    seen: list[tuple[bool, float]] = []
 
     async def victim(ctx: RunContext) -> None:
-        if seen:
-            return
         # The lease vanishes under the run: the next renewal is answered "gone".
         store = agent.store
         await store.client.delete(store.keys.lease(ctx.job))
         try:
-            await anyio.sleep(10)
+            await clock.sleep(10)
         except anyio.get_cancelled_exc_class():
-            seen.append(ctx.lease_lost)
+            seen.append((ctx.lease_lost, clock.time() - T0))
             raise
 
-    agent = Agent(settings=settings(f"memory://{namespace}", namespace, "n0"))
+    agent = memory_agent(clock)
     agent.add_job(victim, "* * * * * *", name="victim", lease_ttl=0.6)
     async with running(agent):
-        await wait_for(lambda: bool(seen), timeout_s=10, what="the handler to be cancelled")
-
-        async def recorded() -> bool:
-            return any(r.outcome == "lease_lost" for r in await agent.history("victim", 10))
-
-        await wait_for(recorded, timeout_s=5, what="the lease_lost record")
-    assert seen == [True]
+        await clock.advance(0.7)  # tick 0; its first renewal is due at 0.2
+        records = await history(agent, "victim", first_s=T0, last_s=T0)
+    assert seen == [(True, pytest.approx(0.2, abs=0.001))]
+    assert [(r.outcome.value, r.error) for r in records] == [
+        ("lease_lost", "lease expired or was released under us")
+    ]
 
 
 @pytest.mark.timeout(30)

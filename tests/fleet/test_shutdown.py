@@ -27,8 +27,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(("work_s", "outcome"), [(0.3, "ok"), (30.0, "cancelled")])
 async def test_stop_waits_for_runs_up_to_the_grace_then_cancels_and_releases(
-    redis_url: str, namespace: str, work_s: float, outcome: str
+    namespace: str, work_s: float, outcome: str
 ) -> None:
+    # The grace is this process's own real time; the release script on a real server:
+    # tests/store, and a real process stopped mid-run: tests/faults/test_stopping.py.
+    redis_url = f"memory://{namespace}"
     started = anyio.Event()
 
     async def work(ctx: RunContext) -> None:
