@@ -123,9 +123,22 @@ class Membership:
 
     def races(self, job: str, tick_s: int) -> bool:
         """Whether this node races for one (job, tick) in its current view."""
-        if not self.uniform:
-            return True
-        return self.ring.races(self.node_id, job, tick_s, self.racers.k)
+        return self.racers_of(job, tick_s) is None
+
+    def racers_of(self, job: str, tick_s: int) -> tuple[str, ...] | None:
+        """The nodes that race for a (job, tick) when this node is not one of them.
+
+        None when this node races: ``all`` mode, a fleet not known alike, a view that
+        cannot place it, or this node among the first k.
+        """
+        k = self.racers.k
+        ring = self.ring
+        if k is None or not self.uniform or k >= len(ring.members):
+            return None
+        if self.node_id not in ring.members:
+            return None
+        chosen = ring.candidates(job, tick_s, k)
+        return None if self.node_id in chosen else chosen
 
     def preferred(self, job: str, tick_s: int) -> bool:
         """Whether this node is the first choice for a (job, tick): it claims at once."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections import deque
 from collections.abc import Callable
 
 import anyio
@@ -84,6 +85,8 @@ class Scheduler:
         #: claim is still undecided (a slow answer on another node) notes it, so that node
         #: can still decide it late instead of finding it stale (acquire.lua, passed).
         self._prior_tick: dict[str, int] = {}
+        #: racers = k: the recent ticks this node left to others, and to whom.
+        self._left: dict[str, deque[tuple[int, tuple[str, ...]]]] = {}
         #: (when to wake for it, tick, job): a job whose claim got no answer wakes later
         #: than its tick (backoff), and only the entry matching ``next_tick`` counts.
         self._heap: list[tuple[float, int, str]] = []
@@ -189,9 +192,13 @@ class Scheduler:
                 plan, following[name] = self._plan(job, first_due, now)
                 if plan is not None:
                     newest[name] = plan.claim_tick_s
-                if plan is not None and not self.membership.races(name, plan.claim_tick_s):
+                others = (
+                    None if plan is None else self.membership.racers_of(name, plan.claim_tick_s)
+                )
+                if plan is not None and others is not None:
                     # racers = k: other nodes race for this one (racers.py).
                     self._passed.setdefault(name, first_due)
+                    self._left_to(name, plan.claim_tick_s, others, now)
                     skipped += 1
                     continue
                 if plan is not None:
@@ -353,41 +360,45 @@ class Scheduler:
         """How far back a tick may lack a racer: the late-fire bound and a heartbeat."""
         return late_fire_bound_s(self.settings.heartbeat_s) + self.settings.heartbeat_s
 
-    def _members_left(self, before: Ring, after: Ring, last_beat_ms: int) -> None:
-        """Find the recent ticks this node became a racer for because members left.
+    def _left_to(self, name: str, tick_s: int, racers: tuple[str, ...], now: float) -> None:
+        """Remember who this node left a tick to, while that tick may still lose them."""
+        left = self._left.setdefault(name, deque())
+        left.append((tick_s, racers))
+        oldest_s = now - self._orphan_window_s()
+        while left and left[0][0] < oldest_s:
+            left.popleft()
 
-        A member raced for every tick up to its last heartbeat, so only later ticks (and
-        a second before, for clocks that disagree a little) can have lost their racers.
+    def _members_left(self, before: Ring, after: Ring, last_beat_ms: int) -> None:
+        """Find the recent ticks whose racers have all left, that this node now races for.
+
+        Only ticks this node left to others are looked at, and only once none of the
+        racers it left them to is still a member: one late heartbeat that drops one racer
+        of three costs no claim, and a tick whose racers leave one by one is raced again
+        when the last one goes. Ticks before the leavers' last heartbeat kept their
+        racers (a second of slack for clocks that disagree a little).
         """
         k = self.membership.k
         if k is None:
             return  # every node races every tick: nobody's departure orphans one
         me = self.settings.node_id
-        now_s = int(self.clock.time())
-        since_s = max(int(now_s - self._orphan_window_s()), last_beat_ms // 1000 - 1)
+        since_s = last_beat_ms // 1000 - 1
+        members = after.members
         found = 0
-        for name, job in list(self.jobs.items()):
-            if name not in self.next_tick:
-                continue
-            try:
-                ticks = job.schedule.ticks_between(since_s - 1, now_s, EXPIRED_COUNT_CAP)
-            except Exception:
-                log.debug("cannot list the job's recent ticks", exc_info=True, extra={"job": name})
+        for name, left in self._left.items():
+            if name not in self.jobs:
                 continue
             mine = [
                 t
-                for t in ticks
-                if t < self.next_tick[name]
-                and not before.races(me, name, t, k)
-                and after.races(me, name, t, k)
+                for t, racers in left
+                if t >= since_s and members.isdisjoint(racers) and after.races(me, name, t, k)
             ]
             if mine:
                 self._orphans[name] = sorted({*self._orphans.get(name, ()), *mine})
                 found += len(mine)
         if found:
             log.info(
-                "members left: racing again for the recent ticks they were racers for",
-                extra={"node": me, "ticks": found, "left": sorted(before.members - after.members)},
+                "members left: racing again for the recent ticks they were the racers of",
+                extra={"node": me, "ticks": found, "left": sorted(before.members - members)},
             )
             self._woken.set()
 

@@ -254,3 +254,37 @@ async def test_a_job_only_some_nodes_run_is_raced_by_them_at_every_tick() -> Non
     assert len(ticks) >= 19
     ran = Counter(t for t, _n in runs)
     assert [t for t, n in ran.items() if n > 1] == []
+
+
+@pytest.mark.timeout(60)
+async def test_one_racer_of_two_leaving_costs_no_extra_claim() -> None:
+    # A ghost is one of the two racers of a third of the ticks while it is listed: the
+    # other racer fires them (100 ms late when the ghost was the first choice), and its
+    # departure sends no claim for them again, since a racer of theirs is still a member.
+    clock = FakeClock(start_s=START_S)
+    runs: list[tuple[int, str]] = []
+    agents, observers = fleet(clock, 4, "2", runs)
+    async with anyio.create_task_group() as tg:
+        for agent in agents:
+            await tg.start(agent.run)
+        await clock.advance(1.2)
+        store = agents[0].store
+        await store.client.zadd(store.keys.nodes, {"ghost": (START_S + 2) * 1000 + 400 + 3000})
+        await publish_like(store, "node-0", ("ghost",))
+        sent_before = sum(o.sent for o in observers)
+        await clock.advance(20)
+        sent = sum(o.sent for o in observers) - sent_before
+        for agent in agents:
+            agent.stop()
+        await clock.advance(3)
+    ran = Counter(t for t, _n in runs)
+    assert [t for t, n in ran.items() if n > 1] == []
+    assert [t for t in range(START_S + 2, START_S + 21) if t not in ran] == []
+    # Two claims a tick, one for the ticks the ghost was a racer of, and none again.
+    ghost_ticks = [
+        t
+        for t in range(START_S + 3, START_S + 4)  # listed until START + 3.9
+        if "ghost"
+        in Ring.build([*(f"node-{i}" for i in range(4)), "ghost"]).candidates("every-second", t, 2)
+    ]
+    assert sent == 2 * 20 - len(ghost_ticks)
