@@ -1,14 +1,17 @@
-"""Protocol bugs put in on purpose, to show that the models catch them.
+"""Protocol and scheduler bugs put in on purpose, to show that the models catch them.
 
 ``CRONRACE_MODEL_MUTATION=<name>`` makes every Store the models create run a mutated copy
-of the Lua scripts (or, for ``python`` mutations, a mutated function). Nothing changes
-when the variable is unset, which is how the suite runs. ``python -m tests.model.mutate``
-applies each mutation in turn and reports which machine caught it.
+of the Lua scripts, or (the scheduler's mutations) swaps a mutated function into the
+agent while a scheduler model runs. Nothing changes when the variable is unset, which is
+how the suite runs. ``python -m tests.model.mutate`` applies each mutation in turn to
+each machine and reports which caught it, in how many steps (tests/model/README.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,13 +71,82 @@ MUTATIONS = {
 }
 
 
-def active() -> Mutation | None:
+@dataclass(frozen=True, slots=True)
+class PythonMutation:
+    """Swap a mutated function into the agent; ``patch()`` does it and returns the undo."""
+
+    name: str
+    what: str
+    patch: Callable[[], Callable[[], None]]
+
+
+def _fires_early() -> Callable[[], None]:
+    from cronrace.scheduler import Scheduler
+
+    real = Scheduler._push
+
+    def push(self: Scheduler, name: str, tick_s: int, *, wake_s: float | None = None) -> None:
+        real(self, name, tick_s, wake_s=tick_s - 2 if wake_s is None else wake_s)
+
+    Scheduler._push = push  # type: ignore[method-assign]
+    return lambda: setattr(Scheduler, "_push", real)
+
+
+def _catchup_fires_twice() -> Callable[[], None]:
+    from cronrace import scheduler
+    from cronrace.policies import Catchup, TickPlan
+
+    real = scheduler.plan_ticks
+
+    def plan_ticks(policy: Catchup, **kwargs: Any) -> TickPlan | None:
+        plan = real(policy, **kwargs)
+        if plan is not None and policy is Catchup.ALL and len(plan.fire_ticks_s) > 1:
+            fire = (*plan.fire_ticks_s, plan.fire_ticks_s[-1])
+            return dataclasses.replace(plan, fire_ticks_s=fire)
+        return plan
+
+    scheduler.plan_ticks = plan_ticks
+    return lambda: setattr(scheduler, "plan_ticks", real)
+
+
+PYTHON_MUTATIONS = {
+    m.name: m
+    for m in (
+        PythonMutation(
+            "fires-early",
+            "the tick loop wakes 2 s before a tick and fires it",
+            _fires_early,
+        ),
+        PythonMutation(
+            "catchup-fires-twice",
+            "catch-up all fires the newest missed tick twice",
+            _catchup_fires_twice,
+        ),
+    )
+}
+
+
+def _active_name() -> str | None:
     name = os.environ.get(ENV, "")
     if not name:
         return None
-    if name not in MUTATIONS:
-        raise RuntimeError(f"{ENV}={name!r}: no such mutation; known: {', '.join(MUTATIONS)}")
-    return MUTATIONS[name]
+    if name not in MUTATIONS and name not in PYTHON_MUTATIONS:
+        known = ", ".join([*MUTATIONS, *PYTHON_MUTATIONS])
+        raise RuntimeError(f"{ENV}={name!r}: no such mutation; known: {known}")
+    return name
+
+
+def active() -> Mutation | None:
+    """The active mutation of the Lua scripts, if any."""
+    name = _active_name()
+    return MUTATIONS.get(name) if name else None
+
+
+def python_mutation() -> Callable[[], None]:
+    """Apply the active mutation of the agent's Python code, if any; return the undo."""
+    name = _active_name()
+    mutation = PYTHON_MUTATIONS.get(name) if name else None
+    return mutation.patch() if mutation is not None else lambda: None
 
 
 def _sources(store: Any) -> dict[str, str]:
