@@ -39,9 +39,11 @@ class Proposal:
         job: the job.
         plan: the ticks its claim decides (one in the steady state, a catch-up otherwise).
         trigger_id: set for a manual trigger, which claims its own key.
-        shared_from_s: racers = k: the plan also covers ticks from this one on that other
-            racers may have decided; the acquire's watermark tells which were really
-            missed (:func:`really_missed`).
+        shared_from_s: the plan covers ticks from this one on that other nodes may have
+            decided: a backlog planned from this node's own last tick (it was frozen or
+            cut off while others went on), or, with racers = k, ticks left to other
+            racers; the acquire's watermark tells which were really missed
+            (:func:`really_missed`).
         prior_tick_s: the job's tick just before those the plan covers (0: unknown). A
             decision passing it while another node's claim on it is still undecided lets
             that node decide it late (``acquire.lua``, ``passed``).
@@ -192,10 +194,10 @@ def decide(
 
 
 def really_missed(proposal: Proposal, reply: AcquireReply) -> TickPlan:
-    """The plan, counting as missed only the ticks of a shared plan no other racer decided.
+    """The plan, counting as missed only the ticks of a shared plan no other node decided.
 
-    A plan widened to ticks other racers may have decided (``shared_from_s``) counted them
-    all as missed; those at or below the watermark the acquire found were decided.
+    A plan covering ticks other nodes may have decided (``shared_from_s``) counted them all
+    as missed; those at or below the watermark the acquire found were decided.
     """
     prev, plan, since_s = reply.prev_watermark_s, proposal.plan, proposal.shared_from_s
     if not plan.missed or prev is None or since_s is None:
@@ -245,7 +247,8 @@ def report(
     job, plan = proposal.job.name, proposal.plan
     missed = sum(count for outcome, count in verdict.events if outcome is Outcome.MISSED)
     if proposal.shared_from_s is not None and missed:
-        # The scheduler did not say it when planning: it could not know which were missed.
+        # The scheduler did not say it when planning: it could not know which were missed
+        # (and a node that loses the claim has nothing to say).
         log.warning(
             "ticks were missed; applying the catch-up policy",
             extra={"job": job, "catchup": proposal.job.catchup.value, "missed": missed},

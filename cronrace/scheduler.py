@@ -9,6 +9,7 @@ handler.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 from collections import deque
@@ -202,7 +203,13 @@ class Scheduler:
                     skipped += 1
                     continue
                 if plan is not None:
-                    plans.append(self._with_passed(job, plan, first_due, now))
+                    proposal = self._with_passed(job, plan, first_due, now)
+                    if proposal.shared_from_s is None and plan.missed:
+                        # A backlog from this node's own last tick: other nodes may have
+                        # decided some of it while this one was frozen or cut off (the
+                        # scheduler model found missed 2 for two ticks another node ran).
+                        proposal = dataclasses.replace(proposal, shared_from_s=first_due)
+                    plans.append(proposal)
             except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
                 self._unschedule(job, exc)
                 continue
@@ -288,13 +295,11 @@ class Scheduler:
             wake_s = tick_s if preferred else tick_s + PREFERRED_HEAD_START_S
         heapq.heappush(self._heap, (wake_s, tick_s, name))
 
-    def _plan(
-        self, job: Job, first_due_s: int, now: float, *, quiet: bool = False
-    ) -> tuple[TickPlan | None, int]:
+    def _plan(self, job: Job, first_due_s: int, now: float) -> tuple[TickPlan | None, int]:
         """Classify a job's due ticks: expired, late (a backlog) or on time.
 
-        ``quiet``: the backlog holds ticks other racers may have decided (racers = k); the
-        decision counts what was really missed (:meth:`_decide`), so nothing is logged here.
+        A backlog may hold ticks other nodes decided meanwhile: the decision counts what
+        was really missed, and logs it (decisions.report), so nothing is logged here.
         """
         now_s = int(now)
         schedule = job.schedule
@@ -320,17 +325,6 @@ class Scheduler:
             cutoff_s=cutoff_s,
             max_catchup=job.max_catchup,
         )
-        if plan is not None and plan.missed and not quiet:
-            log.warning(
-                "ticks were missed; applying the catch-up policy",
-                extra={
-                    "job": job.name,
-                    "catchup": job.catchup.value,
-                    "missed": plan.missed,
-                    "firing": len(plan.fire_ticks_s),
-                    "node": self.settings.node_id,
-                },
-            )
         return plan, schedule.next_tick(now_s)
 
     # -- racers = k: ticks left to others, and ticks whose racers left ---------------------
@@ -351,7 +345,7 @@ class Scheduler:
         oldest = job.schedule.next_tick(oldest - 1)  # the first tick at or after it
         if oldest >= first_due_s:
             return alone
-        wide, _following = self._plan(job, oldest, now, quiet=True)
+        wide, _following = self._plan(job, oldest, now)
         if wide is None or wide.claim_tick_s != plan.claim_tick_s:
             return alone
         return Proposal(job, wide, shared_from_s=oldest)
