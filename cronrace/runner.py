@@ -32,6 +32,7 @@ from cronrace.store import (
     AcquireReply,
     Owner,
     ReleaseDecision,
+    ReleaseReply,
     Store,
 )
 
@@ -191,7 +192,26 @@ class Runner:
             await self.outbox.write([record], history=job.history)
         else:
             until = self.clock.monotonic() + retry_s
-            await self.releases.finish(job, record, fence, until_mono=until)
+            reply = await self.releases.finish(job, record, fence, until_mono=until)
+            await self._refuse_hand_on(job, reply)
+
+    async def _refuse_hand_on(self, job: Job, reply: ReleaseReply | None) -> None:
+        """Record and release a queued tick a release handed to a run that will not go on.
+
+        ``release.lua`` hands the lease to the tick waiting (queue-one) whatever the record
+        says; a run cancelled by a stop, or never started, cannot run it, and the tick was
+        left with no record while its lease blocked the job (the scheduler model found it).
+        """
+        if reply is not None and reply.decision is ReleaseDecision.HANDED_ON:
+            await self.release_unrun(
+                job,
+                [reply.tick_s],
+                reply.fence,
+                Outcome.CANCELLED,
+                "the agent stopped before this queued tick ran",
+                trigger_id=reply.trigger_id,
+                retry_s=0,
+            )
 
     def _keep_unrun(self, job: Job, ticks: Iterable[int]) -> None:
         """Record ticks of a catch-up sequence that will not run (the agent stopped)."""
@@ -360,9 +380,10 @@ class Runner:
             )
             with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
                 if renew and not lease.lost:
-                    await self.releases.finish(
+                    reply = await self.releases.finish(
                         job, record, lease.fence, until_mono=lease.expiry_mono
                     )
+                    await self._refuse_hand_on(job, reply)
                 else:
                     await self.outbox.write([record], history=job.history)
             raise

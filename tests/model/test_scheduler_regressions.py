@@ -64,3 +64,14 @@ def test_a_backlog_counts_as_missed_only_the_ticks_nobody_decided(state: Steps) 
     state.node_freezes(name="n1")
     state.time_passes(seconds=12)
     state.node_thaws(name="n2")
+
+
+def test_a_forced_stop_records_the_queued_tick_handed_to_its_cancelled_run(state: Steps) -> None:
+    """A forced stop cancelled the queue_one run of tick 55 while tick 70 waited behind it:
+    the cancelled run's release handed the lease on to tick 70, which nobody ran or
+    recorded (only its ``queued`` record), and its lease blocked the job. Fixed: a release
+    that hands on a tick to a run that will not go on records it ``cancelled`` and releases
+    it (Runner._refuse_hand_on)."""
+    state.define_fleet(jobs=jobs(j2=(Overlap.QUEUE_ONE, Catchup.SKIP, 35)), nodes=1)
+    state.time_passes(seconds=16)
+    state.node_stops(name="n1", forced=True)
