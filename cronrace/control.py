@@ -79,6 +79,10 @@ class ControlReader:
                     if self.position is None:
                         self.position = await self.store.control_position()
                     entries = await self.store.read_control(self.position, block_ms=self.block_ms)
+                    now_ms = 0
+                    if any(fields.get("op") == "trigger" for _id, fields in entries):
+                        # A trigger's age is read on Redis's clock, the stream ids' own.
+                        now_ms = _stream_ms(await self.store.control_position())
                 retry.succeeded()
             except RedisAccessError:
                 # Logged, counted and made readiness fail where it was translated: manual
@@ -105,7 +109,8 @@ class ControlReader:
                 return
             for entry_id, fields in entries:
                 self.position = entry_id
-                await self._act(scheduler, sync, entry_id, fields, runs)
+                age_s = max(0.0, (now_ms - _stream_ms(entry_id)) / 1000)
+                await self._act(scheduler, sync, entry_id, fields, runs, age_s)
 
     async def _act(
         self,
@@ -114,6 +119,7 @@ class ControlReader:
         entry_id: str,
         fields: dict[str, str],
         runs: TaskGroup,
+        age_s: float,
     ) -> None:
         if fields.get("op") == "schedules" and sync is not None:
             with contextlib.suppress(StoreError):  # the heartbeat catches up
@@ -121,4 +127,9 @@ class ControlReader:
         job = scheduler.jobs.get(fields.get("job", ""))
         if fields.get("op") == "trigger" and job is not None:
             log.info("manual trigger", extra={"job": job.name, "trigger": fields.get("id")})
-            await scheduler.fire_trigger(job, fields.get("id", entry_id), runs)
+            await scheduler.fire_trigger(job, fields.get("id", entry_id), runs, age_s=age_s)
+
+
+def _stream_ms(entry_id: str) -> int:
+    """The time part of a stream id (``<ms>-<seq>``): when Redis took the entry."""
+    return int(entry_id.split("-", 1)[0])

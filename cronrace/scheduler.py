@@ -42,6 +42,8 @@ MAX_SLEEP_S = 1.0
 #: the wake-up jitter of a loaded 2-core machine (tens of ms), so the preferred node wins
 #: when alive and runs spread across the fleet; the others still fire it if it is not.
 PREFERRED_HEAD_START_S = 0.1
+#: How often a stopping loop tries to decide the claims whose answers were lost.
+STOP_ATTEMPTS = 5
 
 
 class Scheduler:
@@ -138,6 +140,41 @@ class Scheduler:
                     await self._nap(min(wait_s, self._max_sleep_s))
                 continue
             await self._wake(now, runs)
+        await self._decide_unanswered(runs)
+
+    async def _decide_unanswered(self, runs: TaskGroup) -> None:
+        """Stopping: decide the ticks whose claims got no answer before the loop ended.
+
+        Such a claim may have been written, and other nodes then lost it and moved on; a
+        stop that never read it back left the tick won, undecided and unrecorded (the
+        scheduler model found it). Those jobs are claimed again and read back, and what
+        was won is decided and started as in any wake-up, for a few attempts while Redis
+        is away (the shutdown grace bounds them too).
+        """
+        for attempt in range(STOP_ATTEMPTS):
+            names = [name for name in self._unanswered if name in self.next_tick]
+            if not names:
+                return
+            planned = {name: self.jobs[name] for name in names}
+            now = self.clock.time()
+            plans, _following, newest = self._propose(
+                planned, [(self.next_tick[name], name) for name in names], now
+            )
+            unanswered = await self.tick_race.race(plans, runs) if plans else set()
+            for name in names:
+                if name not in unanswered:
+                    self._unanswered.pop(name, None)
+                    if name in newest:
+                        self._prior_tick[name] = newest[name]
+            if not unanswered:
+                return
+            if attempt + 1 < STOP_ATTEMPTS:
+                await self.clock.sleep(backoff_s(attempt))
+        log.error(
+            "stopping with claims Redis never answered: their ticks may have been won, and "
+            "will not run",
+            extra={"jobs": sorted(self._unanswered), "node": self.settings.node_id},
+        )
 
     async def _wake(self, now: float, runs: TaskGroup) -> None:
         """Pop every due job, propose what it fires, race, and push each job's next tick."""
@@ -423,8 +460,28 @@ class Scheduler:
         for name in unanswered:  # Redis did not answer: they go on with the next claim
             self._passed[name] = min(self._passed.get(name, orphans[name][0]), orphans[name][0])
 
-    async def fire_trigger(self, job: Job, trigger_id: str, runs: TaskGroup) -> None:
-        """Race for a manual trigger: its own claim key, the same lease and overlap policy."""
+    async def fire_trigger(
+        self, job: Job, trigger_id: str, runs: TaskGroup, *, age_s: float = 0.0
+    ) -> None:
+        """Race for a manual trigger: its own claim key, the same lease and overlap policy.
+
+        A trigger read more than ``catchup_window`` after it was requested (``age_s``, on
+        Redis's clock) is dropped: a node back from an outage or a pause reads old
+        requests, whose claim may have expired; racing for it again ran it a second time
+        (the scheduler model found it). The claim lives ``catchup_window`` plus the skew
+        tolerance, so every node that reads it in time still meets it.
+        """
+        if age_s > job.catchup_window_s:
+            log.warning(
+                "manual trigger read too late to race for; another node may have run it",
+                extra={
+                    "job": job.name,
+                    "trigger": trigger_id,
+                    "age_s": round(age_s, 1),
+                    "node": self.settings.node_id,
+                },
+            )
+            return
         now_s = int(self.clock.time())
         plan = TickPlan(now_s, now_s, (now_s,), 0)
         if await self.tick_race.race([Proposal(job, plan, trigger_id)], runs):

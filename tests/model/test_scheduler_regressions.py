@@ -66,6 +66,33 @@ def test_a_backlog_counts_as_missed_only_the_ticks_nobody_decided(state: Steps) 
     state.node_thaws(name="n2")
 
 
+def test_a_trigger_read_after_its_claim_expired_does_not_run_again(state: Steps) -> None:
+    """A trigger run by n1 was read by n2 after its claim had expired (n2 frozen for longer
+    than the claim lives): n2 won the expired claim and ran the trigger again, 60 s later.
+    Fixed: a trigger read more than ``catchup_window`` after its request is dropped with a
+    warning (Scheduler.fire_trigger)."""
+    state.define_fleet(jobs=jobs(), nodes=2)
+    state.node_freezes(name="n2")
+    state.operator_triggers(job="j1")
+    state.time_passes(seconds=60)
+    state.node_thaws(name="n2")
+
+
+def test_a_graceful_stop_decides_a_claim_whose_answer_was_lost(state: Steps) -> None:
+    """The claims of tick 60 were written but their answers lost (n1 won, n2 lost); both
+    nodes put the tick back to retry and read back, but were stopped gracefully first:
+    n1's loop ended with tick 60 won and undecided, and nothing was recorded. Fixed: a
+    stopping tick loop claims again and reads back what got no answer, and decides it
+    (Scheduler._decide_unanswered)."""
+    state.define_fleet(jobs=jobs(), nodes=2)
+    state.time_passes(seconds=4)
+    state.redis_becomes_unreachable(kind="answers_lost")
+    state.time_passes(seconds=1)
+    state.redis_comes_back()
+    state.node_stops(name="n1", forced=False)
+    state.node_stops(name="n2", forced=False)
+
+
 def test_a_forced_stop_records_the_queued_tick_handed_to_its_cancelled_run(state: Steps) -> None:
     """A forced stop cancelled the queue_one run of tick 55 while tick 70 waited behind it:
     the cancelled run's release handed the lease on to tick 70, which nobody ran or
