@@ -14,7 +14,7 @@ from cronrace.errors import (
     TargetError,
     UnknownJobError,
 )
-from cronrace.job import Job, RunContext
+from cronrace.job import Job, JobOptions, RunContext
 from cronrace.operator import OperatorClient
 from cronrace.policies import Catchup, Outcome, Overlap
 from cronrace.records import JobStatus, NodeInfo, RunRecord
@@ -28,6 +28,7 @@ __all__ = [
     "CronraceError",
     "Job",
     "JobDefinitionError",
+    "JobOptions",
     "JobStatus",
     "NodeInfo",
     "OperatorClient",

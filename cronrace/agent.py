@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import anyio
 from anyio.abc import TaskStatus
@@ -22,12 +22,11 @@ from cronrace.config import AgentSettings, load_settings
 from cronrace.errors import JobDefinitionError
 from cronrace.fleetdefs import FleetDefinitions, NodeDetails
 from cronrace.heartbeat import Heartbeat
-from cronrace.job import Handler, Job, validate_job_name
+from cronrace.job import Handler, Job, JobOptions, validate_job_name
 from cronrace.lifecycle import Lifecycle
 from cronrace.membership import Membership
 from cronrace.observer import Observer
 from cronrace.operator import OperatorClient
-from cronrace.policies import Catchup, Overlap
 from cronrace.racers import Racers
 from cronrace.readiness import Readiness
 from cronrace.records import JobStatus, NodeInfo, RunRecord
@@ -133,41 +132,16 @@ class Agent:
         """The jobs defined on this agent, by name."""
         return dict(self._jobs)
 
-    def job(
-        self,
-        schedule: str,
-        *,
-        name: str | None = None,
-        timezone: str = "UTC",
-        overlap: Overlap | str = Overlap.SKIP,
-        catchup: Catchup | str = Catchup.LATEST,
-        lease_ttl: float = 30.0,
-        catchup_window: float = 300.0,
-        max_catchup: int = 100,
-        history: int = 1000,
-        overrun_ratio: float = 0.8,
-    ) -> Callable[[F], F]:
+    def job(self, schedule: str, **options: Unpack[JobOptions]) -> Callable[[F], F]:
         """Register the decorated function as a job; see :meth:`add_job` for the arguments."""
 
         def register(handler: F) -> F:
-            self.add_job(
-                handler,
-                schedule,
-                name=name,
-                timezone=timezone,
-                overlap=overlap,
-                catchup=catchup,
-                lease_ttl=lease_ttl,
-                catchup_window=catchup_window,
-                max_catchup=max_catchup,
-                history=history,
-                overrun_ratio=overrun_ratio,
-            )
+            self.add_job(handler, schedule, **options)
             return handler
 
         return register
 
-    def add_job(self, handler: Handler, schedule: str, **options: Any) -> Job:
+    def add_job(self, handler: Handler, schedule: str, **options: Unpack[JobOptions]) -> Job:
         """Register ``handler`` to run on ``schedule``.
 
         Args:
@@ -176,7 +150,7 @@ class Agent:
             schedule: 5-field cron, 6-field cron with seconds first, an alias such as
                 ``@hourly``, or ``@every 30s``.
             **options: name, timezone, overlap, catchup, lease_ttl (s), catchup_window (s),
-                max_catchup, history, overrun_ratio.
+                max_catchup, history, overrun_ratio: see :class:`~cronrace.job.JobOptions`.
 
         Raises:
             JobDefinitionError: a field is invalid or the name is taken.

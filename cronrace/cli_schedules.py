@@ -61,6 +61,13 @@ CommandOption = Annotated[
 StreamOption = Annotated[
     str | None, typer.Option("--stream", help="Target (sidecar): a stream key, or a JSON table.")
 ]
+TimezoneOption = Annotated[str | None, typer.Option(help="IANA zone (default UTC).")]
+OverlapOption = Annotated[
+    str | None, typer.Option(help="skip (default), queue_one, replace, allow.")
+]
+CatchupOption = Annotated[str | None, typer.Option(help="latest (default), skip, all.")]
+LeaseTtlOption = Annotated[float | None, typer.Option(help="Seconds (default 30).")]
+CatchupWindowOption = Annotated[float | None, typer.Option(help="Seconds (default 300).")]
 StrictOption = Annotated[
     bool,
     typer.Option("--strict", help="Refuse a handler that no live node has registered."),
@@ -74,17 +81,19 @@ def _json(flag: str, text: str) -> Any:
         raise fail(f"{flag} {text!r}: is not JSON: {exc.msg}", EXIT_USAGE) from None
 
 
-def _fields(
-    *,
-    handler: str | None,
-    args: str | None,
-    http: str | None,
-    command: str | None,
-    stream: str | None,
-    **plain: Any,
-) -> dict[str, Any]:
-    """The definition fields the flags give (None: not given)."""
-    fields = {key: value for key, value in plain.items() if value is not None}
+#: The flags of `add` and `update` that set a definition field of the same name.
+PLAIN_FIELDS = ("schedule", "timezone", "overlap", "catchup", "lease_ttl", "catchup_window")
+
+
+def _fields(flags: dict[str, Any]) -> dict[str, Any]:
+    """The definition fields the flags of `add` or `update` give (None: not given).
+
+    Args:
+        flags: the command's parameters (its ``locals()``), named as the fields are.
+    """
+    fields = {key: flags[key] for key in PLAIN_FIELDS if flags.get(key) is not None}
+    handler, args = flags.get("handler"), flags.get("args")
+    http, command, stream = flags.get("http"), flags.get("command"), flags.get("stream")
     if handler is not None:
         fields["handler"] = handler
     if args is not None:
@@ -112,11 +121,11 @@ def add(
     http: HttpOption = None,
     command: CommandOption = None,
     stream: StreamOption = None,
-    timezone: Annotated[str | None, typer.Option(help="IANA zone (default UTC).")] = None,
-    overlap: Annotated[str | None, typer.Option(help="skip, queue_one, replace, allow.")] = None,
-    catchup: Annotated[str | None, typer.Option(help="skip, latest, all.")] = None,
-    lease_ttl: Annotated[float | None, typer.Option(help="Seconds (default 30).")] = None,
-    catchup_window: Annotated[float | None, typer.Option(help="Seconds (default 300).")] = None,
+    timezone: TimezoneOption = None,
+    overlap: OverlapOption = None,
+    catchup: CatchupOption = None,
+    lease_ttl: LeaseTtlOption = None,
+    catchup_window: CatchupWindowOption = None,
     strict: StrictOption = False,
     config: ConfigOption = None,
     redis_url: RedisOption = None,
@@ -124,18 +133,7 @@ def add(
     as_json: JsonOption = False,
 ) -> None:
     """Store a new schedule; live nodes race for it from its next tick."""
-    fields = _fields(
-        handler=handler,
-        args=args,
-        http=http,
-        command=command,
-        stream=stream,
-        timezone=timezone,
-        overlap=overlap,
-        catchup=catchup,
-        lease_ttl=lease_ttl,
-        catchup_window=catchup_window,
-    )
+    fields = _fields({**locals(), "schedule": None})  # an argument here, not a field
     settings = operator_settings(config, redis_url, namespace)
     found = fields.pop("handler", None)
     arguments = fields.pop("args", None)
@@ -157,11 +155,11 @@ def update(
     http: HttpOption = None,
     command: CommandOption = None,
     stream: StreamOption = None,
-    timezone: Annotated[str | None, typer.Option(help="IANA zone.")] = None,
-    overlap: Annotated[str | None, typer.Option(help="skip, queue_one, replace, allow.")] = None,
-    catchup: Annotated[str | None, typer.Option(help="skip, latest, all.")] = None,
-    lease_ttl: Annotated[float | None, typer.Option(help="Seconds.")] = None,
-    catchup_window: Annotated[float | None, typer.Option(help="Seconds.")] = None,
+    timezone: TimezoneOption = None,
+    overlap: OverlapOption = None,
+    catchup: CatchupOption = None,
+    lease_ttl: LeaseTtlOption = None,
+    catchup_window: CatchupWindowOption = None,
     strict: StrictOption = False,
     config: ConfigOption = None,
     redis_url: RedisOption = None,
@@ -169,19 +167,7 @@ def update(
     as_json: JsonOption = False,
 ) -> None:
     """Change fields of a stored schedule; the others keep their values (pause too)."""
-    fields = _fields(
-        handler=handler,
-        args=args,
-        http=http,
-        command=command,
-        stream=stream,
-        schedule=schedule,
-        timezone=timezone,
-        overlap=overlap,
-        catchup=catchup,
-        lease_ttl=lease_ttl,
-        catchup_window=catchup_window,
-    )
+    fields = _fields(locals())
     if not fields:
         raise fail("nothing to change: give --schedule, --handler, --timezone, ...", EXIT_USAGE)
     settings = operator_settings(config, redis_url, namespace)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
 
 from cronrace.errors import CronraceError, JobDefinitionError
 from cronrace.policies import Catchup, Overlap
@@ -27,6 +27,54 @@ if TYPE_CHECKING:
 JOB_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 Handler = Callable[["RunContext"], Awaitable[Any]] | Callable[["RunContext"], Any]
+
+
+class JobOptions(TypedDict, total=False):
+    """A job's options besides its handler and schedule: the one list of them.
+
+    :meth:`cronrace.Agent.job`, :meth:`cronrace.Agent.add_job` and :meth:`Job.define` take
+    them as typed keywords; ``[[jobs]]`` tables and stored schedules
+    (:class:`cronrace.jobspec.JobSpec`) have the same fields and defaults
+    (:data:`JOB_DEFAULTS`).
+
+    Keys:
+        name: the job's name; default the handler's ``__name__``.
+        timezone: the IANA zone cron fields are read in.
+        overlap: ``skip``, ``queue_one``, ``replace`` or ``allow`` (a run still alive).
+        catchup: ``latest``, ``skip`` or ``all`` (ticks nobody attempted in time).
+        lease_ttl: seconds a run's lease lives without renewal.
+        catchup_window: seconds late a tick may still be attempted.
+        max_catchup: the most missed ticks ``catchup = all`` fires.
+        history: how many run records the job keeps (approximately).
+        overrun_ratio: warn when a run outlasts this share of the interval.
+    """
+
+    name: str | None
+    timezone: str
+    overlap: Overlap | str
+    catchup: Catchup | str
+    lease_ttl: float
+    catchup_window: float
+    max_catchup: int
+    history: int
+    overrun_ratio: float
+
+
+#: Each option's default (``name``'s is the handler's ``__name__``).
+JOB_DEFAULTS: Final = JobOptions(
+    timezone="UTC",
+    overlap=Overlap.SKIP,
+    catchup=Catchup.LATEST,
+    lease_ttl=30.0,
+    catchup_window=300.0,
+    max_catchup=100,
+    history=1000,
+    overrun_ratio=0.8,
+)
+DEFAULT_OVERLAP: Final = Overlap(JOB_DEFAULTS["overlap"])
+DEFAULT_CATCHUP: Final = Catchup(JOB_DEFAULTS["catchup"])
+#: The options' names, in their documented order.
+JOB_OPTION_NAMES: Final = tuple(JobOptions.__annotations__)
 
 
 def validate_job_name(name: object) -> str:
@@ -77,13 +125,13 @@ class Job:
     name: str
     schedule: Schedule
     handler: Handler
-    overlap: Overlap = Overlap.SKIP
-    catchup: Catchup = Catchup.LATEST
-    lease_ttl_s: float = 30.0
-    catchup_window_s: float = 300.0
-    max_catchup: int = 100
-    history: int = 1000
-    overrun_ratio: float = 0.8
+    overlap: Overlap = DEFAULT_OVERLAP
+    catchup: Catchup = DEFAULT_CATCHUP
+    lease_ttl_s: float = JOB_DEFAULTS["lease_ttl"]
+    catchup_window_s: float = JOB_DEFAULTS["catchup_window"]
+    max_catchup: int = JOB_DEFAULTS["max_catchup"]
+    history: int = JOB_DEFAULTS["history"]
+    overrun_ratio: float = JOB_DEFAULTS["overrun_ratio"]
     is_async: bool = field(default=True)
 
     @property
@@ -91,23 +139,26 @@ class Job:
         return int(self.lease_ttl_s * 1000)
 
     @classmethod
-    def define(
-        cls,
-        handler: Handler,
-        schedule: str,
-        *,
-        name: str | None = None,
-        timezone: str = "UTC",
-        overlap: Overlap | str = Overlap.SKIP,
-        catchup: Catchup | str = Catchup.LATEST,
-        lease_ttl: float = 30.0,
-        catchup_window: float = 300.0,
-        max_catchup: int = 100,
-        history: int = 1000,
-        overrun_ratio: float = 0.8,
-    ) -> Job:
-        """Validate every field and build the job; raise a CronraceError naming the field."""
+    def define(cls, handler: Handler, schedule: str, **options: Unpack[JobOptions]) -> Job:
+        """Validate every field and build the job; raise a CronraceError naming the field.
+
+        Args:
+            handler: an async or sync callable taking a :class:`RunContext`.
+            schedule: the schedule expression.
+            **options: see :class:`JobOptions`; the others take :data:`JOB_DEFAULTS`.
+        """
+        name = options.get("name")
         job_name = validate_job_name(name if name is not None else getattr(handler, "__name__", ""))
+        unknown = sorted(set(options) - set(JOB_OPTION_NAMES))
+        if unknown:
+            raise JobDefinitionError(
+                f"job {job_name!r}: unknown option(s) {', '.join(unknown)}; the options are "
+                f"{', '.join(JOB_OPTION_NAMES)}"
+            )
+        given: JobOptions = {**JOB_DEFAULTS, **options}
+        timezone, overlap, catchup = given["timezone"], given["overlap"], given["catchup"]
+        lease_ttl, catchup_window = given["lease_ttl"], given["catchup_window"]
+        max_catchup, history = given["max_catchup"], given["history"]
         if not callable(handler):
             raise JobDefinitionError(f"job {job_name!r}: handler {handler!r} is not callable")
         try:
@@ -133,7 +184,7 @@ class Job:
             catchup_window_s=_positive(job_name, "catchup_window", catchup_window, minimum=0),
             max_catchup=max_catchup,
             history=history,
-            overrun_ratio=_positive(job_name, "overrun_ratio", overrun_ratio, minimum=0),
+            overrun_ratio=_positive(job_name, "overrun_ratio", given["overrun_ratio"], minimum=0),
             is_async=inspect.iscoroutinefunction(handler)
             or inspect.iscoroutinefunction(getattr(handler, "__call__", None)),  # noqa: B004
         )

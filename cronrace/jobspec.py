@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import (
     BaseModel,
@@ -25,7 +25,14 @@ from pydantic import (
 
 from cronrace.config import settings_problems, short_repr
 from cronrace.errors import ConfigError, ScheduleError
-from cronrace.job import JOB_NAME_PATTERN
+from cronrace.job import (
+    DEFAULT_CATCHUP,
+    DEFAULT_OVERLAP,
+    JOB_DEFAULTS,
+    JOB_NAME_PATTERN,
+    JOB_OPTION_NAMES,
+    JobOptions,
+)
 from cronrace.policies import Catchup, Overlap
 from cronrace.schedule import Schedule
 from cronrace.targets import CommandSpec, HttpSpec, StreamSpec
@@ -53,16 +60,17 @@ class JobSpec(BaseModel):
     #: What may stand instead of a target table (a stored schedule's handler).
     TARGET_ALTERNATIVES: ClassVar[tuple[str, ...]] = ()
 
+    # The options of cronrace.job.JobOptions, with its defaults and Job.define's limits.
     name: str
     schedule: str
-    timezone: str = "UTC"
-    overlap: Overlap = Overlap.SKIP
-    catchup: Catchup = Catchup.LATEST
-    catchup_window: float = Field(default=300.0, ge=0)
-    lease_ttl: float = Field(default=30.0, ge=0.1)
-    max_catchup: int = Field(default=100, ge=1)
-    history: int = Field(default=1000, ge=1)
-    overrun_ratio: float = Field(default=0.8, ge=0)
+    timezone: str = JOB_DEFAULTS["timezone"]
+    overlap: Overlap = DEFAULT_OVERLAP
+    catchup: Catchup = DEFAULT_CATCHUP
+    catchup_window: float = Field(default=JOB_DEFAULTS["catchup_window"], ge=0)
+    lease_ttl: float = Field(default=JOB_DEFAULTS["lease_ttl"], ge=0.1)
+    max_catchup: int = Field(default=JOB_DEFAULTS["max_catchup"], ge=1)
+    history: int = Field(default=JOB_DEFAULTS["history"], ge=1)
+    overrun_ratio: float = Field(default=JOB_DEFAULTS["overrun_ratio"], ge=0)
     http: HttpSpec | None = None
     command: CommandSpec | None = None
     stream: StreamSpec | None = None
@@ -118,19 +126,10 @@ class JobSpec(BaseModel):
             return f"stream {self.stream.key}"
         return "none"
 
-    def job_options(self) -> dict[str, Any]:
+    def job_options(self) -> JobOptions:
         """The keyword arguments of :meth:`cronrace.Agent.add_job` this spec sets."""
-        return {
-            "name": self.name,
-            "timezone": self.timezone,
-            "overlap": self.overlap,
-            "catchup": self.catchup,
-            "lease_ttl": self.lease_ttl,
-            "catchup_window": self.catchup_window,
-            "max_catchup": self.max_catchup,
-            "history": self.history,
-            "overrun_ratio": self.overrun_ratio,
-        }
+        options: dict[str, Any] = {key: getattr(self, key) for key in JOB_OPTION_NAMES}
+        return cast(JobOptions, options)
 
 
 def _label(index: int, raw: Mapping[str, Any]) -> str:

@@ -68,3 +68,24 @@ def test_invalid_agent_settings_name_the_field() -> None:
         Agent(redis_url="memory://", namespace="has space")
     with pytest.raises(CronraceError, match="redis_url"):
         Agent(redis_url="http://example.com")
+
+
+def test_job_options_are_one_list_with_one_set_of_defaults() -> None:
+    from cronrace.job import JOB_DEFAULTS, JOB_OPTION_NAMES
+    from cronrace.jobspec import JobSpec
+
+    spec = JobSpec(name="j", schedule="* * * * *", http={"url": "http://127.0.0.1/"})
+    options = spec.job_options()
+    assert tuple(options) == JOB_OPTION_NAMES
+    assert {key: options[key] for key in JOB_DEFAULTS} == JOB_DEFAULTS  # type: ignore[literal-required]
+    job = Agent(redis_url="memory://defs", node_id="n").add_job(handler, "* * * * *", **options)
+    assert (job.overlap, job.catchup) == (JOB_DEFAULTS["overlap"], JOB_DEFAULTS["catchup"])
+    assert (job.lease_ttl_s, job.catchup_window_s) == (30.0, 300.0)
+    assert (job.max_catchup, job.history, job.overrun_ratio) == (100, 1000, 0.8)
+
+
+def test_an_unknown_job_option_is_refused_naming_it() -> None:
+    agent = Agent(redis_url="memory://defs", node_id="n")
+    options: dict[str, object] = {"name": "j", "lease_ttl_s": 5}
+    with pytest.raises(JobDefinitionError, match="lease_ttl_s"):
+        agent.add_job(handler, "* * * * *", **options)  # type: ignore[arg-type]
