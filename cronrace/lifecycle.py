@@ -31,7 +31,7 @@ from cronrace.errors import RedisAccessError, RedisDataError, RedisUnavailableEr
 from cronrace.fleetdefs import FleetDefinitions, JobDefinition, NodeDetails, job_definition
 from cronrace.logs import configure_logging
 from cronrace.outbox import Outbox
-from cronrace.retry import Retry, backoff_s
+from cronrace.retry import Retry
 from cronrace.runner import CLEANUP_TIMEOUT_S, Runner
 from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync
@@ -98,9 +98,7 @@ class Lifecycle:
         store = self.agent.store
         self.agent.readiness.running = True
         self.agent.heartbeat.left = False
-        outbox = Outbox(
-            store, self.agent.clock, retry_delay_s=backoff_s, observer=self.agent.observer
-        )
+        outbox = Outbox(store, self.agent.clock, observer=self.agent.observer)
         runner = self._prepare(store, outbox)
         control = ControlReader(
             store=store,

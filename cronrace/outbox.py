@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -27,6 +27,7 @@ from cronrace.clock import Clock
 from cronrace.errors import StoreError
 from cronrace.observer import Observer
 from cronrace.records import RunRecord
+from cronrace.retry import BACKOFF, Backoff, Retry
 from cronrace.store import Store
 
 log = logging.getLogger("cronrace.outbox")
@@ -64,7 +65,7 @@ class Outbox:
     Args:
         store: where records go.
         clock: sleeps between attempts.
-        retry_delay_s: the pause before attempt ``n`` (the agent's one backoff policy).
+        backoff: the pauses between attempts (default the project's one policy).
         capacity: the most records kept; older ones are dropped (and logged) beyond it.
     """
 
@@ -73,7 +74,7 @@ class Outbox:
         store: Store,
         clock: Clock,
         *,
-        retry_delay_s: Callable[[int], float],
+        backoff: Backoff = BACKOFF,
         capacity: int = OUTBOX_CAPACITY,
         observer: Observer | None = None,
     ) -> None:
@@ -81,7 +82,7 @@ class Outbox:
         self.clock = clock
         self.capacity = capacity
         self.observer = observer or Observer()
-        self._retry_delay_s = retry_delay_s
+        self.backoff = backoff
         self._queue: deque[_Kept] = deque()
         self._wake = anyio.Event()
         self._lock = anyio.Lock()
@@ -129,17 +130,16 @@ class Outbox:
 
     async def run(self) -> None:
         """Write kept records whenever there are some, retrying with backoff; until cancelled."""
-        attempt = 0
+        retry = Retry(self.clock, self.backoff)
         while True:
             if not self._queue:
                 self._wake = anyio.Event()
                 await self._wake.wait()
                 continue
             if await self.flush():
-                attempt = 0
+                retry.succeeded()
                 continue
-            attempt += 1
-            await self.clock.sleep(self._retry_delay_s(attempt))
+            await retry.wait()
 
     async def flush(self) -> bool:
         """Try once to write every kept record.

@@ -28,6 +28,7 @@ from cronrace.errors import StoreError
 from cronrace.job import Job
 from cronrace.outbox import Outbox
 from cronrace.records import RunRecord
+from cronrace.retry import Backoff
 from cronrace.store import Owner, ReleaseReply, Store
 
 log = logging.getLogger("cronrace.run")
@@ -35,6 +36,9 @@ log = logging.getLogger("cronrace.run")
 #: The longest pause between attempts to release a finished run's lease: when Redis
 #: returns, the release must go out before anyone decides the job's next tick.
 RELEASE_RETRY_S = 0.1
+#: The pauses between those attempts: not jittered, as one node's releases do not herd,
+#: and cut short when Redis answers again (:meth:`Releases.retry_now`).
+RELEASE_BACKOFF = Backoff(start_s=0.01, max_s=RELEASE_RETRY_S, jitter=False)
 #: Retries of a release sent at once, before the pauses begin: after Redis restarted every
 #: pooled connection fails once, and going through them must not let a decision go first.
 IMMEDIATE_RETRIES = 3
@@ -125,7 +129,7 @@ class Releases:
                 if attempt <= IMMEDIATE_RETRIES:
                     await anyio.lowlevel.checkpoint()
                     continue
-                with anyio.move_on_after(min(RELEASE_RETRY_S, 0.01 * 2**attempt)):
+                with anyio.move_on_after(RELEASE_BACKOFF.delay_s(attempt)):
                     await self._retry_now.wait()
         finally:
             if not confirmed:

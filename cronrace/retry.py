@@ -4,6 +4,14 @@ Every loop that retries a Redis call counts its attempts in a :class:`Retry` and
 :meth:`Backoff.delay_s` between them, so one formula (and one place to tune it) decides
 how a node backs off. Full jitter spreads a fleet's retries after an outage: nodes that
 all failed at the same instant do not all come back at the same instant.
+
+Users: the start-up connection, the heartbeat, the control reader, the scheduler's
+watermark read and its unanswered claims, the acquire retries, the outbox, and the
+releases (a steeper, unjittered :class:`Backoff` cut short when Redis answers again).
+A lease's renewals are not retried on a backoff but on its own cadence, bounded by its
+deadline (``lease.py``). Not tenacity: every wait here must go through the agent's
+:class:`~cronrace.clock.Clock` (a fake one in tests) and stay cancellable by anyio, and
+the loops need the attempt count itself (log once, tell a recovery), which is all this is.
 """
 
 from __future__ import annotations

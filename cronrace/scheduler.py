@@ -29,7 +29,7 @@ from cronrace.outbox import Outbox
 from cronrace.policies import TickPlan, plan_ticks
 from cronrace.race import TickRace
 from cronrace.racers import Racers, Ring
-from cronrace.retry import backoff_s
+from cronrace.retry import Retry, backoff_s
 from cronrace.runner import Runner
 from cronrace.store import Owner, Store
 from cronrace.wakeup import StopGate
@@ -257,7 +257,7 @@ class Scheduler:
     async def _seed(self) -> None:
         """Start each job from its watermark, or from now when it has none."""
         names = list(self.jobs)
-        attempt = 0
+        retry = Retry(self.clock)
         while True:
             try:
                 marks = await self.store.watermarks(names)
@@ -265,8 +265,7 @@ class Scheduler:
             except StoreError as exc:
                 self._set_ready(False)
                 log.warning("cannot read watermarks yet", extra={"error": str(exc)})
-                await self.clock.sleep(backoff_s(attempt))
-                attempt += 1
+                await retry.wait()
         now_s = int(self.clock.time())
         for name, job in self.jobs.items():
             mark = marks.get(name)

@@ -13,9 +13,13 @@ from cronrace.errors import RedisAmbiguousError
 from cronrace.outbox import Outbox
 from cronrace.policies import Outcome
 from cronrace.records import RunRecord
+from cronrace.retry import Backoff
 from cronrace.store import Store
 from cronrace.testing import FakeClock
 from tests.helpers import wait_for
+
+#: Retry every 10 ms.
+QUICK = Backoff(start_s=0.01, max_s=0.01, jitter=False)
 
 
 class FlakyStore(Store):
@@ -44,7 +48,7 @@ async def flaky(namespace: str) -> FlakyStore:
 
 
 async def test_records_redis_refused_are_written_once_it_answers_again(flaky: FlakyStore) -> None:
-    outbox = Outbox(flaky, SystemClock(), retry_delay_s=lambda attempt: 0.01)
+    outbox = Outbox(flaky, SystemClock(), backoff=QUICK)
     flaky.down = True
     assert await outbox.write([record(100)], history=100) is False
     assert outbox.pending == 1
@@ -59,7 +63,7 @@ async def test_records_redis_refused_are_written_once_it_answers_again(flaky: Fl
 
 
 async def test_a_write_whose_reply_was_lost_is_not_written_twice(flaky: FlakyStore) -> None:
-    outbox = Outbox(flaky, FakeClock(), retry_delay_s=lambda attempt: 0.01)
+    outbox = Outbox(flaky, FakeClock(), backoff=QUICK)
     flaky.lose_replies = True
     assert await outbox.write([record(100), record(101)], history=100) is False
     flaky.lose_replies = False
@@ -70,7 +74,7 @@ async def test_a_write_whose_reply_was_lost_is_not_written_twice(flaky: FlakySto
 
 
 async def test_a_write_cut_short_by_cancellation_is_kept(flaky: FlakyStore) -> None:
-    outbox = Outbox(flaky, FakeClock(), retry_delay_s=lambda attempt: 0.01)
+    outbox = Outbox(flaky, FakeClock(), backoff=QUICK)
     with anyio.CancelScope() as scope:
         scope.cancel()
         await outbox.write([record(100)], history=100)
@@ -82,7 +86,7 @@ async def test_a_write_cut_short_by_cancellation_is_kept(flaky: FlakyStore) -> N
 async def test_a_full_outbox_drops_the_oldest_and_logs_what_it_dropped(
     flaky: FlakyStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    outbox = Outbox(flaky, FakeClock(), retry_delay_s=lambda attempt: 0.01, capacity=2)
+    outbox = Outbox(flaky, FakeClock(), backoff=QUICK, capacity=2)
     flaky.down = True
     with caplog.at_level(logging.ERROR, logger="cronrace.outbox"):
         for tick_s in (100, 101, 102):
