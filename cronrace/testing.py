@@ -124,8 +124,10 @@ class FakeClock:
         """Jump to ``time_s`` at once, as a process paused until then sees it on waking.
 
         Sleepers due on the way all wake together, late; use :meth:`advance` for time that
-        passes while the process runs.
+        passes while the process runs. What was started before the jump first runs until it
+        waits (an agent just started has planned its first tick), as :meth:`advance` does.
         """
+        await self._settle()
         self._elapsed_s = max(self._elapsed_s, float(time_s) - self._origin_s)
         self._wake_due()
         await self._settle()

@@ -41,9 +41,9 @@ async def test_five_agents_fire_each_tick_exactly_once() -> None:
     for agent in agents:
         agent.add_job(recorder.note, "* * * * * *", name="every-second")
     async with running(*agents):
-        await clock.advance(60.0)  # ticks 0..59
-        records = await history(agents[0], "every-second", first_s=T0, last_s=T0 + 59)
-    assert [t - T0 for t in recorder.ticks()] == list(range(60)), "each tick once, in order"
+        await clock.advance(30.0)  # ticks 0..29
+        records = await history(agents[0], "every-second", first_s=T0, last_s=T0 + 29)
+    assert [t - T0 for t in recorder.ticks()] == list(range(30)), "each tick once, in order"
     fences = [run.fence for run in recorder.runs]
     assert fences == sorted(set(fences)), "fences increase with ticks"
     assert [(r.tick_s - T0, r.outcome.value, r.fence) for r in records] == [

@@ -122,3 +122,18 @@ async def test_a_sleeper_that_sleeps_to_a_monotonic_instant_gets_there_and_time_
             await clock.advance(3.05)
     assert renewals == pytest.approx([0.3 * i for i in range(1, 11)])
     assert clock.time() == pytest.approx(1_800_000_003.55)
+
+
+async def test_set_time_right_after_start_finds_the_agent_waiting_for_its_first_tick() -> None:
+    # tg.start returns once the agent is ready, before its loop planned a tick: the jump
+    # must not be what the loop plans from, or the tick it slept for would vanish.
+    tick = 1_800_000_000
+    clock = FakeClock(start_s=tick - 0.5)
+    agent = memory_agent(clock)
+    fired: list[tuple[int, float]] = []
+    agent.add_job(lambda ctx: fired.append((ctx.tick_s, clock.time())), "* * * * *", name="m")
+    async with anyio.create_task_group() as tg:
+        await tg.start(agent.run)
+        await clock.set_time(tick + 0.5)  # the process was paused across the tick
+        agent.stop()
+    assert fired == [(tick, tick + 0.5)]

@@ -49,8 +49,7 @@ async def test_a_tick_decided_late_runs_by_its_lateness_and_catch_up_policy(
     agent.add_job(note, "* * * * *", name="minutely", catchup=catchup, catchup_window=WINDOW_S)
     async with anyio.create_task_group() as tg:
         await tg.start(agent.run)
-        await clock.advance(0.1)  # the loop has seeded its first tick, T0, and sleeps
-        # It wakes late_s after T0, as after a pause.
+        # The agent sleeps until T0; it wakes late_s after it, as after a pause.
         await clock.set_time(T0 + late_s)
         await clock.advance(0.1)
         records = await history(agent, "minutely", first_s=T0, last_s=T0)
@@ -77,7 +76,6 @@ async def test_a_backlog_partly_out_of_the_window_counts_the_expired_and_plans_t
     )
     async with anyio.create_task_group() as tg:
         await tg.start(agent.run)
-        await clock.advance(0.1)
         await clock.set_time(T0 + 600)  # T0..T0+600 passed while paused
         await clock.advance(0.1)
         records = await history(agent, "tens", first_s=T0, last_s=T0 + 600)
