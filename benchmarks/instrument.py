@@ -38,6 +38,7 @@ STORE_PHASES = {
     "resolve_claims": "claim",
     "acquire": "acquire",
     "finish": "finish",
+    "finish_many": "finish",
     "record": "record",
     "renew": "renew",
     "heartbeat": "heartbeat",

@@ -19,17 +19,18 @@ import itertools
 import logging
 from collections import Counter
 from collections.abc import Collection
+from dataclasses import dataclass, field
 
 import anyio
 import anyio.lowlevel
 
 from cronrace.clock import Clock
-from cronrace.errors import StoreError
+from cronrace.errors import RedisAmbiguousError, StoreError
 from cronrace.job import Job
 from cronrace.outbox import Outbox
 from cronrace.records import RunRecord
 from cronrace.retry import Backoff
-from cronrace.store import Owner, ReleaseReply, Store
+from cronrace.store import FinishRequest, Owner, ReleaseReply, Store
 
 log = logging.getLogger("cronrace.run")
 
@@ -51,6 +52,19 @@ FOREIGN_RELEASE_WAIT_S = 10 * RELEASE_RETRY_S
 FOREIGN_RELEASE_POLL_S = RELEASE_RETRY_S / 2
 
 
+#: What a release waiting in a batch gets when the batch was cut short before it was sent.
+_NOT_SENT = object()
+
+
+@dataclass(slots=True, eq=False)
+class _Batch:
+    """Releases sent together: each request's reply (or error) at the same index."""
+
+    requests: list[FinishRequest]
+    replies: list[object] = field(default_factory=list)
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+
 class Releases:
     """The releases one agent has in flight, by job."""
 
@@ -62,6 +76,7 @@ class Releases:
         self._pending: Counter[str] = Counter()
         self._settled = anyio.Event()
         self._retry_now = anyio.Event()
+        self._forming: _Batch | None = None
 
     def retry_now(self) -> None:
         """Redis answers again: releases waiting to retry go out at once."""
@@ -95,14 +110,16 @@ class Releases:
         try:
             while True:
                 try:
-                    reply = await self.store.finish(
-                        record,
-                        history=job.history,
-                        release_fence=fence,
-                        owner=self.owner,
-                        lease_ttl_ms=job.lease_ttl_ms,
-                        continue_tick_s=next_tick_s,
-                        retried=attempt > 0,
+                    reply = await self._send(
+                        FinishRequest(
+                            record,
+                            job.history,
+                            fence,
+                            self.owner,
+                            job.lease_ttl_ms,
+                            next_tick_s,
+                            retried=attempt > 0,
+                        )
                     )
                     confirmed = True
                     return reply
@@ -139,6 +156,52 @@ class Releases:
                 del self._pending[job.name]
                 self._settled.set()
                 self._settled = anyio.Event()
+
+    async def _send(self, request: FinishRequest) -> ReleaseReply:
+        """Send one release in the batch of those finishing in this turn of the loop."""
+        while True:
+            batch = self._forming
+            if batch is None:
+                reply = await self._lead(request)
+            else:
+                batch.requests.append(request)
+                index = len(batch.requests) - 1
+                await batch.done.wait()
+                reply = batch.replies[index]
+            if reply is not _NOT_SENT:
+                break
+        if isinstance(reply, BaseException):
+            raise reply
+        assert isinstance(reply, ReleaseReply)
+        return reply
+
+    async def _lead(self, request: FinishRequest) -> object:
+        """Open a batch, let this turn's other releases join it, send it, share the replies.
+
+        Runs that finish together (a tick's runs, released after a Redis outage) share one
+        round trip. A batch cut short before it was sent tells the others to send again; one
+        cut short while on the wire tells them it may have happened (they retry, as after
+        a lost reply).
+        """
+        batch = _Batch([request])
+        self._forming = batch
+        sent = False
+        try:
+            await anyio.lowlevel.checkpoint()
+            self._forming = None
+            sent = True
+            try:
+                batch.replies = list(await self.store.finish_many(batch.requests))
+            except StoreError as exc:
+                batch.replies = [exc] * len(batch.requests)
+        finally:
+            if self._forming is batch:
+                self._forming = None
+            if not batch.replies:
+                cut: object = RedisAmbiguousError("a batch of releases was cut short")
+                batch.replies = [cut if sent else _NOT_SENT] * len(batch.requests)
+            batch.done.set()
+        return batch.replies[0]
 
 
 async def let_others_release(

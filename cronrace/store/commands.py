@@ -18,7 +18,7 @@ from cronrace.errors import RedisAccessError, RedisUnavailableError, StoreError
 from cronrace.policies import Outcome
 from cronrace.records import RunRecord
 from cronrace.store.client import follow_primary
-from cronrace.store.errors import translating
+from cronrace.store.errors import RAW_FAILURES, translate, translating
 from cronrace.store.garbage import (
     TRANSIENT_REPLY_ERRORS,
     Command,
@@ -33,6 +33,7 @@ from cronrace.store.replies import (
     Claim,
     ClaimOutcome,
     ClaimReply,
+    FinishRequest,
     HeartbeatReply,
     NotReplicatedError,
     Owner,
@@ -270,12 +271,30 @@ class Store(OperatorCommands):
         ``record``, when given, is appended to the history in the same script, only if the
         fence still matched: a retry after a lost reply cannot write it twice.
         """
+        keys, args = self._release_call(
+            job, fence, owner, lease_ttl_ms, continue_tick_s, record, history
+        )
+        reply = await self._eval("release", keys, args)
+        return self._decode_release(job, fence, reply)
+
+    def _release_call(
+        self,
+        job: str,
+        fence: int,
+        owner: Owner,
+        lease_ttl_ms: int,
+        continue_tick_s: int,
+        record: RunRecord | None,
+        history: int,
+    ) -> tuple[list[str], list[Any]]:
         keys = [self.keys.lease(job), self.keys.fence(job), self.keys.pending(job)]
         keys += [self.keys.state(job), self.keys.runs(job), self.keys.hold(job)]
         payload = record.to_json() if record is not None else b""
         args = [fence, str(owner), lease_ttl_ms, continue_tick_s, payload, history]
         args.append(self.keys.quarantine(job))
-        reply = await self._eval("release", keys, args)
+        return keys, args
+
+    def _decode_release(self, job: str, fence: int, reply: Any) -> ReleaseReply:
         quarantined = decode_quarantined(reply[3])
         report_quarantined(quarantined, script="release", job=job, fence=fence)
         self._saw_fence(job, fence, int(reply[1]))
@@ -294,11 +313,8 @@ class Store(OperatorCommands):
     ) -> ReleaseReply | None:
         """Write a run's record and, when ``release_fence`` is set, release its lease.
 
-        With a lease both happen in one script call (one round trip), so the next run of
-        the job never starts before the history shows this one. When the lease had moved
-        on (``not_owner``) the record is appended on its own; after a retry (``retried``)
-        only if the history does not show this fence yet, as the first attempt may have
-        written it.
+        With a lease both happen in one script call (one round trip): see
+        :meth:`finish_many`, which this is for one run.
 
         Returns:
             The release decision (None without release).
@@ -306,20 +322,67 @@ class Store(OperatorCommands):
         if release_fence is None:
             await self.record([record], history=history)
             return None
-        reply = await self.release(
-            record.job,
-            release_fence,
-            owner=owner,
-            lease_ttl_ms=lease_ttl_ms,
-            continue_tick_s=continue_tick_s,
-            record=record,
-            history=history,
+        request = FinishRequest(
+            record, history, release_fence, owner, lease_ttl_ms, continue_tick_s, retried
         )
-        if reply.decision is ReleaseDecision.NOT_OWNER:
-            recent = await self.history(record.job, 20) if retried else []
-            if not any(r.fence == record.fence and r.node == record.node for r in recent):
-                await self.record([record], history=history)
+        (reply,) = await self.finish_many([request])
+        if isinstance(reply, StoreError):
+            raise reply
         return reply
+
+    async def finish_many(
+        self, requests: Sequence[FinishRequest]
+    ) -> list[ReleaseReply | StoreError]:
+        """Write finished runs' records and release their leases, in one pipeline per shard.
+
+        Each run's record and release happen in one script call, so the next run of the
+        job never starts before the history shows this one. When the lease had moved on
+        (``not_owner``) the record is appended on its own; after a retry (``retried``)
+        only if the history does not show this fence yet, as the first attempt may have
+        written it.
+
+        Returns:
+            One release decision per request, or that request's error.
+
+        Raises:
+            StoreError: no call got an answer (every request failed alike).
+        """
+        calls = [
+            self._release_call(
+                r.record.job,
+                r.release_fence,
+                r.owner,
+                r.lease_ttl_ms,
+                r.continue_tick_s,
+                r.record,
+                r.history,
+            )
+            for r in requests
+        ]
+        replies = await self.scripts.eval_many("release", calls)
+        out: list[ReleaseReply | StoreError] = []
+        for request, reply in zip(requests, replies, strict=True):
+            try:
+                out.append(await self._finished(request, reply))
+            except StoreError as exc:
+                out.append(exc)
+            except RAW_FAILURES as exc:
+                out.append(translate(exc))
+        return out
+
+    async def _finished(self, request: FinishRequest, reply: Any) -> ReleaseReply:
+        """Decode one run's release; write its record alone when the lease had moved on."""
+        if isinstance(reply, ResponseError):
+            raise type(reply)(locate_lines("release", str(reply))) from reply
+        if isinstance(reply, BaseException):
+            raise reply
+        record = request.record
+        decoded = self._decode_release(record.job, request.release_fence, reply)
+        if decoded.decision is ReleaseDecision.NOT_OWNER:
+            recent = await self.history(record.job, 20) if request.retried else []
+            if not any(r.fence == record.fence and r.node == record.node for r in recent):
+                await self.record([record], history=request.history)
+        return decoded
 
     async def record(self, records: Sequence[RunRecord], *, history: int) -> None:
         """Append run records to their jobs' history streams (one pipeline)."""

@@ -256,6 +256,23 @@ class ReleaseReply:
 
 
 @dataclass(frozen=True, slots=True)
+class FinishRequest:
+    """A finished run's record and the release of its lease (``release.lua``).
+
+    ``continue_tick_s`` asks to hand the lease on to that tick (catch-up ``all``);
+    ``retried`` says an earlier attempt's reply was lost, so it may have written the record.
+    """
+
+    record: RunRecord
+    history: int
+    release_fence: int
+    owner: Owner
+    lease_ttl_ms: int
+    continue_tick_s: int = 0
+    retried: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class HeartbeatReply:
     """The server's clock, the epoch and the live members, read in one round trip."""
 

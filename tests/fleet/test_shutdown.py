@@ -202,7 +202,7 @@ async def test_finished_runs_release_outlasts_the_cleanup_timeout_and_goes_out_f
 
     agent.add_job(job, "* * * * * *", name="job", lease_ttl=30)
     store = agent.store
-    for name in ("finish", "claim_each"):
+    for name in ("finish_many", "claim_each"):
         real = getattr(store, name)
 
         async def down(*args: Any, _real: Any = real, **kwargs: Any) -> Any:

@@ -1,0 +1,146 @@
+"""Releases of finished runs: those that finish together share one round trip."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from cronrace.clock import SystemClock
+from cronrace.errors import RedisAmbiguousError, StoreError
+from cronrace.job import Job
+from cronrace.outbox import Outbox
+from cronrace.policies import Outcome, Overlap
+from cronrace.records import RunRecord
+from cronrace.releases import Releases
+from cronrace.store import (
+    AcquireDecision,
+    AcquireMode,
+    AcquireRequest,
+    FinishRequest,
+    Owner,
+    ReleaseDecision,
+    ReleaseReply,
+    Store,
+)
+
+OWNER = Owner("n0", "x")
+
+
+class CountingStore(Store):
+    """Counts the batches of releases sent; fails the next ``fail`` batches whole."""
+
+    batches: list[int]
+    fail = 0
+
+    async def finish_many(
+        self, requests: Sequence[FinishRequest]
+    ) -> list[ReleaseReply | StoreError]:
+        self.batches.append(len(requests))
+        if self.fail:
+            self.fail -= 1
+            raise RedisAmbiguousError("Connection reset by peer")
+        return await super().finish_many(requests)
+
+
+@pytest.fixture
+async def store(namespace: str) -> CountingStore:
+    store = CountingStore.from_url(f"memory://{namespace}", namespace)
+    assert isinstance(store, CountingStore)
+    store.batches = []
+    return store
+
+
+def job(name: str) -> Job:
+    return Job.define(lambda ctx: None, "* * * * *", name=name, lease_ttl=5)
+
+
+async def granted(store: Store, names: list[str], tick_s: int = 100) -> list[int]:
+    requests = [
+        AcquireRequest(name, tick_s, tick_s, tick_s, OWNER, 5000, Overlap.SKIP, AcquireMode.RUN)
+        for name in names
+    ]
+    fences = []
+    for reply in await store.acquire(requests):
+        assert not isinstance(reply, Exception)
+        assert reply.decision is AcquireDecision.RUN
+        fences.append(reply.fence)
+    return fences
+
+
+def releases(store: Store) -> Releases:
+    clock = SystemClock()
+    return Releases(store, clock, OWNER, Outbox(store, clock))
+
+
+def ok(name: str, fence: int, tick_s: int = 100) -> RunRecord:
+    return RunRecord(name, tick_s, "n0", Outcome.OK, fence, finished_ms=tick_s * 1000)
+
+
+async def finish_all(
+    rel: Releases, names: list[str], fences: list[int]
+) -> dict[str, ReleaseReply | None]:
+    replies: dict[str, ReleaseReply | None] = {}
+
+    async def one(name: str, fence: int) -> None:
+        until = anyio.current_time() + 5
+        replies[name] = await rel.finish(job(name), ok(name, fence), fence, until_mono=until)
+
+    async with anyio.create_task_group() as tg:
+        for name, fence in zip(names, fences, strict=True):
+            tg.start_soon(one, name, fence)
+    return replies
+
+
+async def test_runs_finishing_together_release_in_one_round_trip(store: CountingStore) -> None:
+    names = [f"j{index}" for index in range(5)]
+    fences = await granted(store, names)
+    replies = await finish_all(releases(store), names, fences)
+    assert store.batches == [5]
+    assert {name: reply and reply.decision for name, reply in replies.items()} == dict.fromkeys(
+        names, ReleaseDecision.RELEASED
+    )
+    for name, fence in zip(names, fences, strict=True):
+        (state,) = await store.job_states([name])
+        assert state.lease is None
+        assert [(r.fence, r.outcome) for r in await store.history(name, 5)] == [(fence, "ok")]
+
+
+async def test_a_failed_batch_is_retried_and_records_each_run_once(store: CountingStore) -> None:
+    names = ["a", "b", "c"]
+    fences = await granted(store, names)
+    store.fail = 1
+    replies = await finish_all(releases(store), names, fences)
+    assert store.batches == [3, 3]
+    assert all(reply is not None for reply in replies.values())
+    for name in names:
+        assert len(await store.history(name, 5)) == 1
+
+
+async def test_a_batch_cut_short_before_it_was_sent_is_sent_by_the_others(
+    store: CountingStore,
+) -> None:
+    names = ["a", "b"]
+    fences = await granted(store, names)
+    rel = releases(store)
+    replies: dict[str, ReleaseReply | None] = {}
+
+    async def first() -> None:
+        with anyio.CancelScope() as scope:
+            scope.cancel()  # cancelled at its first checkpoint: before the batch is sent
+            await rel.finish(job("a"), ok("a", fences[0]), fences[0], until_mono=1e18)
+
+    async def second() -> None:  # started right after the first: joins its batch
+        replies["b"] = await rel.finish(job("b"), ok("b", fences[1]), fences[1], until_mono=1e18)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        tg.start_soon(second)
+    reply = replies["b"]
+    assert reply is not None
+    assert reply.decision is ReleaseDecision.RELEASED
+    assert store.batches == [1]
+    (state,) = await store.job_states(["a"])
+    assert state.lease is not None  # the cancelled release did not go out
+    assert rel.outbox.pending == 1  # its record waits in the outbox
