@@ -18,7 +18,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from cronrace.clock import Clock, ServerOffsetClock, SystemClock
-from cronrace.config import AgentSettings, load_settings
+from cronrace.config import AgentSettings, is_embedded, load_settings
 from cronrace.errors import JobDefinitionError
 from cronrace.fleetdefs import FleetDefinitions, NodeDetails
 from cronrace.heartbeat import Heartbeat
@@ -233,7 +233,7 @@ class Agent:
     def store(self) -> Store:
         """The Redis access of this agent (created on first use)."""
         if self._store is None:
-            if self.settings.redis_url.startswith("memory://"):
+            if is_embedded(self.settings.redis_url):
                 log.warning(
                     "using the embedded in-process store: it serves this process only; "
                     "set CRONRACE_REDIS_URL to share ticks across a fleet"

@@ -29,7 +29,7 @@ from cronrace.cli import (
     fail_lines,
     refused,
 )
-from cronrace.config import AgentSettings, load_settings, redact_url
+from cronrace.config import AgentSettings, is_embedded, load_settings, redact_url
 from cronrace.errors import (
     CronraceError,
     RedisAccessError,
@@ -57,7 +57,7 @@ def operator_settings(
             settings = load_settings(redis_url=redis_url, namespace=namespace)
     except CronraceError as exc:
         raise fail_lines(exc) from None
-    if settings.redis_url.startswith("memory://"):
+    if is_embedded(settings.redis_url):
         raise fail(
             "no Redis to talk to: give --config FILE, --redis-url URL or CRONRACE_REDIS_URL",
             EXIT_USAGE,

@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from cronrace.errors import ConfigError
 from cronrace.racers import Racers
+from cronrace.store.urls import is_embedded as is_embedded  # re-exported: agent, cli
 from cronrace.store.urls import parse_redis_url
 from cronrace.store.urls import redact_url as redact_url  # re-exported: cli, targets
 

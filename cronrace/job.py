@@ -77,13 +77,23 @@ DEFAULT_CATCHUP: Final = Catchup(JOB_DEFAULTS["catchup"])
 JOB_OPTION_NAMES: Final = tuple(JobOptions.__annotations__)
 
 
+#: What a job name (or a handler name) may be, said to whoever gave a bad one.
+JOB_NAME_RULE = "use 1-128 letters, digits, '_', '.', '-', starting with a letter or digit"
+
+
+def job_name_problem(name: object) -> str | None:
+    """Why ``name`` is not a valid job or handler name, or None when it is."""
+    if isinstance(name, str) and JOB_NAME_PATTERN.fullmatch(name):
+        return None
+    return JOB_NAME_RULE
+
+
 def validate_job_name(name: object) -> str:
     """Return ``name`` if it is a valid job name, else raise JobDefinitionError."""
-    if not isinstance(name, str) or not JOB_NAME_PATTERN.fullmatch(name):
-        raise JobDefinitionError(
-            f"job {name!r}: name {name!r} is invalid: use 1-128 characters of "
-            "letters, digits, '_', '.', '-', starting with a letter or digit"
-        )
+    problem = job_name_problem(name)
+    if problem is not None:
+        raise JobDefinitionError(f"job {name!r}: name {name!r} is invalid: {problem}")
+    assert isinstance(name, str)
     return name
 
 

@@ -29,9 +29,9 @@ from cronrace.job import (
     DEFAULT_CATCHUP,
     DEFAULT_OVERLAP,
     JOB_DEFAULTS,
-    JOB_NAME_PATTERN,
     JOB_OPTION_NAMES,
     JobOptions,
+    job_name_problem,
 )
 from cronrace.policies import Catchup, Overlap
 from cronrace.schedule import Schedule
@@ -78,10 +78,8 @@ class JobSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        if not JOB_NAME_PATTERN.fullmatch(value):
-            raise ValueError(
-                "use 1-128 letters, digits, '_', '.', '-', starting with a letter or digit"
-            )
+        if problem := job_name_problem(value):
+            raise ValueError(problem)
         return value
 
     @field_validator("schedule")

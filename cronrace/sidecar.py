@@ -34,7 +34,7 @@ from cronrace.errors import ConfigError, CronraceError, TargetError
 from cronrace.job import Handler
 from cronrace.jobspec import JobSpec, check_spec
 from cronrace.metrics import MetricsServer, PrometheusObserver
-from cronrace.targets import CommandTarget, HttpTarget, StreamTarget
+from cronrace.targets import CommandTarget, HttpTarget, OtherRedis, StreamTarget
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +119,10 @@ def load_config(path: str | Path, **overrides: Any) -> SidecarConfig:
 __all__ = ["JobSpec", "Sidecar", "SidecarConfig", "build_agent", "check_file", "load_config"]
 
 
-def make_target(spec: JobSpec, agent: Agent, settings: SidecarSettings) -> Handler:
-    """Build the handler of one job spec.
+def make_target(
+    spec: JobSpec, agent: Agent, settings: SidecarSettings, other_redis: OtherRedis
+) -> Handler:
+    """Build the handler of one job spec (stream targets share ``other_redis``).
 
     Raises:
         TargetError: the target cannot be built (e.g. a host not allowed).
@@ -130,13 +132,13 @@ def make_target(spec: JobSpec, agent: Agent, settings: SidecarSettings) -> Handl
     if spec.command is not None:
         return CommandTarget(spec.command)
     if spec.stream is not None:
-        return StreamTarget(
-            spec.stream, agent_store=lambda: agent.store, timeout_s=settings.redis_timeout_s
-        )
+        return StreamTarget(spec.stream, agent_store=lambda: agent.store, other_redis=other_redis)
     raise ConfigError(f"job {spec.name!r}: needs exactly one target")
 
 
-def make_stored_target(spec: JobSpec, agent: Agent, settings: SidecarSettings) -> Handler:
+def make_stored_target(
+    spec: JobSpec, agent: Agent, settings: SidecarSettings, other_redis: OtherRedis
+) -> Handler:
     """Build a stored schedule's target, if this sidecar lets stored schedules use its kind.
 
     Raises:
@@ -148,16 +150,20 @@ def make_stored_target(spec: JobSpec, agent: Agent, settings: SidecarSettings) -
             f"(whoever can write to Redis could use them); add {spec.target_kind!r} to "
             "[agent] stored_targets to allow them"
         )
-    return make_target(spec, agent, settings)
+    return make_target(spec, agent, settings, other_redis)
 
 
 def build_agent(config: SidecarConfig, observer: PrometheusObserver | None = None) -> Agent:
     """Create an agent with every job of ``config``."""
     agent = Agent(settings=config.agent, observer=observer)
+    # Stream targets on another Redis keep one store per URL while the agent runs.
+    other_redis = OtherRedis(timeout_s=config.agent.redis_timeout_s)
+    agent.add_service(other_redis.serve)
     for spec in config.jobs:
-        agent.add_job(make_target(spec, agent, config.agent), spec.schedule, **spec.job_options())
+        handler = make_target(spec, agent, config.agent, other_redis)
+        agent.add_job(handler, spec.schedule, **spec.job_options())
     # Stored schedules with a target table run here too, checked by this file's allow_hosts.
-    agent.target_factory = lambda spec: make_stored_target(spec, agent, config.agent)
+    agent.target_factory = lambda spec: make_stored_target(spec, agent, config.agent, other_redis)
     return agent
 
 

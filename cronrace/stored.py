@@ -24,7 +24,7 @@ import tomli_w
 from pydantic import Field, JsonValue, field_validator
 
 from cronrace.errors import ConfigError, JobDefinitionError
-from cronrace.job import JOB_NAME_PATTERN, Handler, Job, RunContext
+from cronrace.job import Handler, Job, RunContext, job_name_problem
 from cronrace.jobspec import PARSED_LATER, JobSpec, check_spec
 
 #: A definition (JSON) larger than this is refused: 10,000 schedules must fit in Redis.
@@ -59,10 +59,8 @@ class ScheduleSpec(JobSpec):
     @field_validator("handler")
     @classmethod
     def _check_handler(cls, value: str | None) -> str | None:
-        if value is not None and not JOB_NAME_PATTERN.fullmatch(value):
-            raise ValueError(
-                "use 1-128 letters, digits, '_', '.', '-', starting with a letter or digit"
-            )
+        if value is not None and (problem := job_name_problem(value)):
+            raise ValueError(problem)
         return value
 
     @field_validator("args")

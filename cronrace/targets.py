@@ -448,6 +448,42 @@ class StreamSpec(BaseModel):
         return value
 
 
+class OtherRedis:
+    """Stores of Redis servers other than the agent's, one per URL, open for the agent's life.
+
+    Stream targets that name another Redis share them: the first run opens the store (its
+    scripts, its connection pool), the next runs reuse it, and :meth:`aclose` closes them
+    all when the agent stops (:meth:`serve` as an agent service does that).
+
+    Args:
+        timeout_s: the Redis timeout of those stores.
+    """
+
+    def __init__(self, timeout_s: float = 5.0) -> None:
+        self.timeout_s = timeout_s
+        self._stores: dict[str, Store] = {}
+
+    def store(self, url: str) -> Store:
+        """The store of ``url``, opened on first use."""
+        if url not in self._stores:
+            self._stores[url] = Store.from_url(url, timeout_s=self.timeout_s)
+        return self._stores[url]
+
+    async def aclose(self) -> None:
+        """Close every store opened so far (each gets up to 2 s)."""
+        stores, self._stores = list(self._stores.values()), {}
+        for store in stores:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await store.aclose()
+
+    async def serve(self) -> None:
+        """Wait until cancelled (the agent stopping, after its runs), then close the stores."""
+        try:
+            await anyio.sleep_forever()
+        finally:
+            await self.aclose()
+
+
 class StreamTarget:
     """Append one entry per run to a Redis stream; a worker group does the slow part.
 
@@ -455,14 +491,27 @@ class StreamTarget:
         spec: the stream and its options.
         agent_store: returns the agent's store (used when ``spec.redis_url`` is unset).
         timeout_s: the Redis timeout for another Redis.
+        other_redis: the stores of other Redis servers, shared by the agent's targets;
+            default: the target's own (closed by :meth:`aclose`).
     """
 
     def __init__(
-        self, spec: StreamSpec, *, agent_store: Callable[[], Store], timeout_s: float = 5.0
+        self,
+        spec: StreamSpec,
+        *,
+        agent_store: Callable[[], Store],
+        timeout_s: float = 5.0,
+        other_redis: OtherRedis | None = None,
     ) -> None:
         self.spec = spec
         self._agent_store = agent_store
-        self._timeout_s = timeout_s
+        self._own = other_redis is None
+        self._other_redis = other_redis if other_redis is not None else OtherRedis(timeout_s)
+
+    async def aclose(self) -> None:
+        """Close the connections to another Redis this target opened itself."""
+        if self._own:
+            await self._other_redis.aclose()
 
     def fields(self, ctx: RunContext) -> dict[str, str]:
         """The entry of run ``ctx``."""
@@ -487,12 +536,8 @@ class StreamTarget:
                     spec.key, self.fields(ctx), spec.maxlen
                 )
             else:
-                store = Store.from_url(spec.redis_url, timeout_s=self._timeout_s)
-                try:
-                    entry_id = await store.push_stream(spec.key, self.fields(ctx), spec.maxlen)
-                finally:
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                        await store.aclose()
+                store = self._other_redis.store(spec.redis_url)
+                entry_id = await store.push_stream(spec.key, self.fields(ctx), spec.maxlen)
         except StoreError as exc:
             raise TargetError(f"stream {spec.key!r} at {where}: {exc}") from exc
         return {"stream": spec.key, "id": entry_id}

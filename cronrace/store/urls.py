@@ -168,6 +168,11 @@ def parse_redis_url(url: str) -> RedisTarget:
     )
 
 
+def is_embedded(url: str) -> bool:
+    """Whether ``url`` names the embedded in-process store (it serves one process only)."""
+    return url.partition("://")[0] == "memory"
+
+
 def redact_url(url: str) -> str:
     """Hide the credentials of a Redis URL (for logs and error lines).
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 import redis.asyncio as aioredis
 from pydantic import ValidationError
@@ -20,6 +21,7 @@ from cronrace.targets import (
     CommandTarget,
     HttpSpec,
     HttpTarget,
+    OtherRedis,
     StreamSpec,
     StreamTarget,
     is_loopback,
@@ -282,11 +284,21 @@ async def test_stream_target_can_write_to_another_redis(
     mine = aioredis.Redis.from_url(redis_server.url, decode_responses=True)
     try:
         spec = StreamSpec(key=key, redis_url=fresh_redis.url, maxlen=10)
-        detail = await StreamTarget(spec, agent_store=lambda: agent_store)(make_ctx(fence=5))
-        [(entry_id, fields)] = await other.xrange(key)
-        assert entry_id == detail["id"]
+        target = StreamTarget(spec, agent_store=lambda: agent_store)
+        detail = await target(make_ctx(fence=5))
+        again = await target(make_ctx(fence=6))  # the same store: opened once, kept
+        [(entry_id, fields), (second_id, _)] = await other.xrange(key)
+        assert (entry_id, second_id) == (detail["id"], again["id"])
         assert fields["fence"] == "5"
         assert await mine.exists(key) == 0
+        clients = await other.client_list()
+        assert len(clients) == 2  # this test's own connection and the target's one
+        await target.aclose()
+
+        async def only_ours_left() -> bool:
+            return len(await other.client_list()) == 1
+
+        await wait_for(only_ours_left, timeout_s=5, what="the target's connection closed")
     finally:
         await other.aclose()
         await mine.aclose()
@@ -296,8 +308,11 @@ async def test_stream_target_can_write_to_another_redis(
 async def test_stream_target_unreachable_redis_is_a_target_error() -> None:
     spec = StreamSpec(key="q", redis_url=f"redis://:pw@127.0.0.1:{free_port()}/0")
     target = StreamTarget(spec, agent_store=lambda: pytest.fail("not this store"))
-    with pytest.raises(TargetError, match=r"stream 'q' at redis://\*\*\*@127.0.0.1") as caught:
-        await target(make_ctx())
+    try:
+        with pytest.raises(TargetError, match=r"stream 'q' at redis://\*\*\*@127.0.0.1") as caught:
+            await target(make_ctx())
+    finally:
+        await target.aclose()
     assert "pw" not in str(caught.value)
 
 
@@ -308,3 +323,16 @@ async def test_http_errors_never_show_the_url_password() -> None:
         await HttpTarget(spec)(make_ctx())
     assert "s3cret" not in str(caught.value)
     assert "cron:***@" in str(caught.value)
+
+
+async def test_other_redis_stores_are_kept_per_url_and_closed_when_the_agent_stops() -> None:
+    other = OtherRedis(timeout_s=1)
+    first = other.store("memory://other-a")
+    assert other.store("memory://other-a") is first  # kept, not opened per run
+    assert other.store("memory://other-b") is not first
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(other.serve)  # as the sidecar's agent runs it, as a service
+        await anyio.lowlevel.checkpoint()
+        tg.cancel_scope.cancel()  # the agent stopping
+    assert other.store("memory://other-a") is not first  # closed and forgotten
+    await other.aclose()
