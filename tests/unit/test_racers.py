@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from cronrace.config import SidecarSettings, load_settings
 from cronrace.errors import ConfigError
 from cronrace.membership import Membership, late_fire_bound_s
+from cronrace.metrics import PrometheusObserver
 from cronrace.racers import POINTS_PER_NODE, Racers, Ring, key_point
 
 JOBS = [f"job-{i}" for i in range(200)]
@@ -244,3 +245,13 @@ def test_one_join_and_one_leave_are_spliced_into_the_same_ring_build_makes() -> 
     assert left == Ring.build(nodes(30)[1:])
     joined = left.with_members([*nodes(30)[1:], "newcomer", "other"], cache)
     assert joined == Ring.build([*nodes(30)[1:], "newcomer", "other"])
+
+
+def test_metrics_count_the_claims_a_node_skipped_and_the_members_it_sees() -> None:
+    observer = PrometheusObserver()
+    observer.claims_skipped(4)
+    observer.claims_skipped(2)
+    observer.membership(6)
+    sample = observer.registry.get_sample_value
+    assert sample("cronrace_claims_skipped_total") == 6
+    assert sample("cronrace_members") == 6
