@@ -230,8 +230,8 @@ class PrometheusObserver(Observer):
         at all, this moment.
         """
         started_s = agent.clock.time()
-        for name in agent.jobs:
-            records = await agent.store.history(name, SEED_RECORDS)
+        found = await agent.store.histories(list(agent.jobs), SEED_RECORDS)  # one round trip
+        for name, records in found.items():
             ok = [
                 r.finished_ms / 1000 for r in records if r.outcome is Outcome.OK and r.finished_ms
             ]
