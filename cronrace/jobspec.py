@@ -35,7 +35,8 @@ from cronrace.job import (
 )
 from cronrace.policies import Catchup, Overlap
 from cronrace.schedule import Schedule
-from cronrace.targets import CommandSpec, HttpSpec, StreamSpec
+from cronrace.streams import StreamSpec
+from cronrace.targets import CommandSpec, HttpSpec
 
 #: The target tables a job may have; exactly one of them.
 TARGET_KINDS = ("http", "command", "stream")

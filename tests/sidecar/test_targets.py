@@ -16,16 +16,8 @@ from pydantic import ValidationError
 
 from cronrace.errors import TargetError
 from cronrace.store import Store
-from cronrace.targets import (
-    CommandSpec,
-    CommandTarget,
-    HttpSpec,
-    HttpTarget,
-    OtherRedis,
-    StreamSpec,
-    StreamTarget,
-    is_loopback,
-)
+from cronrace.streams import OtherRedis, StreamSpec, StreamTarget
+from cronrace.targets import CommandSpec, CommandTarget, HttpSpec, HttpTarget, is_loopback
 from tests.helpers import wait_for
 from tests.redis_server import RedisServer, free_port
 from tests.sidecar.conftest import DemoApp, make_ctx, process_alive, wait_until

@@ -1,0 +1,160 @@
+"""The stream target: one Redis stream entry per run, the hand-off to a worker queue.
+
+Each entry carries the job, the tick and the run's fence (``job``, ``tick``, ``fence``,
+``node``, ``idempotency_key``), so that the workers reading the stream can refuse a stale
+holder (DESIGN.md section 9). The stream is on the agent's own Redis, or on another one
+(``redis_url``): stores of other Redis servers are kept per URL for the agent's life
+(:class:`OtherRedis`), not opened on every run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from cronrace.config import redact_url
+from cronrace.errors import StoreError, TargetError
+from cronrace.job import RunContext
+from cronrace.store import Store
+from cronrace.store.urls import parse_redis_url
+
+#: Entry fields cronrace sets; a stream target's ``fields`` cannot override them.
+RESERVED_FIELDS = frozenset({"job", "tick", "fence", "node", "idempotency_key", "trigger_id"})
+
+
+class StreamSpec(BaseModel):
+    """``[jobs.stream]``: one stream entry per tick, the hand-off to a worker queue.
+
+    Attributes:
+        key: the stream's key.
+        redis_url: the Redis holding it; default: the agent's own Redis.
+        maxlen: trim the stream to about this many entries; default: never trim.
+        fields: extra fields of every entry.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str = Field(min_length=1, max_length=512)
+    redis_url: str | None = None
+    maxlen: int | None = Field(default=None, ge=1)
+    fields: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("key")
+    @classmethod
+    def _check_key(cls, value: str) -> str:
+        if not value.isprintable() or value != value.strip():
+            raise ValueError("use printable characters without surrounding spaces")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_redis_url(value)
+        return value
+
+    @field_validator("fields")
+    @classmethod
+    def _check_fields(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if name in RESERVED_FIELDS:
+                raise ValueError(f"field {name!r} is set by cronrace and cannot be overridden")
+        return value
+
+
+class OtherRedis:
+    """Stores of Redis servers other than the agent's, one per URL, open for the agent's life.
+
+    Stream targets that name another Redis share them: the first run opens the store (its
+    scripts, its connection pool), the next runs reuse it, and :meth:`aclose` closes them
+    all when the agent stops (:meth:`serve` as an agent service does that).
+
+    Args:
+        timeout_s: the Redis timeout of those stores.
+    """
+
+    def __init__(self, timeout_s: float = 5.0) -> None:
+        self.timeout_s = timeout_s
+        self._stores: dict[str, Store] = {}
+
+    def store(self, url: str) -> Store:
+        """The store of ``url``, opened on first use."""
+        if url not in self._stores:
+            self._stores[url] = Store.from_url(url, timeout_s=self.timeout_s)
+        return self._stores[url]
+
+    async def aclose(self) -> None:
+        """Close every store opened so far (each gets up to 2 s)."""
+        stores, self._stores = list(self._stores.values()), {}
+        for store in stores:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await store.aclose()
+
+    async def serve(self) -> None:
+        """Wait until cancelled (the agent stopping, after its runs), then close the stores."""
+        try:
+            await anyio.sleep_forever()
+        finally:
+            await self.aclose()
+
+
+class StreamTarget:
+    """Append one entry per run to a Redis stream; a worker group does the slow part.
+
+    Args:
+        spec: the stream and its options.
+        agent_store: returns the agent's store (used when ``spec.redis_url`` is unset).
+        timeout_s: the Redis timeout for another Redis.
+        other_redis: the stores of other Redis servers, shared by the agent's targets;
+            default: the target's own (closed by :meth:`aclose`).
+    """
+
+    def __init__(
+        self,
+        spec: StreamSpec,
+        *,
+        agent_store: Callable[[], Store],
+        timeout_s: float = 5.0,
+        other_redis: OtherRedis | None = None,
+    ) -> None:
+        self.spec = spec
+        self._agent_store = agent_store
+        self._own = other_redis is None
+        self._other_redis = other_redis if other_redis is not None else OtherRedis(timeout_s)
+
+    async def aclose(self) -> None:
+        """Close the connections to another Redis this target opened itself."""
+        if self._own:
+            await self._other_redis.aclose()
+
+    def fields(self, ctx: RunContext) -> dict[str, str]:
+        """The entry of run ``ctx``."""
+        out = {
+            **self.spec.fields,
+            "job": ctx.job,
+            "tick": str(ctx.tick_s),
+            "fence": str(ctx.fence),
+            "node": ctx.node_id,
+            "idempotency_key": ctx.idempotency_key,
+        }
+        if ctx.trigger_id:
+            out["trigger_id"] = ctx.trigger_id
+        return out
+
+    async def __call__(self, ctx: RunContext) -> dict[str, Any]:
+        spec = self.spec
+        where = redact_url(spec.redis_url) if spec.redis_url else "the agent's Redis"
+        try:
+            if spec.redis_url is None:
+                entry_id = await self._agent_store().push_stream(
+                    spec.key, self.fields(ctx), spec.maxlen
+                )
+            else:
+                store = self._other_redis.store(spec.redis_url)
+                entry_id = await store.push_stream(spec.key, self.fields(ctx), spec.maxlen)
+        except StoreError as exc:
+            raise TargetError(f"stream {spec.key!r} at {where}: {exc}") from exc
+        return {"stream": spec.key, "id": entry_id}
