@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from anyio.abc import TaskStatus
 from pydantic import ValidationError
 
 from cronrace.agent import Agent
@@ -225,11 +226,16 @@ class Sidecar:
         finally:
             self.stop_metrics()
 
-    async def run(self) -> None:
-        """Serve metrics and run the agent until :meth:`stop` or cancellation."""
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve metrics and run the agent until :meth:`stop` or cancellation.
+
+        Args:
+            task_status: anyio's ``TaskGroup.start`` protocol, as :meth:`Agent.run`'s:
+                ``await task_group.start(sidecar.run)`` returns once the agent is ready.
+        """
         self.start_metrics()
         try:
-            await self.agent.run()
+            await self.agent.run(task_status=task_status)
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self.stop_metrics)

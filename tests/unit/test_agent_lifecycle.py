@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 import pytest
 
@@ -44,3 +46,21 @@ def test_an_observer_set_after_construction_reaches_every_part() -> None:
     agent.observer = observer
     assert agent.readiness.observer is observer
     assert agent.heartbeat.observer is observer
+
+
+async def test_a_started_sidecar_is_ready(tmp_path: Path) -> None:
+    from cronrace.sidecar import Sidecar
+
+    path = tmp_path / "cronrace.toml"
+    path.write_text(
+        '[agent]\nredis_url = "memory://started-sidecar"\nmetrics_address = "off"\n'
+        "shutdown_grace_s = 1\n\n"
+        '[[jobs]]\nname = "daily"\nschedule = "@daily"\n[jobs.command]\nargv = ["true"]\n'
+    )
+    sidecar = Sidecar.from_file(path)
+    async with anyio.create_task_group() as tg:
+        await tg.start(sidecar.run)
+        assert sidecar.agent.ready
+        assert [row.job for row in await sidecar.agent.jobs_status()] == ["daily"]
+        sidecar.stop()
+    assert not sidecar.agent.ready
