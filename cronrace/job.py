@@ -29,16 +29,15 @@ JOB_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 Handler = Callable[["RunContext"], Awaitable[Any]] | Callable[["RunContext"], Any]
 
 
-class JobOptions(TypedDict, total=False):
-    """A job's options besides its handler and schedule: the one list of them.
+class PolicyOptions(TypedDict, total=False):
+    """A job's options besides its name, handler and schedule: the one list of them.
 
-    :meth:`cronrace.Agent.job`, :meth:`cronrace.Agent.add_job` and :meth:`Job.define` take
-    them as typed keywords; ``[[jobs]]`` tables and stored schedules
-    (:class:`cronrace.jobspec.JobSpec`) have the same fields and defaults
-    (:data:`JOB_DEFAULTS`).
+    :class:`JobOptions` adds the name (jobs in code and ``[[jobs]]`` tables); stored
+    schedules (:meth:`cronrace.schedules.Schedules.add`) add their target instead.
+    ``[[jobs]]`` tables and stored schedules (:class:`cronrace.jobspec.JobSpec`) have the
+    same fields and defaults (:data:`JOB_DEFAULTS`).
 
     Keys:
-        name: the job's name; default the handler's ``__name__``.
         timezone: the IANA zone cron fields are read in.
         overlap: ``skip``, ``queue_one``, ``replace`` or ``allow`` (a run still alive).
         catchup: ``latest``, ``skip`` or ``all`` (ticks nobody attempted in time).
@@ -49,7 +48,6 @@ class JobOptions(TypedDict, total=False):
         overrun_ratio: warn when a run outlasts this share of the interval.
     """
 
-    name: str | None
     timezone: str
     overlap: Overlap | str
     catchup: Catchup | str
@@ -58,6 +56,17 @@ class JobOptions(TypedDict, total=False):
     max_catchup: int
     history: int
     overrun_ratio: float
+
+
+class JobOptions(PolicyOptions, total=False):
+    """The keywords of :meth:`cronrace.Agent.job`, :meth:`cronrace.Agent.add_job` and
+    :meth:`Job.define`: :class:`PolicyOptions` and the name.
+
+    Keys:
+        name: the job's name; default the handler's ``__name__``.
+    """
+
+    name: str | None
 
 
 #: Each option's default (``name``'s is the handler's ``__name__``).
@@ -73,8 +82,8 @@ JOB_DEFAULTS: Final = JobOptions(
 )
 DEFAULT_OVERLAP: Final = Overlap(JOB_DEFAULTS["overlap"])
 DEFAULT_CATCHUP: Final = Catchup(JOB_DEFAULTS["catchup"])
-#: The options' names, in their documented order.
-JOB_OPTION_NAMES: Final = tuple(JobOptions.__annotations__)
+#: The options' names: the name, then the policies in their documented order.
+JOB_OPTION_NAMES: Final = ("name", *PolicyOptions.__annotations__)
 
 
 #: What a job name (or a handler name) may be, said to whoever gave a bad one.

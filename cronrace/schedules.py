@@ -21,13 +21,13 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
 import anyio.lowlevel
 
 from cronrace.errors import CronraceError, JobDefinitionError, UnknownJobError
-from cronrace.job import Handler, Job
+from cronrace.job import Handler, Job, PolicyOptions
 from cronrace.store.schedules import ScheduleChange, WriteReply
 from cronrace.stored import ScheduleSpec, build_job, check_schedule
 
@@ -42,6 +42,22 @@ log = logging.getLogger("cronrace.schedules")
 APPLY_CHUNK = 200
 #: Turns a stored schedule's target table into a handler (the sidecar sets one).
 TargetFactory = Callable[[ScheduleSpec], Handler]
+
+
+class TargetOptions(PolicyOptions, total=False):
+    """The keywords of :meth:`Schedules.add`: the job options and one target table."""
+
+    http: Mapping[str, Any]
+    command: Mapping[str, Any]
+    stream: Mapping[str, Any]
+
+
+class ScheduleChanges(TargetOptions, total=False):
+    """The keywords of :meth:`Schedules.update`: any field of a stored schedule."""
+
+    schedule: str
+    handler: str
+    args: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +119,7 @@ class Schedules:
         handler: str | None = None,
         args: Mapping[str, Any] | None = None,
         strict: bool | None = None,
-        **options: Any,
+        **options: Unpack[TargetOptions],
     ) -> ScheduleSpec:
         """Store a new schedule; every live node races for it from its next tick.
 
@@ -116,15 +132,15 @@ class Schedules:
             args: JSON values the handler receives as ``ctx.args``.
             strict: refuse a handler name that neither this agent nor any live node has
                 registered (default: the agent's ``strict_handlers`` setting).
-            **options: timezone, overlap, catchup, lease_ttl, catchup_window,
-                max_catchup, history, overrun_ratio, http, command, stream.
+            **options: the job options (:class:`~cronrace.job.PolicyOptions`) and a
+                target table: ``http``, ``command`` or ``stream``.
 
         Raises:
             JobDefinitionError: a field is invalid, the name is taken, the target would be
                 refused, or (strict) the handler is unknown; nothing was written.
             ScheduleError: the schedule or zone is invalid.
         """
-        raw = {"name": name, "schedule": schedule, **options}
+        raw: dict[str, Any] = {"name": name, "schedule": schedule, **options}
         if handler is not None:
             raw["handler"] = handler
         if args:
@@ -135,7 +151,7 @@ class Schedules:
         return spec
 
     async def update(
-        self, name: str, *, strict: bool | None = None, **changes: Any
+        self, name: str, *, strict: bool | None = None, **changes: Unpack[ScheduleChanges]
     ) -> ScheduleSpec:
         """Change fields of a stored schedule (the others keep their values).
 
