@@ -9,11 +9,15 @@ expire and granted it to another node.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import math
 import threading
 from dataclasses import dataclass, field
 
 import anyio
+from anyio.abc import TaskGroup
 
 from cronrace.clock import Clock
 from cronrace.errors import StoreError
@@ -63,6 +67,11 @@ class Lease:
         return self._deadline_mono
 
     @property
+    def first_renewal_mono(self) -> float:
+        """When the lease is first renewed if the run is still going (a third of its ttl)."""
+        return self.granted_mono + self.ttl_s / 3
+
+    @property
     def lost(self) -> bool:
         return self.lost_reason is not None
 
@@ -97,7 +106,7 @@ class Lease:
         a handler sees ``ctx.lease_lost`` when the cancellation reaches it.
         """
         interval_s = self.ttl_s / 3
-        next_renewal = self.granted_mono + interval_s
+        next_renewal = self.first_renewal_mono
         while True:
             now = self.clock.monotonic()
             if now >= self._deadline_mono:
@@ -149,3 +158,98 @@ class Lease:
             extra={"job": self.job, "fence": self.fence, "reason": reason},
         )
         victim.cancel()
+
+
+@dataclass(slots=True, eq=False)
+class HeldLease:
+    """A running handler's lease, as :class:`Renewals` keeps it."""
+
+    lease: Lease
+    victim: anyio.CancelScope
+    lost_flag: threading.Event | None
+    done: bool = False
+    #: Set once its renewal task is started: that task's scope, and its end.
+    renewing: anyio.CancelScope | None = None
+    stopped: anyio.Event | None = None
+
+
+class Renewals:
+    """Start each running handler's lease renewal (:meth:`Lease.keep`) when it is first due.
+
+    Most runs end long before a third of their ``lease_ttl``: they never get a renewal
+    task, whose start and cancellation cost more than the rest of a short run's
+    bookkeeping. One keeper task, alive while leases are held, sleeps until the earliest
+    first renewal and starts ``Lease.keep`` for each run still going then. The lease's
+    deadline is unchanged: the renewal starts before it (a third of the ttl, the deadline
+    is at 90%), and a handler that blocked the loop past it is caught by
+    :meth:`Lease.check_deadline` when it returns, as before.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        #: Where the keeper and the renewal tasks run: the agent's run group.
+        self.task_group: TaskGroup | None = None
+        self._heap: list[tuple[float, int, HeldLease]] = []
+        self._order = itertools.count()
+        self._keeper = False
+        self._nap: anyio.CancelScope | None = None
+        self._nap_until = math.inf
+
+    def hold(
+        self, lease: Lease, victim: anyio.CancelScope, lost_flag: threading.Event | None
+    ) -> HeldLease:
+        """Renew ``lease`` from its first renewal until :meth:`drop`; if lost, cancel ``victim``."""
+        held = HeldLease(lease, victim, lost_flag)
+        due = lease.first_renewal_mono
+        heapq.heappush(self._heap, (due, next(self._order), held))
+        if not self._keeper:
+            assert self.task_group is not None, "Renewals.task_group is set by Runner.start"
+            self._keeper = True
+            self.task_group.start_soon(self._keep, name="cronrace lease renewals")
+        elif self._nap is not None and due < self._nap_until:
+            self._nap.cancel()  # the keeper sleeps past this one's first renewal
+        return held
+
+    def drop_now(self, held: HeldLease) -> None:
+        """Stop renewing ``held`` without waiting for its renewal task to end."""
+        held.done = True
+        if held.renewing is not None:
+            held.renewing.cancel()
+
+    async def drop(self, held: HeldLease) -> None:
+        """Stop renewing ``held``; return once its renewal task (if any) has ended."""
+        self.drop_now(held)
+        if held.stopped is not None:
+            await held.stopped.wait()
+
+    async def _keep(self) -> None:
+        try:
+            while self._heap:
+                due, _order, held = self._heap[0]
+                if held.done:
+                    heapq.heappop(self._heap)
+                    continue
+                now = self.clock.monotonic()
+                if now < due:
+                    with anyio.CancelScope() as nap:
+                        self._nap, self._nap_until = nap, due
+                        await self.clock.sleep(due - now)
+                    self._nap, self._nap_until = None, math.inf
+                    continue
+                heapq.heappop(self._heap)
+                scope, stopped = anyio.CancelScope(), anyio.Event()
+                held.renewing, held.stopped = scope, stopped
+                assert self.task_group is not None
+                self.task_group.start_soon(
+                    self._renew, held, scope, stopped, name="cronrace lease renewal"
+                )
+        finally:
+            self._keeper = False
+
+    @staticmethod
+    async def _renew(held: HeldLease, scope: anyio.CancelScope, stopped: anyio.Event) -> None:
+        try:
+            with scope:
+                await held.lease.keep(held.victim, held.lost_flag)
+        finally:
+            stopped.set()

@@ -259,4 +259,4 @@ class TickRace:
         if start.hold_s:
             self.runner.hold_job(p.job.name, start.hold_s)
         grant = self.runner.admit(p.job, list(start.ticks), start.fence, granted_mono, p.trigger_id)
-        runs.start_soon(self.runner.run_sequence, grant, name=f"cronrace run {p.job.name}")
+        self.runner.start(grant, runs)

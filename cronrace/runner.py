@@ -16,12 +16,13 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+from anyio.abc import TaskGroup
 
 from cronrace.clock import Clock
 from cronrace.decisions import further_tick_request
 from cronrace.errors import StoreError
 from cronrace.job import Job, RunContext
-from cronrace.lease import Lease
+from cronrace.lease import Lease, Renewals
 from cronrace.observer import Observer
 from cronrace.outbox import Outbox
 from cronrace.policies import Outcome, Overlap
@@ -89,6 +90,7 @@ class Runner:
         self._idle: anyio.Event | None = None
         self._unstarted: set[Grant] = set()
         self.releases = Releases(store, clock, owner, outbox)
+        self.renewals = Renewals(clock)
         self.last_ratio: dict[str, float] = {}
         # Busy sync handlers hold the GIL in turns with the event loop, which then waits a
         # switch interval (5 ms) at every wake-up. Measured per loop wake-up with N
@@ -229,6 +231,11 @@ class Runner:
         ]
         if records:
             self.outbox.keep(records, history=job.history, maybe_written=False)
+
+    def start(self, grant: Grant, runs: TaskGroup) -> None:
+        """Start the grant's run as a task of ``runs`` (lease renewals start there too)."""
+        self.renewals.task_group = runs
+        runs.start_soon(self.run_sequence, grant, name=f"cronrace run {grant.job.name}")
 
     async def run_sequence(self, grant: Grant) -> None:
         """Run the grant's ticks in order, the first with its fence; hand-ons extend them."""
@@ -402,12 +409,11 @@ class Runner:
     async def _handle(
         self, job: Job, ctx: RunContext, lease: Lease, *, renew: bool
     ) -> tuple[Outcome, str | None, Any]:
-        """Call the handler under its lease (renewed beside it); its outcome, error, detail."""
+        """Call the handler under its lease (renewed beside it once due); outcome, error, detail."""
         outcome, error, detail = Outcome.OK, None, None
-        async with anyio.create_task_group() as tg:
-            handler_scope = anyio.CancelScope()
-            if renew:
-                tg.start_soon(lease.keep, handler_scope, ctx._lost)
+        handler_scope = anyio.CancelScope()
+        held = self.renewals.hold(lease, handler_scope, ctx._lost) if renew else None
+        try:
             with handler_scope:
                 hold_s = self._job_hold_s(job.name)
                 if hold_s > 0:
@@ -420,7 +426,12 @@ class Runner:
                     detail = await self._call(job, ctx)
                 except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's outcome
                     outcome, error = Outcome.ERROR, _error_text(exc)
-            tg.cancel_scope.cancel()
+        except BaseException:
+            if held is not None:
+                self.renewals.drop_now(held)
+            raise
+        if held is not None:
+            await self.renewals.drop(held)
         # Looked at once the renewal task has stopped, so that its verdict is in; and
         # whatever the handler did: a handler that blocked the event loop past the
         # deadline, or a paused process that resumed, ran without a lease.
