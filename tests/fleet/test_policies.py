@@ -3,7 +3,8 @@
 Three agents share one embedded store and one :class:`FakeClock`: every tick is raced by
 all three, and time moves only when the test says so, so each test states the exact runs
 and records a policy gives (the same policies on a real redis-server, in real processes:
-tests/faults; the Lua scripts on a real server: tests/store).
+tests/faults; the Lua scripts on a real server: tests/store), except one outage of a
+real server.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import pytest
 
 from cronrace import Agent, RunContext, RunRecord
 from cronrace.testing import FakeClock
-from tests.helpers import history, memory_fleet, memory_server, running
+from tests.helpers import history, memory_fleet, memory_server, running, settings, wait_for
+from tests.redis_server import RedisServer
 
 #: A tick; every test's clock starts half a second before it.
 T0 = 1_800_000_000
@@ -300,3 +302,35 @@ async def test_pause_resume_and_trigger_from_an_operator_reach_every_agent() -> 
     assert status["job"].paused is False
     assert status["job"].skipped == 3
     assert status["yearly"].schedule == "@yearly"
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(60)
+async def test_agents_ride_out_a_real_server_stopping_and_starting_again(
+    fresh_redis: RedisServer, namespace: str
+) -> None:
+    # The real thing beside the fake outage above: real sockets refused and reset, the
+    # store's errors translated on the way up, a reconnect. Real time, so only the rules
+    # that hold whatever the timing are checked.
+    ran: list[tuple[int, float]] = []
+    agents = []
+    for index in range(2):
+        agent = Agent(
+            settings=settings(fresh_redis.url, namespace, f"n{index}", redis_timeout_s=0.5)
+        )
+        agent.add_job(lambda ctx: ran.append((ctx.tick_s, time.time())), "* * * * * *", name="job")
+        agents.append(agent)
+    async with running(*agents):
+        await wait_for(lambda: len(ran) >= 1, timeout_s=15, what="a run")
+        await anyio.to_thread.run_sync(fresh_redis.stop)
+        down_s = time.time()
+        await wait_for(
+            lambda: not any(a.ready for a in agents), timeout_s=10, what="agents not ready"
+        )
+        up_s = time.time()
+        await anyio.to_thread.run_sync(fresh_redis.start)
+        await wait_for(lambda: all(a.ready for a in agents), timeout_s=10, what="ready again")
+        await wait_for(lambda: ran[-1][1] > up_s, timeout_s=10, what="a run after the restart")
+    ticks = [tick for tick, _ in ran]
+    assert Counter(ticks) == Counter(set(ticks)), "a tick fired twice"
+    assert not [at for _, at in ran if down_s + 0.1 < at < up_s], "fired without Redis"
