@@ -154,12 +154,16 @@ class Heartbeat:
             await self.clock.sleep(delay_s)
             if self.left:  # stopping: it left the live set and must not join it again
                 continue
+            sent_mono = self.clock.monotonic()
             try:
                 await self.beat(store)
                 if after_beat is not None:
                     await after_beat(retry.attempt > 0)
                 retry.succeeded()
-                delay_s = self.heartbeat_s
+                # Beats are sent every heartbeat_s, however long the round trips took:
+                # others count a member silent from its last beat (membership.py), and a
+                # loaded machine's round trips must not add up into a false departure.
+                delay_s = max(0.0, self.heartbeat_s - (self.clock.monotonic() - sent_mono))
             except RedisAccessError:
                 # Logged, counted and made readiness fail where it was translated; keep
                 # beating slowly: the operator may fix the ACL or the password meanwhile.

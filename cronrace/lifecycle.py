@@ -281,8 +281,9 @@ class Lifecycle:
         )
         version: int | None = None
         try:
-            version = await self.fleet.exchange(details, int(self.agent.clock.time() * 1000))
-            self.agent.membership.alike(self.fleet.fingerprints)
+            now_ms = int(self.agent.clock.time() * 1000)
+            version = await self.fleet.exchange(details, now_ms)
+            self.agent.membership.alike(self.fleet.fingerprints, now_ms)
         except RedisDataError as exc:  # garbage under a fleet key: ticks must not care
             log.error("fleet definitions exchange failed", extra={"error": str(exc)})
         if reconnected:

@@ -59,10 +59,11 @@ class Membership:
         #: Each member's last heartbeat, epoch ms, as of the last read.
         self.last_beat_ms: dict[str, int] = {}
         self.on_departure: DepartureHook | None = None
-        #: Whether every member publishes what this node does (the same jobs, handlers,
-        #: refusals and racers setting). Until it is known, and whenever it is not so,
-        #: this node races for every tick: a racer without the job would never claim it.
+        #: Whether every live member publishes what this node does (the same jobs,
+        #: handlers, refusals and racers setting), as of the last fleet exchange.
         self.uniform = False
+        #: Live members (this node too) as of the last heartbeat read.
+        self.live: frozenset[str] = frozenset({node_id})
         self._fingerprints: dict[str, str] = {}
 
     @property
@@ -77,49 +78,61 @@ class Membership:
         self.last_beat_ms = {node: expiry - ttl_ms for node, expiry in expiries_ms.items()}
         live = {node for node, beat in self.last_beat_ms.items() if now_ms - beat <= silent_ms}
         live.add(self.node_id)  # this node races for its own view, whatever Redis says
-        if live == self.ring.members:
+        self.live = frozenset(live)
+
+        def last_beat_ms(node: str) -> int:
+            return seen_before.get(node, self.last_beat_ms.get(node, now_ms))
+
+        self._rebuild(last_beat_ms, now_ms)
+
+    def alike(self, fingerprints: Mapping[str, str], now_ms: int) -> None:
+        """Take the fleet exchange's fingerprints (node -> what it runs), this node's too."""
+        self._fingerprints = dict(fingerprints)
+        self._rebuild(lambda node: self.last_beat_ms.get(node, now_ms), now_ms)
+
+    def _rebuild(self, last_beat_ms: Callable[[str], int], now_ms: int) -> None:
+        """Race among the live members that publish what this node does.
+
+        A member that runs other jobs (or has not said yet: it just joined) is left out
+        of this node's ring, so no tick is left to a racer that may lack its job; it races
+        by its own view meanwhile, which only adds racers (the claim still decides).
+        """
+        own = self._fingerprints.get(self.node_id)
+        members = {
+            node for node in self.live if own is not None and self._fingerprints.get(node) == own
+        }
+        members.add(self.node_id)
+        uniform = members == self.live
+        if uniform != self.uniform and self.racers.k is not None:
+            unlike = sorted(self.live - members)
+            log.log(
+                logging.INFO if uniform or own is None else logging.WARNING,
+                "every live node runs the same jobs: racing among all of them"
+                if uniform
+                else "some live nodes run other jobs, handlers or racers settings, or have "
+                "not said yet: racing among the others",
+                extra={"node": self.node_id, "racers": str(self.racers), "unlike": unlike[:10]},
+            )
+        self.uniform = uniform
+        if members == self.ring.members:
             return
         old = self.ring
         if len(_POINTS) > _POINTS_MAX_NODES:  # members come and go: memory stays bounded
             _POINTS.clear()
-        self.ring = old.with_members(live, _POINTS)
-        self._check_uniform()  # a member not in the last exchange: not known alike yet
-        left, joined = old.members - live, live - old.members
+        self.ring = old.with_members(members, _POINTS)
+        left, joined = old.members - members, members - old.members
         log.info(
-            "membership changed",
+            "racing members changed",
             extra={
                 "node": self.node_id,
-                "members": len(live),
+                "members": len(members),
                 "left": sorted(left)[:10],
                 "joined": sorted(joined)[:10],
             },
         )
-        if left and old.members and self.on_departure is not None:
-            last_ms = min(
-                seen_before.get(node, self.last_beat_ms.get(node, now_ms)) for node in left
-            )
+        if left and len(old.members) > 1 and self.on_departure is not None:
+            last_ms = min(last_beat_ms(node) for node in left)
             self.on_departure(old, self.ring, min(last_ms, now_ms))
-
-    def alike(self, fingerprints: Mapping[str, str]) -> None:
-        """Take the fleet exchange's fingerprints (node -> what it runs), this node's too."""
-        self._fingerprints = dict(fingerprints)
-        self._check_uniform()
-
-    def _check_uniform(self) -> None:
-        own = self._fingerprints.get(self.node_id)
-        uniform = own is not None and all(
-            self._fingerprints.get(node) == own for node in self.ring.members
-        )
-        if uniform != self.uniform and self.racers.k is not None:
-            log.log(
-                logging.INFO if uniform else logging.WARNING,
-                "every live node runs the same jobs: racing as racers = k"
-                if uniform
-                else "live nodes run different jobs, handlers or racers settings (or have "
-                "not said yet): this node races for every tick until they agree",
-                extra={"node": self.node_id, "racers": str(self.racers)},
-            )
-        self.uniform = uniform
 
     def races(self, job: str, tick_s: int) -> bool:
         """Whether this node races for one (job, tick) in its current view."""
@@ -128,14 +141,12 @@ class Membership:
     def racers_of(self, job: str, tick_s: int) -> tuple[str, ...] | None:
         """The nodes that race for a (job, tick) when this node is not one of them.
 
-        None when this node races: ``all`` mode, a fleet not known alike, a view that
-        cannot place it, or this node among the first k.
+        None when this node races: ``all`` mode, at most k members alike to it, or this
+        node among the first k.
         """
         k = self.racers.k
         ring = self.ring
-        if k is None or not self.uniform or k >= len(ring.members):
-            return None
-        if self.node_id not in ring.members:
+        if k is None or k >= len(ring.members):
             return None
         chosen = ring.candidates(job, tick_s, k)
         return None if self.node_id in chosen else chosen

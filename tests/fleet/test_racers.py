@@ -244,11 +244,12 @@ async def test_a_job_only_some_nodes_run_is_raced_by_them_at_every_tick() -> Non
         for agent in agents:
             await tg.start(agent.run)
         await clock.advance(20)
-        uniform = [agent.membership.uniform for agent in agents]
+        racing_among = [len(agent.membership.ring.members) for agent in agents]
         for agent in agents:
             agent.stop()
         await clock.advance(3)
-    assert uniform == [False, False, False]
+    # node-0 runs a job the others lack: they race among themselves, it races alone.
+    assert racing_among == [1, 2, 2]
     ticks = sorted(only_here)
     assert ticks == list(range(ticks[0], ticks[0] + len(ticks)))
     assert len(ticks) >= 19
@@ -271,6 +272,8 @@ async def test_one_racer_of_two_leaving_costs_no_extra_claim() -> None:
         store = agents[0].store
         await store.client.zadd(store.keys.nodes, {"ghost": (START_S + 2) * 1000 + 400 + 3000})
         await publish_like(store, "node-0", ("ghost",))
+        # At START + 2 the nodes take the ghost in one by one: views differ for that tick.
+        await clock.advance(1.3)
         sent_before = sum(o.sent for o in observers)
         await clock.advance(20)
         sent = sum(o.sent for o in observers) - sent_before

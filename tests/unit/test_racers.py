@@ -204,6 +204,8 @@ def test_membership_counts_members_heard_lately_itself_always_and_reports_depart
     assert view.races("job", 1)  # before the first read every node races
     ttl_ms = 6000
     now_ms = 100_000
+    # Members race together only once they publish what this node runs.
+    view.alike(dict.fromkeys(["me", "a", "b", "slow"], "same"), now_ms)
     # Expiry = last heartbeat + ttl. "slow" beat 3.1 s ago: past 1.5 heartbeats (3 s).
     beats = {"a": now_ms - 500, "b": now_ms - 2900, "slow": now_ms - 3100}
     view.update({n: b + ttl_ms for n, b in beats.items()}, now_ms=now_ms, ttl_ms=ttl_ms)
@@ -255,3 +257,21 @@ def test_metrics_count_the_claims_a_node_skipped_and_the_members_it_sees() -> No
     sample = observer.registry.get_sample_value
     assert sample("cronrace_claims_skipped_total") == 6
     assert sample("cronrace_members") == 6
+
+
+def test_members_that_run_other_jobs_or_have_not_said_are_left_out_of_the_race() -> None:
+    view = Membership("me", Racers(1), heartbeat_s=2.0)
+    now_ms, ttl_ms = 100_000, 6000
+    expiries = dict.fromkeys(["me", "a", "b", "new"], now_ms + ttl_ms)
+    view.update(expiries, now_ms=now_ms, ttl_ms=ttl_ms)
+    assert view.ring.members == {"me"}  # nothing known yet: it races for every tick
+    assert all(view.races("job", t) for t in range(100))
+    view.alike({"me": "x", "a": "x", "b": "other jobs"}, now_ms)
+    assert view.ring.members == {"me", "a"}
+    assert view.live == {"me", "a", "b", "new"}
+    assert not view.uniform
+    racing = sum(view.races("job", t) for t in range(1000))
+    assert 400 < racing < 600  # one racer of the two alike
+    view.alike({"me": "x", "a": "x", "b": "x", "new": "x"}, now_ms)
+    assert view.uniform
+    assert view.ring.members == {"me", "a", "b", "new"}
