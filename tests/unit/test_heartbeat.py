@@ -39,12 +39,12 @@ async def test_each_beat_reads_every_live_member_with_its_expiry() -> None:
         await clock.advance(1)
         await second.beat(store)
         assert second.membership.last_beat_ms == {"n1": 1_800_000_000_000, "n2": 1_800_000_001_000}
-        assert second.membership.ring.members == {"n1", "n2"}
+        assert second.membership.live == {"n1", "n2"}
         assert second.readiness.ready
         await clock.advance(5.5)  # n1's heartbeat has expired, n2's not yet
         await second.beat(store)
         assert set(second.membership.last_beat_ms) == {"n2"}
-        assert second.membership.ring.members == {"n2"}
+        assert second.membership.live == {"n2"}
         await second.leave(store)
         await first.beat(store)
         assert set(first.membership.last_beat_ms) == {"n1"}  # n2 left at once
