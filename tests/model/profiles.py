@@ -15,8 +15,19 @@ def deep() -> bool:
     return settings.get_current_profile_name() == DEEP
 
 
-def model_settings(*, examples: int, steps: int, real_redis: bool = False) -> settings:
-    """The suite's bounded run, or the deep profile's (a real server gets a tenth of it)."""
+def model_settings(
+    *,
+    examples: int,
+    steps: int,
+    real_redis: bool = False,
+    deep_examples: int | None = None,
+    deep_steps: int | None = None,
+) -> settings:
+    """The suite's bounded run, or the deep profile's (a real server gets a tenth of it).
+
+    ``deep_examples`` and ``deep_steps`` cap the deep profile for a machine whose steps
+    are slow (the scheduler model runs whole agents).
+    """
     checks = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
     # The explain phase traces every line of a failing example again: minutes on a model
     # whose steps call Lua through fakeredis. The shrunk steps are what we read anyway.
@@ -26,7 +37,8 @@ def model_settings(*, examples: int, steps: int, real_redis: bool = False) -> se
         scale = 10 if real_redis else 1
         return settings(
             base,
-            max_examples=max(examples, base.max_examples // scale),
+            max_examples=deep_examples or max(examples, base.max_examples // scale),
+            stateful_step_count=deep_steps or base.stateful_step_count,
             deadline=None,
             suppress_health_check=checks,
             phases=phases,
