@@ -27,6 +27,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if settings.get_current_profile_name() == "deep":
+        # The deep profile runs for many minutes per model: the suite's per-test timeout
+        # (120 s) would cut it short.
+        for item in items:
+            if "model" in item.keywords:
+                item.add_marker(pytest.mark.timeout(0))
     if redis_available():
         return
     skip = pytest.mark.skip(reason="redis-server not installed (CI installs it)")

@@ -64,7 +64,7 @@ MUTATIONS = {
             "skip-runs-anyway",
             "the skip overlap policy runs the tick anyway",
             ("acquire",),
-            "elseif overlap ~= 'replace' then",
+            "elseif overlap ~= 'replace' or late then",
             "elseif false then",
         ),
     )

@@ -125,6 +125,7 @@ def checked(step: F) -> F:
 
     @functools.wraps(step)
     def run(self: SchedulerModel, *args: Any, **kwargs: Any) -> Any:
+        self.steps += 1
         try:
             return step(self, *args, **kwargs)
         except BaseException:
@@ -138,6 +139,7 @@ class SchedulerModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.failed = False
+        self.steps = 0  # rules and invariant checks run (counted for the statistics)
         self.loop = asyncio.new_event_loop()
         self.clock = FakeClock(start_s=START_S)
         self._server_time = server_time_follows(self.clock)
@@ -429,6 +431,8 @@ class SchedulerModel(RuleBasedStateMachine):
             _event("ticks lost, excused by a crash or a stop while Redis was unreachable")
 
     def teardown(self) -> None:
+        low = self.steps // 20 * 20
+        _event(f"steps (rules and checks) per example: {low}-{low + 19}")
         try:
             if not self.failed and self.specs:
                 self.every_tick_is_accounted_for()
