@@ -317,6 +317,9 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
                 ticks=plan.ticks,
                 procs=procs_for(nodes, jobs, plan.agents_per_process),
                 racers=racers,
+                # Stable membership: every node has exchanged fingerprints with every other
+                # (two heartbeats after the last start) before the window opens.
+                warmup_ticks=6,
             )
             display.begin(spec.label)
             row = run_cell(spec, ctx, display.status)
