@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,6 +21,22 @@ _namespaces = itertools.count()
 # `pytest -m model --hypothesis-profile=deep`: the protocol and scheduler models (and every
 # other property test) run many more and longer examples (README, Development).
 settings.register_profile("deep", max_examples=1000, stateful_step_count=100, deadline=None)
+
+
+@pytest.fixture(autouse=True)
+def _cronrace_logging_as_found() -> Iterator[None]:
+    """Undo what a CLI test's ``configure_logging`` did to the ``cronrace`` logger.
+
+    ``cronrace run`` points the logger at the stderr of its CliRunner, which is closed when
+    the invocation ends: a later test in the same worker then logged into a closed file
+    ("--- Logging error ---" on its stderr), depending on which tests xdist put together.
+    """
+    logger = logging.getLogger("cronrace")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
 
 
 def pytest_configure(config: pytest.Config) -> None:
