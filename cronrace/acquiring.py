@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from cronrace.clock import Clock
 from cronrace.errors import CronraceError, RedisUnavailableError
 from cronrace.observer import Observer
+from cronrace.retry import BACKOFF, Backoff, Retry
 from cronrace.store import AcquireReply, AcquireRequest, Store
 
 log = logging.getLogger("cronrace.scheduler")
@@ -32,7 +33,7 @@ async def acquire_retrying(
     *,
     observer: Observer,
     set_ready: Callable[[bool], None],
-    backoff_s: Callable[[int], float],
+    backoff: Backoff = BACKOFF,
 ) -> list[Answer]:
     """Decide every request; retry those Redis did not answer, each until its deadline.
 
@@ -45,7 +46,7 @@ async def acquire_retrying(
             remembered answer outlives it.
         observer: told about every failed attempt.
         set_ready: readiness follows whether Redis answers.
-        backoff_s: the project's retry policy (seconds to wait before attempt n + 1).
+        backoff: the waits between attempts (default the project's one policy).
 
     Returns:
         Per request, its reply (or error) and the monotonic time its lease counts from:
@@ -55,8 +56,9 @@ async def acquire_retrying(
     first_sent = clock.monotonic()
     answers: list[Answer] = [(RedisUnavailableError("not sent"), first_sent)] * len(requests)
     todo = list(range(len(requests)))
-    attempt = 0
+    attempts = Retry(clock, backoff)
     while True:
+        attempt = attempts.attempt
         sent = clock.monotonic()
         replies: list[AcquireReply | Exception]
         try:
@@ -96,8 +98,7 @@ async def acquire_retrying(
                 "error": str(answers[todo[0]][0]),
             },
         )
-        await clock.sleep(backoff_s(attempt))
-        attempt += 1
+        await attempts.wait()
 
 
 def _log_answer(request: AcquireRequest, reply: AcquireReply | Exception, attempt: int) -> None:

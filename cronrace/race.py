@@ -36,6 +36,7 @@ from cronrace.observer import Observer
 from cronrace.outbox import Outbox
 from cronrace.policies import Outcome, Overlap
 from cronrace.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
+from cronrace.retry import BACKOFF, Backoff
 from cronrace.runner import Runner
 from cronrace.store import Claim, ClaimOutcome, ClaimReply, Owner, Store
 from cronrace.wakeup import ABORT_TIMEOUT_S, WakeUp, account_for_cut_wakeup
@@ -68,7 +69,7 @@ class TickRace:
         outbox: Outbox,
         observer: Observer,
         set_ready: Callable[[bool], None],
-        backoff_s: Callable[[int], float],
+        backoff: Backoff = BACKOFF,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -78,7 +79,7 @@ class TickRace:
         self.outbox = outbox
         self.observer = observer
         self._set_ready = set_ready
-        self._backoff_s = backoff_s
+        self._backoff = backoff
         self._ambiguous: set[tuple[str, int, str | None]] = set()
         self._unreachable_since: float | None = None
         self._recovered_mono = float("-inf")  # when claims went through after an outage
@@ -220,7 +221,7 @@ class TickRace:
             [p.plan.claim_tick_s + p.job.catchup_window_s for p in winners],
             observer=self.observer,
             set_ready=self._set_ready,
-            backoff_s=self._backoff_s,
+            backoff=self._backoff,
         )
         # From here on nothing awaits until every run is registered with the runner: a
         # forced stop finds each one there (started or not) and none in between.

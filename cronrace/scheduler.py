@@ -107,7 +107,6 @@ class Scheduler:
             outbox=outbox,
             observer=observer,
             set_ready=set_ready,
-            backoff_s=backoff_s,
         )
         # A clock whose sleepers wake exactly when it steps (the testing FakeClock) says so
         # with max_sleep_s; re-checking it every second would only cost its users time.
