@@ -115,9 +115,9 @@ async def test_cancelled_redis_call_never_leaves_its_reply_for_the_next_caller(
 async def test_renewals_are_not_starved_by_busy_sync_handlers(
     redis_server: RedisServer, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Four CPU-bound sync handlers (two threads at a time, the default) that outlive their
-    leases: two runs hold the threads for longer than a lease while the other two wait for
-    one for as long, and all of them renew from the event loop.
+    """Four CPU-bound sync handlers (two threads at a time, the default): two runs hold the
+    threads for longer than a lease while the other two wait for one for as long, and all
+    of them renew from the event loop.
 
     The lease (4 s, renewed every ~1.3 s) leaves room for the GIL hand-offs of a loaded
     2-core machine running the suite in several workers; a 2 s lease lost renewals there
@@ -126,10 +126,15 @@ async def test_renewals_are_not_starved_by_busy_sync_handlers(
     caplog.set_level(logging.DEBUG, logger="cronrace")
     lease_ttl_s = 4.0
     handlers = 4
+    started: list[float] = []
     finished: list[str] = []
 
     def burn(ctx: RunContext) -> None:
-        deadline = time.monotonic() + lease_ttl_s + 1.0
+        started.append(time.monotonic())
+        # The first two hold both threads past a lease; the other two have waited as long
+        # for one by the time they get it, and need not burn long themselves.
+        busy_s = lease_ttl_s + 1.0 if len(started) <= 2 else 0.5
+        deadline = time.monotonic() + busy_s
         while time.monotonic() < deadline:
             sum(range(10_000))
         finished.append(ctx.job)
@@ -153,6 +158,7 @@ async def test_renewals_are_not_starved_by_busy_sync_handlers(
     assert {
         name: [(r.trigger_id, r.outcome.value) for r in got] for name, got in records.items()
     } == {name: [(triggers[name], "ok")] for name in names}
+    assert min(started[2:]) - max(started[:2]) > lease_ttl_s, "two runs waited past a lease"
     slowest = [
         getattr(r, "slowest_ms", 0) for r in caplog.records if r.getMessage() == "lease renewals"
     ]
