@@ -366,17 +366,18 @@ class Runner:
         )
         started_ms = self._now_ms()
         lag_s = self.clock.time() - tick_s
-        log.info(
-            "run started",
-            extra={
-                "job": job.name,
-                "tick": tick_s,
-                "node": self.node_id,
-                "fence": fence,
-                "lag_ms": round(lag_s * 1000, 1),
-                "trigger": trigger_id,
-            },
-        )
+        if log.isEnabledFor(logging.INFO):  # its fields cost more than the check, every run
+            log.info(
+                "run started",
+                extra={
+                    "job": job.name,
+                    "tick": tick_s,
+                    "node": self.node_id,
+                    "fence": fence,
+                    "lag_ms": round(lag_s * 1000, 1),
+                    "trigger": trigger_id,
+                },
+            )
         self.observer.run_started(job.name, lag_s)
         try:
             outcome, error, detail = await self._handle(job, ctx, lease, renew=renew)
@@ -454,16 +455,17 @@ class Runner:
         interval_s = job.schedule.interval_s(ctx.tick_s)
         ratio = duration_s / interval_s if interval_s > 0 else 0.0
         self.last_ratio[job.name] = ratio
-        fields = {
-            "job": job.name,
-            "tick": ctx.tick_s,
-            "node": self.node_id,
-            "fence": ctx.fence,
-            "outcome": outcome.value,
-            "duration_ms": round(duration_s * 1000, 1),
-        }
         level = logging.INFO if outcome is Outcome.OK else logging.WARNING
-        log.log(level, "run finished", extra={**fields, "error": error} if error else fields)
+        if log.isEnabledFor(level):
+            fields = {
+                "job": job.name,
+                "tick": ctx.tick_s,
+                "node": self.node_id,
+                "fence": ctx.fence,
+                "outcome": outcome.value,
+                "duration_ms": round(duration_s * 1000, 1),
+            }
+            log.log(level, "run finished", extra={**fields, "error": error} if error else fields)
         if job.overrun_ratio and ratio > job.overrun_ratio:
             log.warning(
                 "run is overrunning its schedule",

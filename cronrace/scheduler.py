@@ -375,6 +375,8 @@ class Scheduler:
         alone = Proposal(job, plan, prior_tick_s=self._prior_tick.get(name, 0))
         passed = self._passed.pop(name, None)
         orphans = self._orphans.pop(name, None)
+        if passed is None and not orphans:
+            return alone  # the common case (and every one at racers = all): nothing left
         left = [t for t in (passed, *(orphans or ())) if t is not None]
         oldest = max(min(left, default=first_due_s), int(now - self._orphan_window_s()))
         oldest = job.schedule.next_tick(oldest - 1)  # the first tick at or after it

@@ -126,7 +126,11 @@ async def per_shard(
         for index, start, end in spans:
             out[index] = ShardReply(list(replies[start:end]), acked)
 
-    async with anyio.create_task_group() as tg:
-        for node, indexes in groups.items():
-            tg.start_soon(one_shard, node, indexes)
+    if len(groups) == 1:  # one primary: no task to start for it
+        (node, indexes), *_none = groups.items()
+        await one_shard(node, indexes)
+    else:
+        async with anyio.create_task_group() as tg:
+            for node, indexes in groups.items():
+                tg.start_soon(one_shard, node, indexes)
     return [reply for reply in out if reply is not None]
