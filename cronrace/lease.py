@@ -160,6 +160,10 @@ class Lease:
         victim.cancel()
 
 
+#: Dropped leases the keeper's heap may hold before it is compacted (when they are most).
+COMPACT_AT = 1000
+
+
 @dataclass(slots=True, eq=False)
 class HeldLease:
     """A running handler's lease, as :class:`Renewals` keeps it."""
@@ -168,6 +172,8 @@ class HeldLease:
     victim: anyio.CancelScope
     lost_flag: threading.Event | None
     done: bool = False
+    #: In the keeper's heap, waiting for its first renewal to be due.
+    queued: bool = True
     #: Set once its renewal task is started: that task's scope, and its end.
     renewing: anyio.CancelScope | None = None
     stopped: anyio.Event | None = None
@@ -191,6 +197,7 @@ class Renewals:
         self.task_group: TaskGroup | None = None
         self._heap: list[tuple[float, int, HeldLease]] = []
         self._order = itertools.count()
+        self._dropped = 0  # entries in the heap whose run ended before their first renewal
         self._keeper = False
         self._nap: anyio.CancelScope | None = None
         self._nap_until = math.inf
@@ -212,9 +219,19 @@ class Renewals:
 
     def drop_now(self, held: HeldLease) -> None:
         """Stop renewing ``held`` without waiting for its renewal task to end."""
+        if held.done:
+            return
         held.done = True
         if held.renewing is not None:
             held.renewing.cancel()
+        elif held.queued:
+            # Still in the heap until its first renewal was due: with a long lease_ttl and
+            # frequent runs, dropped entries would pile up there. Compact now and then.
+            self._dropped += 1
+            if self._dropped > COMPACT_AT and self._dropped * 2 > len(self._heap):
+                self._heap = [entry for entry in self._heap if not entry[2].done]
+                heapq.heapify(self._heap)
+                self._dropped = 0
 
     async def drop(self, held: HeldLease) -> None:
         """Stop renewing ``held``; return once its renewal task (if any) has ended."""
@@ -228,6 +245,7 @@ class Renewals:
                 due, _order, held = self._heap[0]
                 if held.done:
                     heapq.heappop(self._heap)
+                    self._dropped -= 1
                     continue
                 now = self.clock.monotonic()
                 if now < due:
@@ -237,6 +255,7 @@ class Renewals:
                     self._nap, self._nap_until = None, math.inf
                     continue
                 heapq.heappop(self._heap)
+                held.queued = False
                 scope, stopped = anyio.CancelScope(), anyio.Event()
                 held.renewing, held.stopped = scope, stopped
                 assert self.task_group is not None

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import anyio
 import pytest
 
-from cronrace.lease import Lease, Renewals
+from cronrace.lease import COMPACT_AT, Lease, Renewals
 from cronrace.store import Renewal
 from cronrace.testing import FakeClock
 
@@ -100,3 +100,18 @@ async def test_a_shorter_lease_held_later_is_renewed_on_time() -> None:
         await renewals.drop(long)
         await clock.advance(10)  # the keeper wakes at 10.0, finds nothing held, and ends
     assert store.sent == [("short", pytest.approx(1.5))]
+
+
+async def test_runs_that_end_early_do_not_pile_up_under_a_long_lease() -> None:
+    clock = FakeClock()
+    store = StandIn(clock)
+    renewals = Renewals(clock)
+    async with anyio.create_task_group() as tg:
+        renewals.task_group = tg
+        for _run in range(5 * COMPACT_AT):
+            held = renewals.hold(lease(clock, store, ttl_s=3600), anyio.CancelScope(), None)
+            await renewals.drop(held)
+        # Each entry would otherwise wait 20 minutes in the keeper's heap to be thrown away.
+        assert len(renewals._heap) <= 2 * COMPACT_AT
+        tg.cancel_scope.cancel()
+    assert store.sent == []
