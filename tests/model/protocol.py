@@ -295,6 +295,10 @@ class ProtocolModel(RuleBasedStateMachine):
         tick = self.head() - WINDOW_TICKS - 2
         if n.status != "up" or tick <= TICK_BASE:
             return
+        if any(w.job == job and w.plan.claim_tick_s == tick and not w.trigger for w in n.won):
+            # A node holds one plan per job and tick; deciding the same claim twice in one
+            # pipeline is no scheduler's doing (the second answer replays the first).
+            return
         (won,) = self.run_async(n.store.claim([Claim(job, tick, CLAIM_TTL_MS)], n.owner))
         if won:
             n.won.append(
