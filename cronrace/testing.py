@@ -251,14 +251,32 @@ async def run_handler(
 REDIS_SERVER = shutil.which("redis-server")
 
 
+#: Ports handed out by :func:`free_port`: below Linux's ephemeral range (32768-60999),
+#: where every outgoing connection takes its local port, so a port found free is far less
+#: likely to be taken by a client socket before the server binds it.
+FREE_PORTS = range(20_000, 32_000)
+
+
 def free_port() -> int:
     """Return a free loopback TCP port (never 6379)."""
-    while True:
+    for _ in range(50):
+        port = FREE_PORTS.start + secrets.randbelow(len(FREE_PORTS))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    while True:  # that range is crowded: let the kernel pick
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))
             port = int(sock.getsockname()[1])
         if port != 6379:
             return port
+
+
+class PortTakenError(RuntimeError):
+    """A redis-server could not bind its port: another process took it after it was picked."""
 
 
 @dataclass(frozen=True)
@@ -299,6 +317,10 @@ class RedisServer:
             raise RuntimeError("redis-server is not installed")
         self.directory = directory
         self.port = port or free_port()
+        #: Ports this object picked and no server has served yet may be picked again when
+        #: another process took one between the pick and the bind.
+        self._repick = port is None
+        self._served = False
         self.appendonly = appendonly
         self.extra_args = extra_args
         self.password = password
@@ -333,8 +355,31 @@ class RedisServer:
         ]
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
-        """Start the server and wait until it answers (synchronous: call it from fixtures)."""
+        """Start the server and wait until it answers (synchronous: call it from fixtures).
+
+        A first start whose port (or ``--cluster-port``) another process took since it was
+        picked is tried again on new free ports, up to five times.
+        """
+        for _attempt in range(4):
+            try:
+                return self._start_once(timeout_s)
+            except PortTakenError:
+                self._pick_new_ports()
+        return self._start_once(timeout_s)
+
+    def _pick_new_ports(self) -> None:
+        if self._repick:
+            self.port = free_port()
+        args = list(self.extra_args)
+        for index, arg in enumerate(args[:-1]):
+            if arg == "--cluster-port":
+                args[index + 1] = str(free_port())
+        self.extra_args = tuple(args)
+
+    def _start_once(self, timeout_s: float) -> RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
+        if not self._served:  # a failed first try's log must not speak for this one
+            (self.directory / "redis.log").unlink(missing_ok=True)
         argv = [
             str(REDIS_SERVER),
             *self._listen_args(),
@@ -362,8 +407,12 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 log = (self.directory / "redis.log").read_text(errors="replace")[-2000:]
+                if "Address already in use" in log and not self._served:
+                    raise PortTakenError(log)
                 raise RuntimeError(f"redis-server exited with {self.process.returncode}: {log}")
             if self.ping():
+                self._served = True
+                self._repick = False
                 return self
             time.sleep(0.02)
         raise RuntimeError(f"redis-server on port {self.port} did not answer in {timeout_s}s")

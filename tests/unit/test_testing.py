@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import anyio
 import pytest
 
 from cronrace import RunContext
-from cronrace.testing import FakeClock, memory_agent, run_handler
+from cronrace.testing import FakeClock, RedisServer, memory_agent, run_handler
 
 
 async def test_fake_clock_drives_an_agent_through_three_minutes_at_once() -> None:
@@ -137,3 +139,29 @@ async def test_set_time_right_after_start_finds_the_agent_waiting_for_its_first_
         await clock.set_time(tick + 0.5)  # the process was paused across the tick
         agent.stop()
     assert fired == [(tick, tick + 0.5)]
+
+
+@pytest.mark.redis
+def test_a_redis_server_whose_picked_port_was_taken_starts_on_another(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis")
+    taken = server.port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        server.start()
+        try:
+            assert server.port != taken
+            assert server.ping()
+        finally:
+            server.stop()
+
+
+@pytest.mark.redis
+def test_a_redis_server_given_a_taken_port_says_so(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        server = RedisServer(tmp_path / "redis", port=port)
+        with pytest.raises(RuntimeError, match="Address already in use"):
+            server.start()
