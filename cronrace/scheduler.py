@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -44,6 +45,11 @@ MAX_SLEEP_S = 1.0
 PREFERRED_HEAD_START_S = 0.1
 #: How often a stopping loop tries to decide the claims whose answers were lost.
 STOP_ATTEMPTS = 5
+
+
+def window_start_s(now: float, catchup_window_s: float) -> int:
+    """The oldest tick attempted at ``now`` (``now - tick <= catchup_window``, rounded up)."""
+    return math.ceil(now - catchup_window_s)
 
 
 class Scheduler:
@@ -343,7 +349,7 @@ class Scheduler:
         if following > now_s and now - first_due_s <= grace:
             # The steady state: one tick, on time.
             return TickPlan(first_due_s, first_due_s, (first_due_s,), 0), following
-        cutoff_s = now_s - int(job.catchup_window_s)
+        cutoff_s = window_start_s(now, job.catchup_window_s)
         expired = 0
         first_expired: int | None = None
         if first_due_s < cutoff_s:
@@ -447,7 +453,7 @@ class Scheduler:
                 newest_on_time=now - ticks[-1] <= self.settings.live_grace_s,
                 expired=0,
                 first_expired_s=None,
-                cutoff_s=int(now - job.catchup_window_s),
+                cutoff_s=window_start_s(now, job.catchup_window_s),
                 max_catchup=job.max_catchup,
             )
             if plan is not None:

@@ -31,6 +31,7 @@ WINDOW_S = 30
         (1.5, "all", True, 0),
         (WINDOW_S - 0.5, "all", True, 0),  # inside the window: still attempted
         (WINDOW_S, "all", True, 0),  # now - tick <= catchup_window: the last instant
+        (WINDOW_S + 0.5, "all", False, 1),  # half a second out: was attempted (int cutoff)
         (WINDOW_S + 1.5, "all", False, 1),  # out of the window: counted, never attempted
         (WINDOW_S + 1.5, "latest", False, 1),
     ],
@@ -52,7 +53,9 @@ async def test_a_tick_decided_late_runs_by_its_lateness_and_catch_up_policy(
         # The agent sleeps until T0; it wakes late_s after it, as after a pause.
         await clock.set_time(T0 + late_s)
         await clock.advance(0.1)
-        records = await history(agent, "minutely", first_s=T0, last_s=T0)
+        # (An expired tick's missed record is filed under the window's edge, before the
+        # next tick.)
+        records = await history(agent, "minutely", first_s=T0, last_s=T0 + 59)
         agent.stop()
     assert ran == ([(T0, T0 + late_s)] if runs else [])
     assert [(r.outcome.value, r.count) for r in records if r.outcome == "missed"] == (
