@@ -33,6 +33,8 @@ class CountingStore(Store):
 
     batches: list[int]
     fail = 0
+    #: Set: the next batch is sent, then its answer never comes (until cancelled).
+    hang_after_send: anyio.Event | None = None
 
     async def finish_many(
         self, requests: Sequence[FinishRequest]
@@ -41,7 +43,12 @@ class CountingStore(Store):
         if self.fail:
             self.fail -= 1
             raise RedisAmbiguousError("Connection reset by peer")
-        return await super().finish_many(requests)
+        replies = await super().finish_many(requests)
+        if self.hang_after_send is not None:
+            sent, self.hang_after_send = self.hang_after_send, None
+            sent.set()
+            await anyio.sleep_forever()
+        return replies
 
 
 @pytest.fixture
@@ -144,3 +151,35 @@ async def test_a_batch_cut_short_before_it_was_sent_is_sent_by_the_others(
     (state,) = await store.job_states(["a"])
     assert state.lease is not None  # the cancelled release did not go out
     assert rel.outbox.pending == 1  # its record waits in the outbox
+
+
+async def test_a_batch_cut_short_on_the_wire_counts_as_a_lost_reply_for_the_others(
+    store: CountingStore,
+) -> None:
+    names = ["a", "b"]
+    fences = await granted(store, names)
+    rel = releases(store)
+    sent = store.hang_after_send = anyio.Event()
+    replies: dict[str, ReleaseReply | None] = {}
+
+    async def first(scope: anyio.CancelScope) -> None:
+        with scope:
+            await rel.finish(job("a"), ok("a", fences[0]), fences[0], until_mono=1e18)
+
+    async def second() -> None:  # started right after the first: joins its batch
+        replies["b"] = await rel.finish(job("b"), ok("b", fences[1]), fences[1], until_mono=1e18)
+
+    async with anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+        tg.start_soon(first, scope)
+        tg.start_soon(second)
+        await sent.wait()
+        scope.cancel()  # both releases reached Redis; the answer is lost to the cancel
+    assert store.batches == [2, 1]  # the second retried on its own
+    reply = replies["b"]
+    assert reply is not None
+    assert reply.decision is ReleaseDecision.NOT_OWNER  # released by the first attempt
+    for name in names:
+        (state,) = await store.job_states([name])
+        assert state.lease is None
+        assert len(await store.history(name, 5)) == 1  # each record once
