@@ -27,9 +27,10 @@ from cronrace.errors import (
     RedisUnavailableError,
 )
 from cronrace.logs import configure_logging
-from cronrace.metrics import MetricsServer, PrometheusObserver
+from cronrace.metrics import PrometheusObserver
 from cronrace.observer import Observer
 from cronrace.pid1 import supervise_if_pid1
+from cronrace.probes import MetricsServer
 from cronrace.sidecar import Sidecar, check_file
 
 T = TypeVar("T")

@@ -120,3 +120,9 @@ class UnknownJobError(CronraceError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown job"
+
+
+def error_text(exc: BaseException) -> str:
+    """A handler's exception as a run record shows it: its type and message, 2,000 at most."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 2000 else text[:1997] + "..."

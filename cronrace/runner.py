@@ -20,7 +20,7 @@ from anyio.abc import TaskGroup
 
 from cronrace.clock import Clock
 from cronrace.decisions import further_tick_request
-from cronrace.errors import StoreError
+from cronrace.errors import StoreError, error_text
 from cronrace.job import Job, RunContext
 from cronrace.lease import Lease, Renewals
 from cronrace.observer import Observer
@@ -56,11 +56,6 @@ class Grant:
     fence: int
     granted_mono: float
     trigger_id: str | None = None
-
-
-def _error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 2000 else text[:1997] + "..."
 
 
 class Runner:
@@ -426,7 +421,7 @@ class Runner:
                 try:
                     detail = await self._call(job, ctx)
                 except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's outcome
-                    outcome, error = Outcome.ERROR, _error_text(exc)
+                    outcome, error = Outcome.ERROR, error_text(exc)
         except BaseException:
             if held is not None:
                 self.renewals.drop_now(held)

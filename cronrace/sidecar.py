@@ -34,7 +34,8 @@ from cronrace.config import SidecarSettings, settings_problems
 from cronrace.errors import ConfigError, CronraceError, TargetError
 from cronrace.job import Handler
 from cronrace.jobspec import JobSpec, check_spec
-from cronrace.metrics import MetricsServer, PrometheusObserver
+from cronrace.metrics import PrometheusObserver
+from cronrace.probes import MetricsServer
 from cronrace.streams import OtherRedis, StreamTarget
 from cronrace.targets import CommandTarget, HttpTarget
 

@@ -17,7 +17,8 @@ from types import ModuleType
 
 import pytest
 
-from cronrace.metrics import MetricsServer, PrometheusObserver
+from cronrace.metrics import PrometheusObserver
+from cronrace.probes import MetricsServer
 from cronrace.testing import memory_agent
 from tests.redis_server import free_port
 

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from cronrace import Agent, AgentSettings, RunContext
-from cronrace.metrics import MetricsServer, PrometheusObserver
+from cronrace.metrics import PrometheusObserver
+from cronrace.probes import MetricsServer
 from cronrace.watchdog import LoopWatchdog
 from tests.helpers import running, wait_for
 

@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from cronrace.errors import ConfigError
-from cronrace.metrics import MetricsServer, PrometheusObserver
+from cronrace.metrics import PrometheusObserver
 from cronrace.policies import Outcome
+from cronrace.probes import MetricsServer
 from cronrace.sidecar import Sidecar
 from tests.helpers import wait_for
 from tests.redis_server import RedisServer, free_port
