@@ -874,6 +874,15 @@ class ProtocolModel(RuleBasedStateMachine):
             oldest = max(TICK_BASE + 1, head - WINDOW_TICKS - 2)
             in_flight: set[int | str] = set(range(oldest, head + 1))
             in_flight |= {t for t, _ in self.triggers[job]}
+            # Claims won and not yet decided are in flight too, however old their tick (a
+            # node whose clock is behind beyond the tolerance holds an old one).
+            in_flight |= {
+                t
+                for n in self.nodes.values()
+                for w in n.won
+                if w.job == job and not w.trigger
+                for t in (w.plan.claim_tick_s, *w.plan.fire_ticks_s)
+            }
             self.windows.append((self.era, job, in_flight))
             self.know[job].holder_known = False
             self.know[job].queued_known = False
