@@ -211,7 +211,25 @@ async def test_cancelled_command_run_kills_the_whole_process_group(tmp_path: Pat
         await wait_for(lambda: bool(_pids(pid_file)), timeout_s=10, what="the process group")
         tg.cancel_scope.cancel()
     pids = _pids(pid_file)
-    wait_until(lambda: not any(map(process_alive, pids)), timeout_s=5, what="group killed")
+    try:
+        wait_until(lambda: not any(map(process_alive, pids)), timeout_s=5, what="group killed")
+    except AssertionError as exc:  # seen once in a full CI run: say who was still there
+        raise AssertionError(f"{exc}: {pids}: {_describe(pids)}") from None
+
+
+def _describe(pids: list[int]) -> str:
+    """Each pid's /proc stat line and command line, for a failure's message."""
+    found = []
+    for pid in pids:
+        try:
+            # pid (comm) state ppid pgrp
+            stat = " ".join(Path(f"/proc/{pid}/stat").read_text().split()[:5])
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError as exc:
+            found.append(f"{pid}: {exc}")
+        else:
+            found.append(f"{pid}: {stat} | {argv}")
+    return "; ".join(found)
 
 
 async def test_command_failure_keeps_exit_code_and_output_tail() -> None:
