@@ -67,7 +67,7 @@ JOBS = {
 LEASED = {job for job, overlap in JOBS.items() if overlap != "allow"}
 NODES = ("a", "b", "c")
 KEY_KINDS = ("lease", "fence", "last", "pending", "state", "runs", "claim")
-DECISIONS = {"run", "stale", "marked", "skipped:paused", "skipped:overlap", "queued"}
+DECISIONS = {"run", "stale", "marked", "skipped:paused", "skipped:overlap", "queued", "missed"}
 
 
 @dataclass
@@ -110,6 +110,7 @@ class Won:
     first_run: Run | None = None  # what that attempt granted, unknown to the node
     era: int = 0  # the job's data-loss era when the claim was won
     won_ms: int = 0  # when the claim was won
+    prior: int = 0  # the node's newest tick before this plan (a decision may note it passed)
 
 
 @dataclass
@@ -246,7 +247,7 @@ class ProtocolModel(RuleBasedStateMachine):
             plan = self._plan(n, job, late)
             if plan is not None:
                 claims.append(Claim(job, plan.claim_tick_s, CLAIM_TTL_MS))
-                wins.append(Won(job, plan))
+                wins.append(Won(job, plan, prior=n.cursor[job]))
             for trigger, issued_ms in self.triggers[job]:
                 if trigger not in n.triggers_seen:
                     n.triggers_seen.add(trigger)
@@ -399,6 +400,10 @@ class ProtocolModel(RuleBasedStateMachine):
             "overlap": JOBS[w.job],
             "mode": mode,
             "trigger_id": w.trigger,
+            # As the scheduler does: the tick before the plan's, which a decision passing
+            # it while its claim is undecided notes for its owner (acquire.lua, passed).
+            "prior_tick_s": 0 if w.trigger else w.prior,
+            "late_ok": self.catchup[w.job] is Catchup.ALL,
         }
         names = {f.name for f in dataclasses.fields(AcquireRequest)}
         return AcquireRequest(**{k: v for k, v in values.items() if k in names})
@@ -411,6 +416,11 @@ class ProtocolModel(RuleBasedStateMachine):
         assert reply.decision in DECISIONS, f"unknown decision {reply.decision!r}"
         _note(f"{n.owner} {job} {w.plan} -> {reply.decision} fence {reply.fence}")
         if w.trigger is None:
+            prev = reply.prev_watermark_s
+            if reply.decision == "missed" or (
+                reply.decision != "stale" and prev is not None and prev >= w.plan.claim_tick_s
+            ):
+                _event("a won tick passed while undecided was decided late")
             if reply.decision != "stale":
                 self._check_watermark_covers(job, w.plan.mark_tick_s)
             elif w.skewed:

@@ -72,3 +72,23 @@ def test_a_queued_trigger_runs_as_that_trigger_not_as_a_tick(state: Steps) -> No
     state.operator_triggers(job="j-queue")
     state.time_passes(grains=3, awake=["a"], replica_syncs=False)
     state.finish(node="a", job="j-queue", ok=True)
+
+
+def test_a_won_tick_passed_while_undecided_is_decided_late_once(state: Steps) -> None:
+    """Not a finding of the model: the rule acquire.lua gained with it (a decision passing
+    the tick before its own while that tick's claim is won and undecided notes it, and the
+    claim's owner decides it late), driven through the machine so that its invariants
+    (one start per tick, fences rising, nothing decided silently) check it. Node a wins a
+    tick and is slow to decide; b, which lost that tick, wins and decides the next."""
+    machine = state.machine
+    state.define_jobs(catchup=dict.fromkeys(ALL_SKIP, Catchup.ALL))
+    state.claim(node="a", job="j-allow", late=False)  # a wins the tick that has come
+    state.claim(node="b", job="j-allow", late=False)  # b loses it
+    tick = machine.head()
+    state.time_passes(awake=[], grains=3)  # the next tick
+    state.claim(node="b", job="j-allow", late=False)  # b wins it, passing a's
+    state.decide(node="b")
+    state.decide(node="a")  # a's answer, late: decided now, not stale
+    state.time_passes(awake=[], grains=6)  # past the hold of a job's first grants
+    started = {t: len(runs) for (job, t), runs in machine.starts.items() if job == "j-allow"}
+    assert started == {tick: 1, tick + 1: 1}
