@@ -18,7 +18,7 @@ from cronrace.job import Job, JobOptions, RunContext
 from cronrace.operator import OperatorClient
 from cronrace.policies import Catchup, Outcome, Overlap
 from cronrace.records import JobStatus, NodeInfo, RunRecord
-from cronrace.schedule import Schedule
+from cronrace.timing.schedule import Schedule
 
 __all__ = [
     "Agent",

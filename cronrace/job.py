@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
 from cronrace.errors import CronraceError, JobDefinitionError
 from cronrace.policies import Catchup, Overlap
 from cronrace.records import utc_from_s
-from cronrace.schedule import Schedule
+from cronrace.timing.schedule import Schedule
 
 if TYPE_CHECKING:
     from cronrace.store import Store

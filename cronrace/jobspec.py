@@ -34,9 +34,9 @@ from cronrace.job import (
     job_name_problem,
 )
 from cronrace.policies import Catchup, Overlap
-from cronrace.schedule import Schedule
 from cronrace.streams import StreamSpec
 from cronrace.targets import CommandSpec, HttpSpec
+from cronrace.timing.schedule import Schedule
 
 #: The target tables a job may have; exactly one of them.
 TARGET_KINDS = ("http", "command", "stream")

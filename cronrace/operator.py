@@ -23,10 +23,10 @@ from cronrace.fleetdefs import NodeDetails, disagreements, live_details, stored_
 from cronrace.heartbeat import heartbeat_ttl_ms
 from cronrace.job import Handler, Job
 from cronrace.records import JobStatus, NodeInfo, RunRecord
-from cronrace.schedule import Schedule
 from cronrace.schedules import Schedules
 from cronrace.store import JobState, Store
 from cronrace.stored import ScheduleSpec
+from cronrace.timing.schedule import Schedule
 
 log = logging.getLogger("cronrace.operator")
 

@@ -20,8 +20,8 @@ from cronrace.cli import EXIT_INVALID, EXIT_USAGE, app
 from cronrace.logs import JsonFormatter, TextFormatter
 from cronrace.policies import Outcome
 from cronrace.records import JobStatus, NodeInfo, RunRecord
-from cronrace.schedule import Schedule
 from cronrace.sidecar import load_config
+from cronrace.timing.schedule import Schedule
 from tests.redis_server import RedisServer
 
 NOW_S = 1_780_000_000.0

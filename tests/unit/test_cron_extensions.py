@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cronrace.errors import ScheduleError
-from cronrace.schedule import Schedule
+from cronrace.timing.schedule import Schedule
 from tests.unit.cron_reference import day_matches, expand, reference_ticks
 from tests.unit.test_schedule import ZONES, starts
 
@@ -99,7 +99,7 @@ def test_hashed_minute_and_hour_are_chosen_independently() -> None:
 def test_every_process_computes_the_same_hashed_tick() -> None:
     # Python's own hash() of a string changes with PYTHONHASHSEED; H must not.
     code = (
-        "from cronrace.schedule import Schedule;"
+        "from cronrace.timing.schedule import Schedule;"
         f"print(Schedule.parse('H H * * *', job='nightly').next_tick({JUNE_2024_S}))"
     )
     # This process hashes strings with another seed (random, or the one it was given).

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cronrace.errors import ScheduleError
-from cronrace.schedule import Schedule
+from cronrace.timing.schedule import Schedule
 from tests.unit.cron_reference import reference_ticks
 
 FAR_S = 10**10  # an until_s beyond every test window

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cronrace.errors import ScheduleError
-from cronrace.schedule import Schedule
+from cronrace.timing.schedule import Schedule
 
 NOW_S = 1_767_225_600  # 2026-01-01T00:00:00Z
 

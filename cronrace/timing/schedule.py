@@ -4,8 +4,8 @@ Pure tick math (DESIGN.md section 6): nothing here reads a clock or touches Redi
 node computes the same ticks from the same expression. An expression is 5-field cron, 6-field
 cron with seconds first, an alias (``@daily``...) or ``@every <duration>``, whose ticks are
 whole multiples of the period since the Unix epoch in every time zone. The cron language
-itself (``H``, ``W``, wrapping ranges...) is read by :mod:`cronrace.cronfields`; where a
-zone's offset changes is found by :mod:`cronrace.zones`.
+itself (``H``, ``W``, wrapping ranges...) is read by :mod:`cronrace.timing.cronfields`; where a
+zone's offset changes is found by :mod:`cronrace.timing.zones`.
 
 Cron fields are read in the job's IANA time zone and follow cronie (Debian cron):
 
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from datetime import date
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cronrace.cronfields import Cron, InvalidError, digits_value, parse_cron, quote
 from cronrace.errors import ScheduleError
-from cronrace.zones import DAY_S, EPOCH_ORDINAL, repeat_horizon_s, segment, year_of
+from cronrace.timing.cronfields import Cron, InvalidError, digits_value, parse_cron, quote
+from cronrace.timing.zones import DAY_S, EPOCH_ORDINAL, repeat_horizon_s, segment, year_of
 
 __all__ = ["Schedule"]
 
