@@ -14,10 +14,10 @@ from cronrace.errors import (
     TargetError,
     UnknownJobError,
 )
-from cronrace.job import Job, JobOptions, RunContext
+from cronrace.model.job import Job, JobOptions, RunContext
+from cronrace.model.policies import Catchup, Outcome, Overlap
+from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.operator import OperatorClient
-from cronrace.policies import Catchup, Outcome, Overlap
-from cronrace.records import JobStatus, NodeInfo, RunRecord
 from cronrace.timing.schedule import Schedule
 
 __all__ = [

@@ -22,14 +22,14 @@ from cronrace.config import AgentSettings, is_embedded, load_settings
 from cronrace.errors import JobDefinitionError
 from cronrace.fleetdefs import FleetDefinitions, NodeDetails
 from cronrace.heartbeat import Heartbeat
-from cronrace.job import Handler, Job, JobOptions, validate_job_name
 from cronrace.lifecycle import Lifecycle
 from cronrace.membership import Membership
+from cronrace.model.job import Handler, Job, JobOptions, validate_job_name
+from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.observer import Observer
 from cronrace.operator import OperatorClient
 from cronrace.racers import Racers
 from cronrace.readiness import Readiness
-from cronrace.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runner import Runner
 from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync, TargetFactory
@@ -150,7 +150,7 @@ class Agent:
             schedule: 5-field cron, 6-field cron with seconds first, an alias such as
                 ``@hourly``, or ``@every 30s``.
             **options: name, timezone, overlap, catchup, lease_ttl (s), catchup_window (s),
-                max_catchup, history, overrun_ratio: see :class:`~cronrace.job.JobOptions`.
+                max_catchup, history, overrun_ratio: see :class:`~cronrace.model.job.JobOptions`.
 
         Raises:
             JobDefinitionError: a field is invalid or the name is taken.

@@ -38,8 +38,8 @@ from cronrace.errors import (
     UnknownJobError,
 )
 from cronrace.fleetview import look
+from cronrace.model.records import RunRecord
 from cronrace.operator import OperatorClient
-from cronrace.records import RunRecord
 from cronrace.sidecar import load_config
 
 T = TypeVar("T")

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from cronrace.cli_table import Col, Fitted, fit
 from cronrace.fleetview import relative, when
-from cronrace.records import JobStatus, NodeInfo, RunRecord
+from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.timing.schedule import Schedule
 
 if TYPE_CHECKING:

@@ -16,10 +16,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cronrace.job import Job
+from cronrace.model.job import Job
+from cronrace.model.policies import Catchup, Outcome, Overlap, TickPlan
+from cronrace.model.records import RunRecord
 from cronrace.observer import Observer
-from cronrace.policies import Catchup, Outcome, Overlap, TickPlan
-from cronrace.records import RunRecord
 from cronrace.store import AcquireDecision, AcquireMode, AcquireReply, AcquireRequest, Owner
 
 log = logging.getLogger("cronrace.scheduler")

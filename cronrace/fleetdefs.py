@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel
 
-from cronrace.job import Job
+from cronrace.model.job import Job
 from cronrace.observer import Observer
 
 if TYPE_CHECKING:

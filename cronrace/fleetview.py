@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cronrace.records import JobStatus, NodeInfo, RunRecord, utc_from_s
+from cronrace.model.records import JobStatus, NodeInfo, RunRecord, utc_from_s
 
 if TYPE_CHECKING:
     from cronrace.operator import OperatorClient

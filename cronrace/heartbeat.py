@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from cronrace.clock import Clock, ServerOffsetClock
 from cronrace.errors import RedisAccessError, StoreError
-from cronrace.job import Job
 from cronrace.membership import Membership
+from cronrace.model.job import Job
 from cronrace.observer import Observer
 from cronrace.readiness import Readiness
 from cronrace.retry import Retry

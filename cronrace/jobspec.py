@@ -25,7 +25,7 @@ from pydantic import (
 
 from cronrace.config import settings_problems, short_repr
 from cronrace.errors import ConfigError, ScheduleError
-from cronrace.job import (
+from cronrace.model.job import (
     DEFAULT_CATCHUP,
     DEFAULT_OVERLAP,
     JOB_DEFAULTS,
@@ -33,7 +33,7 @@ from cronrace.job import (
     JobOptions,
     job_name_problem,
 )
-from cronrace.policies import Catchup, Overlap
+from cronrace.model.policies import Catchup, Overlap
 from cronrace.streams import StreamSpec
 from cronrace.targets import CommandSpec, HttpSpec
 from cronrace.timing.schedule import Schedule
@@ -61,7 +61,7 @@ class JobSpec(BaseModel):
     #: What may stand instead of a target table (a stored schedule's handler).
     TARGET_ALTERNATIVES: ClassVar[tuple[str, ...]] = ()
 
-    # The options of cronrace.job.JobOptions, with its defaults and Job.define's limits.
+    # The options of cronrace.model.job.JobOptions, with its defaults and Job.define's limits.
     name: str
     schedule: str
     timezone: str = JOB_DEFAULTS["timezone"]

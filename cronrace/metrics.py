@@ -22,8 +22,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from cronrace.model.policies import Outcome
 from cronrace.observer import Observer
-from cronrace.policies import Outcome
 
 if TYPE_CHECKING:
     from cronrace.agent import Agent

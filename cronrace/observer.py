@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cronrace.policies import Outcome
+from cronrace.model.policies import Outcome
 
 
 class Observer:

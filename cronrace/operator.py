@@ -21,8 +21,8 @@ from cronrace.config import AgentSettings
 from cronrace.errors import NoLiveNodeError, UnknownJobError
 from cronrace.fleetdefs import NodeDetails, disagreements, live_details, stored_problems
 from cronrace.heartbeat import heartbeat_ttl_ms
-from cronrace.job import Handler, Job
-from cronrace.records import JobStatus, NodeInfo, RunRecord
+from cronrace.model.job import Handler, Job
+from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.schedules import Schedules
 from cronrace.store import JobState, Store
 from cronrace.stored import ScheduleSpec

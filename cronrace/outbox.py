@@ -25,8 +25,8 @@ import anyio
 
 from cronrace.clock import Clock
 from cronrace.errors import StoreError
+from cronrace.model.records import RunRecord
 from cronrace.observer import Observer
-from cronrace.records import RunRecord
 from cronrace.retry import BACKOFF, Backoff, Retry
 from cronrace.store import Store
 

@@ -30,11 +30,11 @@ from cronrace.decisions import (
     report_not_replicated,
 )
 from cronrace.errors import StoreError
-from cronrace.job import Job
 from cronrace.lease import SAFETY_MARGIN
+from cronrace.model.job import Job
+from cronrace.model.policies import Outcome, Overlap
 from cronrace.observer import Observer
 from cronrace.outbox import Outbox
-from cronrace.policies import Outcome, Overlap
 from cronrace.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
 from cronrace.retry import BACKOFF, Backoff
 from cronrace.runner import Runner

@@ -26,9 +26,9 @@ import anyio.lowlevel
 
 from cronrace.clock import Clock
 from cronrace.errors import RedisAmbiguousError, StoreError
-from cronrace.job import Job
+from cronrace.model.job import Job
+from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
-from cronrace.records import RunRecord
 from cronrace.retry import Backoff
 from cronrace.store import FinishRequest, Owner, ReleaseReply, Store
 

@@ -23,11 +23,11 @@ from cronrace.clock import Clock
 from cronrace.config import AgentSettings
 from cronrace.decisions import EXPIRED_COUNT_CAP, Proposal
 from cronrace.errors import CronraceError, StoreError
-from cronrace.job import Job
 from cronrace.membership import Membership, late_fire_bound_s
+from cronrace.model.job import Job
+from cronrace.model.policies import TickPlan, plan_ticks
 from cronrace.observer import Observer
 from cronrace.outbox import Outbox
-from cronrace.policies import TickPlan, plan_ticks
 from cronrace.race import TickRace
 from cronrace.racers import Racers, Ring
 from cronrace.retry import Retry, backoff_s

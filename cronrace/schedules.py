@@ -27,7 +27,7 @@ import anyio
 import anyio.lowlevel
 
 from cronrace.errors import CronraceError, JobDefinitionError, UnknownJobError
-from cronrace.job import Handler, Job, PolicyOptions
+from cronrace.model.job import Handler, Job, PolicyOptions
 from cronrace.store.schedules import ScheduleChange, WriteReply
 from cronrace.stored import ScheduleSpec, build_job, check_schedule
 
@@ -132,7 +132,7 @@ class Schedules:
             args: JSON values the handler receives as ``ctx.args``.
             strict: refuse a handler name that neither this agent nor any live node has
                 registered (default: the agent's ``strict_handlers`` setting).
-            **options: the job options (:class:`~cronrace.job.PolicyOptions`) and a
+            **options: the job options (:class:`~cronrace.model.job.PolicyOptions`) and a
                 target table: ``http``, ``command`` or ``stream``.
 
         Raises:

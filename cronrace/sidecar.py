@@ -32,9 +32,9 @@ from pydantic import ValidationError
 from cronrace.agent import Agent
 from cronrace.config import SidecarSettings, settings_problems
 from cronrace.errors import ConfigError, CronraceError, TargetError
-from cronrace.job import Handler
 from cronrace.jobspec import JobSpec, check_spec
 from cronrace.metrics import PrometheusObserver
+from cronrace.model.job import Handler
 from cronrace.probes import MetricsServer
 from cronrace.streams import OtherRedis, StreamTarget
 from cronrace.targets import CommandTarget, HttpTarget

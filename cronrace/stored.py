@@ -24,8 +24,8 @@ import tomli_w
 from pydantic import Field, JsonValue, field_validator
 
 from cronrace.errors import ConfigError, JobDefinitionError
-from cronrace.job import Handler, Job, RunContext, job_name_problem
 from cronrace.jobspec import PARSED_LATER, JobSpec, check_spec
+from cronrace.model.job import Handler, Job, RunContext, job_name_problem
 
 #: A definition (JSON) larger than this is refused: 10,000 schedules must fit in Redis.
 MAX_DEFINITION_BYTES = 16_384

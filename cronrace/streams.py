@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cronrace.config import redact_url
 from cronrace.errors import StoreError, TargetError
-from cronrace.job import RunContext
+from cronrace.model.job import RunContext
 from cronrace.store import Store
 from cronrace.store.urls import parse_redis_url
 

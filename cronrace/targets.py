@@ -32,7 +32,7 @@ from anyio.abc import ByteReceiveStream, Process
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cronrace.errors import TargetError
-from cronrace.job import RunContext
+from cronrace.model.job import RunContext
 
 #: Host names that always mean this machine; every other name must be allowed explicitly.
 LOOPBACK_NAMES = frozenset({"localhost"})

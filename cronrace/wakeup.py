@@ -24,9 +24,9 @@ import anyio
 from cronrace.clock import Clock
 from cronrace.decisions import Proposal
 from cronrace.errors import StoreError
+from cronrace.model.policies import Outcome
+from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
-from cronrace.policies import Outcome
-from cronrace.records import RunRecord
 from cronrace.runner import Runner
 from cronrace.store import Claim, Owner, Store
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from redis.exceptions import ResponseError
 
-from cronrace.records import NodeInfo, RunRecord
+from cronrace.model.records import NodeInfo, RunRecord
 from cronrace.store.base import StoreBase
 from cronrace.store.errors import translating
 from cronrace.store.garbage import is_wrong_type, quarantine

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from cronrace.errors import StoreError
-from cronrace.policies import Outcome, Overlap
-from cronrace.records import RunRecord
+from cronrace.model.policies import Outcome, Overlap
+from cronrace.model.records import RunRecord
 
 log = logging.getLogger("cronrace.store")
 

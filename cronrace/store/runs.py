@@ -13,8 +13,8 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from cronrace.errors import StoreError
-from cronrace.policies import Outcome
-from cronrace.records import RunRecord
+from cronrace.model.policies import Outcome
+from cronrace.model.records import RunRecord
 from cronrace.store.errors import RAW_FAILURES, translate, translating
 from cronrace.store.garbage import Command, is_wrong_type, report_quarantined
 from cronrace.store.operator import OperatorCommands

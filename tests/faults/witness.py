@@ -37,7 +37,7 @@ import anyio
 import orjson
 import redis
 
-from cronrace.records import RunRecord
+from cronrace.model.records import RunRecord
 from cronrace.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]

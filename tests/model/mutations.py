@@ -94,7 +94,7 @@ def _fires_early() -> Callable[[], None]:
 
 def _catchup_fires_twice() -> Callable[[], None]:
     from cronrace import scheduler
-    from cronrace.policies import Catchup, TickPlan
+    from cronrace.model.policies import Catchup, TickPlan
 
     real = scheduler.plan_ticks
 

@@ -39,8 +39,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from cronrace.policies import Catchup, Outcome, TickPlan, plan_ticks
-from cronrace.records import RunRecord
+from cronrace.model.policies import Catchup, Outcome, TickPlan, plan_ticks
+from cronrace.model.records import RunRecord
 from cronrace.store import AcquireReply, AcquireRequest, Claim, Store
 from tests.model import redis_state
 from tests.model.mutations import apply_mutation

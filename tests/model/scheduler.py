@@ -37,9 +37,9 @@ from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from cronrace import Agent, AgentSettings
-from cronrace.job import RunContext
-from cronrace.policies import Catchup, Outcome, Overlap
-from cronrace.records import RunRecord
+from cronrace.model.job import RunContext
+from cronrace.model.policies import Catchup, Outcome, Overlap
+from cronrace.model.records import RunRecord
 from cronrace.store import Store
 from cronrace.store.keys import Keys
 from cronrace.testing import FakeClock

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cronrace.policies import Catchup
+from cronrace.model.policies import Catchup
 from tests.model.protocol import FakeRedisProtocolModel, ProtocolModel
 
 pytestmark = pytest.mark.model

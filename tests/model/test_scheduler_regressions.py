@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cronrace.policies import Catchup, Overlap
+from cronrace.model.policies import Catchup, Overlap
 from tests.model.scheduler import JobSpec, SchedulerModel
 
 pytestmark = pytest.mark.model

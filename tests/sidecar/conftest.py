@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cronrace.job import RunContext
+from cronrace.model.job import RunContext
 from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import anyio
 import httpx
 import pytest
 
-from cronrace.policies import Outcome
-from cronrace.records import RunRecord
+from cronrace.model.policies import Outcome
+from cronrace.model.records import RunRecord
 from cronrace.sidecar import Sidecar
 from tests.helpers import wait_for
 from tests.redis_server import free_port

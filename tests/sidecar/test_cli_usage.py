@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from cronrace import cli_output
 from cronrace.cli import EXIT_INVALID, EXIT_REDIS, EXIT_USAGE, app
-from cronrace.policies import Outcome
-from cronrace.records import RunRecord
+from cronrace.model.policies import Outcome
+from cronrace.model.records import RunRecord
 from tests.redis_server import free_port
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from cronrace.errors import ConfigError
 from cronrace.metrics import PrometheusObserver
-from cronrace.policies import Outcome
+from cronrace.model.policies import Outcome
 from cronrace.probes import MetricsServer
 from cronrace.sidecar import Sidecar
 from tests.helpers import wait_for

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from cronrace.fleetview import FleetView
-from cronrace.policies import Outcome
-from cronrace.records import JobStatus, NodeInfo, RunRecord
+from cronrace.model.policies import Outcome
+from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.sidecar import Sidecar
 from cronrace.statuspage import render
 from tests.helpers import wait_for

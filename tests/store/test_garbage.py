@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from cronrace.errors import StoreError
-from cronrace.policies import Outcome
-from cronrace.records import RunRecord
+from cronrace.model.policies import Outcome
+from cronrace.model.records import RunRecord
 from cronrace.store import AcquireRequest, Claim, Store
 from tests.topology import keys_matching
 

@@ -14,7 +14,7 @@ Each test runs on fakeredis, a real redis-server and a real Cluster.
 
 from __future__ import annotations
 
-from cronrace.policies import Overlap
+from cronrace.model.policies import Overlap
 from cronrace.store import (
     AcquireDecision,
     AcquireMode,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cronrace.policies import Outcome
-from cronrace.records import RunRecord
+from cronrace.model.policies import Outcome
+from cronrace.model.records import RunRecord
 from cronrace.store import AcquireRequest, Claim, Owner, Store
 
 

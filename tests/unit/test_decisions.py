@@ -18,9 +18,9 @@ from cronrace.decisions import (
     not_replicated,
     report,
 )
-from cronrace.job import Job
+from cronrace.model.job import Job
+from cronrace.model.policies import Outcome, Overlap, TickPlan
 from cronrace.observer import Observer
-from cronrace.policies import Outcome, Overlap, TickPlan
 from cronrace.store import AcquireDecision, AcquireMode, AcquireReply, Owner
 
 NOW_MS = 1_000_500

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cronrace.fleetdefs import NodeDetails, disagreements, job_definition, stored_problems
-from cronrace.job import Job
+from cronrace.model.job import Job
 from cronrace.stored import ScheduleSpec
 from cronrace.targets import HttpSpec, HttpTarget
 

@@ -53,7 +53,7 @@ async def test_each_beat_reads_every_live_member_with_its_expiry() -> None:
 
 
 async def test_a_new_epoch_holds_new_runs_for_the_longest_lease() -> None:
-    from cronrace.job import Job
+    from cronrace.model.job import Job
 
     clock = FakeClock(start_s=1_800_000_000.0)
     store = Store.from_url(f"memory://hb-{secrets.token_hex(4)}", "hb")

@@ -9,9 +9,9 @@ import pytest
 
 from cronrace import AgentSettings, UnknownJobError
 from cronrace.fleetview import look
+from cronrace.model.policies import Outcome
+from cronrace.model.records import RunRecord
 from cronrace.operator import OperatorClient
-from cronrace.policies import Outcome
-from cronrace.records import RunRecord
 from cronrace.store import Store
 
 

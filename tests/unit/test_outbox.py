@@ -10,9 +10,9 @@ import pytest
 
 from cronrace.clock import SystemClock
 from cronrace.errors import RedisAmbiguousError
+from cronrace.model.policies import Outcome
+from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
-from cronrace.policies import Outcome
-from cronrace.records import RunRecord
 from cronrace.retry import Backoff
 from cronrace.store import Store
 from cronrace.testing import FakeClock

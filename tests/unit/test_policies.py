@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cronrace.policies import Catchup, TickPlan, plan_ticks
+from cronrace.model.policies import Catchup, TickPlan, plan_ticks
 
 TICKS = [100, 101, 102, 103, 104]
 

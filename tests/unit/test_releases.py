@@ -9,10 +9,10 @@ import pytest
 
 from cronrace.clock import SystemClock
 from cronrace.errors import RedisAmbiguousError, StoreError
-from cronrace.job import Job
+from cronrace.model.job import Job
+from cronrace.model.policies import Outcome, Overlap
+from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
-from cronrace.policies import Outcome, Overlap
-from cronrace.records import RunRecord
 from cronrace.releases import Releases
 from cronrace.store import (
     AcquireDecision,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cronrace.errors import StoreError
-from cronrace.policies import Outcome
+from cronrace.model.policies import Outcome
 from cronrace.store.replies import (
     AcquireDecision,
     Owner,

@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
 
 from cronrace.errors import CronraceError, JobDefinitionError
-from cronrace.policies import Catchup, Overlap
-from cronrace.records import utc_from_s
+from cronrace.model.policies import Catchup, Overlap
+from cronrace.model.records import utc_from_s
 from cronrace.timing.schedule import Schedule
 
 if TYPE_CHECKING:

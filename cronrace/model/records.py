@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from cronrace.policies import Outcome
+from cronrace.model.policies import Outcome
 
 
 def utc_from_s(epoch_s: float) -> datetime:
