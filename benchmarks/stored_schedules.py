@@ -31,7 +31,7 @@ import anyio
 
 from benchmarks.server import BenchServer
 from cronrace import Agent, AgentSettings, RunContext
-from cronrace.observer import Observer
+from cronrace.runtime.observer import Observer
 from cronrace.schedules import ScheduleSync
 from cronrace.store import Store
 from cronrace.stored import ScheduleSpec

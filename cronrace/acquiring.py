@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from cronrace.clock import Clock
 from cronrace.errors import CronraceError, RedisUnavailableError
-from cronrace.observer import Observer
-from cronrace.retry import BACKOFF, Backoff, Retry
+from cronrace.runtime.clock import Clock
+from cronrace.runtime.observer import Observer
+from cronrace.runtime.retry import BACKOFF, Backoff, Retry
 from cronrace.store import AcquireReply, AcquireRequest, Store
 
 log = logging.getLogger("cronrace.scheduler")

@@ -3,7 +3,7 @@
 An :class:`Agent` is what users define jobs on and run. It is made of one part per role:
 :mod:`cronrace.lifecycle` (connect, run the loops, stop, shut down), the
 :mod:`cronrace.heartbeat` (server clock samples, the epoch, the live members),
-:mod:`cronrace.readiness` (``/readyz``), and an :class:`~cronrace.operator.OperatorClient`
+:mod:`cronrace.runtime.readiness` (``/readyz``), and an :class:`~cronrace.operator.OperatorClient`
 on its store, to which its operator methods (pause, trigger, history, status) delegate;
 the CLI uses that client on its own, without an agent.
 """
@@ -17,7 +17,6 @@ from typing import Any, TypeVar, Unpack
 import anyio
 from anyio.abc import TaskStatus
 
-from cronrace.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.config import AgentSettings, is_embedded, load_settings
 from cronrace.errors import JobDefinitionError
 from cronrace.fleetdefs import FleetDefinitions, NodeDetails
@@ -26,15 +25,16 @@ from cronrace.lifecycle import Lifecycle
 from cronrace.membership import Membership
 from cronrace.model.job import Handler, Job, JobOptions, validate_job_name
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
-from cronrace.observer import Observer
 from cronrace.operator import OperatorClient
 from cronrace.racers import Racers
-from cronrace.readiness import Readiness
 from cronrace.runner import Runner
+from cronrace.runtime.clock import Clock, ServerOffsetClock, SystemClock
+from cronrace.runtime.observer import Observer
+from cronrace.runtime.readiness import Readiness
+from cronrace.runtime.watchdog import LoopWatchdog
 from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync, TargetFactory
 from cronrace.store import Owner, Store
-from cronrace.watchdog import LoopWatchdog
 
 log = logging.getLogger("cronrace.agent")
 

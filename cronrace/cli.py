@@ -26,11 +26,11 @@ from cronrace.errors import (
     RedisAccessError,
     RedisUnavailableError,
 )
-from cronrace.logs import configure_logging
 from cronrace.metrics import PrometheusObserver
-from cronrace.observer import Observer
 from cronrace.pid1 import supervise_if_pid1
 from cronrace.probes import MetricsServer
+from cronrace.runtime.logs import configure_logging
+from cronrace.runtime.observer import Observer
 from cronrace.sidecar import Sidecar, check_file
 
 T = TypeVar("T")

@@ -14,10 +14,10 @@ import logging
 
 from anyio.abc import TaskGroup
 
-from cronrace.clock import Clock
 from cronrace.errors import RedisAccessError, StoreError
-from cronrace.observer import Observer
-from cronrace.retry import Retry
+from cronrace.runtime.clock import Clock
+from cronrace.runtime.observer import Observer
+from cronrace.runtime.retry import Retry
 from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync
 from cronrace.store import Store

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from cronrace.model.job import Job
 from cronrace.model.policies import Catchup, Outcome, Overlap, TickPlan
 from cronrace.model.records import RunRecord
-from cronrace.observer import Observer
+from cronrace.runtime.observer import Observer
 from cronrace.store import AcquireDecision, AcquireMode, AcquireReply, AcquireRequest, Owner
 
 log = logging.getLogger("cronrace.scheduler")

@@ -26,7 +26,7 @@ import orjson
 from pydantic import BaseModel
 
 from cronrace.model.job import Job
-from cronrace.observer import Observer
+from cronrace.runtime.observer import Observer
 
 if TYPE_CHECKING:
     from cronrace.store import Store

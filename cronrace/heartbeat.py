@@ -2,8 +2,9 @@
 
 Every ``heartbeat_s`` a node, in one round trip (``Store.heartbeat``):
 
-- samples the server's ``TIME``, which corrects its :class:`~cronrace.clock.ServerOffsetClock`
-  (every node then schedules on one shared clock);
+- samples the server's ``TIME``, which corrects its
+  :class:`~cronrace.runtime.clock.ServerOffsetClock` (every node then schedules on
+  one shared clock);
 - writes its own expiry into the live set ``<ns>:nodes`` (``HEARTBEAT_TTL_PERIODS``
   heartbeats from now) and reads the whole set back with every member's expiry, into
   :attr:`Heartbeat.membership` (:class:`~cronrace.membership.Membership`): the node's one
@@ -23,13 +24,13 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 
-from cronrace.clock import Clock, ServerOffsetClock
 from cronrace.errors import RedisAccessError, StoreError
 from cronrace.membership import Membership
 from cronrace.model.job import Job
-from cronrace.observer import Observer
-from cronrace.readiness import Readiness
-from cronrace.retry import Retry
+from cronrace.runtime.clock import Clock, ServerOffsetClock
+from cronrace.runtime.observer import Observer
+from cronrace.runtime.readiness import Readiness
+from cronrace.runtime.retry import Retry
 from cronrace.store import Store
 
 log = logging.getLogger("cronrace.heartbeat")

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import TaskGroup
 
-from cronrace.clock import Clock
 from cronrace.errors import StoreError
-from cronrace.observer import Observer
+from cronrace.runtime.clock import Clock
+from cronrace.runtime.observer import Observer
 from cronrace.store import Renewal, Store
 
 log = logging.getLogger("cronrace.lease")

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
-from cronrace.clock import SystemClock
 from cronrace.config import redact_url
 from cronrace.control import ControlReader
 from cronrace.errors import RedisAccessError, RedisDataError, RedisUnavailableError, StoreError
 from cronrace.fleetdefs import FleetDefinitions, JobDefinition, NodeDetails, job_definition
-from cronrace.logs import configure_logging
 from cronrace.outbox import Outbox
-from cronrace.retry import Retry
 from cronrace.runner import CLEANUP_TIMEOUT_S, Runner
+from cronrace.runtime.clock import SystemClock
+from cronrace.runtime.logs import configure_logging
+from cronrace.runtime.retry import Retry
 from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync
 from cronrace.store import Store

@@ -23,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from cronrace.model.policies import Outcome
-from cronrace.observer import Observer
+from cronrace.runtime.observer import Observer
 
 if TYPE_CHECKING:
     from cronrace.agent import Agent

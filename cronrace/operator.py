@@ -16,13 +16,13 @@ from typing import Self
 
 import anyio
 
-from cronrace.clock import Clock, SystemClock
 from cronrace.config import AgentSettings
 from cronrace.errors import NoLiveNodeError, UnknownJobError
 from cronrace.fleetdefs import NodeDetails, disagreements, live_details, stored_problems
 from cronrace.heartbeat import heartbeat_ttl_ms
 from cronrace.model.job import Handler, Job
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
+from cronrace.runtime.clock import Clock, SystemClock
 from cronrace.schedules import Schedules
 from cronrace.store import JobState, Store
 from cronrace.stored import ScheduleSpec

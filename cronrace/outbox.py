@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import anyio
 
-from cronrace.clock import Clock
 from cronrace.errors import StoreError
 from cronrace.model.records import RunRecord
-from cronrace.observer import Observer
-from cronrace.retry import BACKOFF, Backoff, Retry
+from cronrace.runtime.clock import Clock
+from cronrace.runtime.observer import Observer
+from cronrace.runtime.retry import BACKOFF, Backoff, Retry
 from cronrace.store import Store
 
 log = logging.getLogger("cronrace.outbox")

@@ -17,7 +17,6 @@ import anyio
 from anyio.abc import TaskGroup
 
 from cronrace.acquiring import acquire_retrying
-from cronrace.clock import Clock
 from cronrace.config import AgentSettings
 from cronrace.decisions import (
     RAN_OUT,
@@ -33,11 +32,12 @@ from cronrace.errors import StoreError
 from cronrace.lease import SAFETY_MARGIN
 from cronrace.model.job import Job
 from cronrace.model.policies import Outcome, Overlap
-from cronrace.observer import Observer
 from cronrace.outbox import Outbox
 from cronrace.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
-from cronrace.retry import BACKOFF, Backoff
 from cronrace.runner import Runner
+from cronrace.runtime.clock import Clock
+from cronrace.runtime.observer import Observer
+from cronrace.runtime.retry import BACKOFF, Backoff
 from cronrace.store import Claim, ClaimOutcome, ClaimReply, Owner, Store
 from cronrace.wakeup import ABORT_TIMEOUT_S, WakeUp, account_for_cut_wakeup
 

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.lowlevel
 
-from cronrace.clock import Clock
 from cronrace.errors import RedisAmbiguousError, StoreError
 from cronrace.model.job import Job
 from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
-from cronrace.retry import Backoff
+from cronrace.runtime.clock import Clock
+from cronrace.runtime.retry import Backoff
 from cronrace.store import FinishRequest, Owner, ReleaseReply, Store
 
 log = logging.getLogger("cronrace.run")

@@ -18,16 +18,16 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
-from cronrace.clock import Clock
 from cronrace.decisions import further_tick_request
 from cronrace.errors import StoreError, error_text
 from cronrace.lease import Lease, Renewals
 from cronrace.model.job import Job, RunContext
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
-from cronrace.observer import Observer
 from cronrace.outbox import Outbox
 from cronrace.releases import Releases
+from cronrace.runtime.clock import Clock
+from cronrace.runtime.observer import Observer
 from cronrace.store import (
     AcquireDecision,
     AcquireReply,

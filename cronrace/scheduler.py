@@ -19,19 +19,19 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import TaskGroup
 
-from cronrace.clock import Clock
 from cronrace.config import AgentSettings
 from cronrace.decisions import EXPIRED_COUNT_CAP, Proposal
 from cronrace.errors import CronraceError, StoreError
 from cronrace.membership import Membership, late_fire_bound_s
 from cronrace.model.job import Job
 from cronrace.model.policies import TickPlan, plan_ticks
-from cronrace.observer import Observer
 from cronrace.outbox import Outbox
 from cronrace.race import TickRace
 from cronrace.racers import Racers, Ring
-from cronrace.retry import Retry, backoff_s
 from cronrace.runner import Runner
+from cronrace.runtime.clock import Clock
+from cronrace.runtime.observer import Observer
+from cronrace.runtime.retry import Retry, backoff_s
 from cronrace.store import Owner, Store
 from cronrace.wakeup import StopGate
 

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from cronrace.clock import Clock
 from cronrace.decisions import Proposal
 from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
 from cronrace.runner import Runner
+from cronrace.runtime.clock import Clock
 from cronrace.store import Claim, Owner, Store
 
 log = logging.getLogger("cronrace.scheduler")

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from cronrace import Agent, RunContext
-from cronrace.clock import SystemClock
+from cronrace.runtime.clock import SystemClock
 from cronrace.testing import FakeClock
 from tests.helpers import Recorder, history, memory_fleet, running, settings, wait_for
 from tests.redis_server import RedisServer

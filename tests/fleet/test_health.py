@@ -12,7 +12,7 @@ import pytest
 from cronrace import Agent, AgentSettings, RunContext
 from cronrace.metrics import PrometheusObserver
 from cronrace.probes import MetricsServer
-from cronrace.watchdog import LoopWatchdog
+from cronrace.runtime.watchdog import LoopWatchdog
 from tests.helpers import running, wait_for
 
 

@@ -12,8 +12,8 @@ import pytest
 from cronrace import Agent, RunContext
 from cronrace.cli_output import print_nodes, racers_line
 from cronrace.membership import late_fire_bound_s
-from cronrace.observer import Observer
 from cronrace.racers import Ring
+from cronrace.runtime.observer import Observer
 from cronrace.store import Store
 from cronrace.testing import FakeClock, memory_agent
 

@@ -39,7 +39,7 @@ async def test_start_raises_when_redis_is_unreachable_at_start_up() -> None:
 
 
 def test_an_observer_set_after_construction_reaches_every_part() -> None:
-    from cronrace.observer import Observer
+    from cronrace.runtime.observer import Observer
 
     agent = Agent(redis_url="memory://observer-swap", node_id="n")
     observer = Observer()  # what `cronrace run --metrics-address` does with its own

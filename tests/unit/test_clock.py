@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from cronrace.clock import Clock, ServerOffsetClock, SystemClock
+from cronrace.runtime.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.testing import FakeClock
 
 START_S = 1_800_000_000.0

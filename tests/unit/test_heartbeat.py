@@ -6,12 +6,12 @@ import secrets
 
 from cronrace.heartbeat import Heartbeat, heartbeat_ttl_ms
 from cronrace.membership import Membership
-from cronrace.observer import Observer
 from cronrace.racers import Racers
-from cronrace.readiness import Readiness
+from cronrace.runtime.observer import Observer
+from cronrace.runtime.readiness import Readiness
+from cronrace.runtime.watchdog import LoopWatchdog
 from cronrace.store import Store
 from cronrace.testing import FakeClock
-from cronrace.watchdog import LoopWatchdog
 
 
 def beater(node_id: str, clock: FakeClock) -> Heartbeat:

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 import anyio
 import pytest
 
-from cronrace.clock import SystemClock
 from cronrace.errors import RedisAmbiguousError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
-from cronrace.retry import Backoff
+from cronrace.runtime.clock import SystemClock
+from cronrace.runtime.retry import Backoff
 from cronrace.store import Store
 from cronrace.testing import FakeClock
 from tests.helpers import wait_for

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 import anyio
 import pytest
 
-from cronrace.clock import SystemClock
 from cronrace.errors import RedisAmbiguousError, StoreError
 from cronrace.model.job import Job
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
 from cronrace.releases import Releases
+from cronrace.runtime.clock import SystemClock
 from cronrace.store import (
     AcquireDecision,
     AcquireMode,

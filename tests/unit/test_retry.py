@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from cronrace.retry import BACKOFF, Backoff, Retry, backoff_s
+from cronrace.runtime.retry import BACKOFF, Backoff, Retry, backoff_s
 from cronrace.testing import FakeClock
 
 

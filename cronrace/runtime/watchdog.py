@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import anyio
 
-log = logging.getLogger("cronrace.watchdog")
+log = logging.getLogger("cronrace.runtime.watchdog")
 
 #: How often the watchdog wakes, at most; a lag is seen within this much of its start.
 PERIOD_MAX_S = 0.25

@@ -3,7 +3,7 @@
 Ready means Redis answered the last heartbeat (or the last claims) and refuses none of
 the commands this agent sends: a refusal (ACL, password) is not an outage and does not
 pass by itself, so it keeps the agent not ready until the command goes through again.
-Alive means the event loop answers (:class:`~cronrace.watchdog.LoopWatchdog`).
+Alive means the event loop answers (:class:`~cronrace.runtime.watchdog.LoopWatchdog`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable
 
 from cronrace.errors import RedisAccessError
-from cronrace.observer import Observer
-from cronrace.watchdog import LoopWatchdog
+from cronrace.runtime.observer import Observer
+from cronrace.runtime.watchdog import LoopWatchdog
 
 log = logging.getLogger("cronrace.agent")
 

@@ -10,7 +10,7 @@ watermark read and its unanswered claims, the acquire retries, the outbox, and t
 releases (a steeper, unjittered :class:`Backoff` cut short when Redis answers again).
 A lease's renewals are not retried on a backoff but on its own cadence, bounded by its
 deadline (``lease.py``). Not tenacity: every wait here must go through the agent's
-:class:`~cronrace.clock.Clock` (a fake one in tests) and stay cancellable by anyio, and
+:class:`~cronrace.runtime.clock.Clock` (a fake one in tests) and stay cancellable by anyio, and
 the loops need the attempt count itself (log once, tell a recovery), which is all this is.
 """
 
@@ -20,7 +20,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from cronrace.clock import Clock
+from cronrace.runtime.clock import Clock
 
 #: The first retry waits up to this long.
 BACKOFF_START_S = 0.1

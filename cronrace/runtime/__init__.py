@@ -1,0 +1,1 @@
+"""What a running node leans on: clocks, retry, logs, the observer, watchdog, readiness."""
