@@ -26,7 +26,7 @@ from typing import Any
 from benchmarks.instrument import BACKGROUND_PHASES, TICK_PHASES
 from benchmarks.procs import Fleet, FleetError
 from benchmarks.server import BenchServer, InfoSnapshot
-from cronrace.store import Keys, Store
+from cronrace.stores.redis import Keys, Store
 
 SCHEDULE = "* * * * * *"
 #: A tick is "late" when its claims are not all sent this long after it.

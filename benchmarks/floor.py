@@ -19,8 +19,8 @@ import orjson
 import redis.asyncio as aioredis
 
 from benchmarks.cells import percentile
-from cronrace.store import Keys
-from cronrace.store.scripts import script_sources
+from cronrace.stores.redis import Keys
+from cronrace.stores.redis.scripts import script_sources
 
 LEASE_TTL_MS = 30_000
 CLAIM_TTL_MS = 306_000

@@ -5,7 +5,7 @@ Two hooks, both outside ``cronrace/``:
 - the agent's connection pool is given :class:`CountingConnection` (a redis-py connection
   subclass): every ``send_packed_command`` is one round trip and every ``pack_command`` one
   command sent, counted under the current *phase*;
-- the agent's :class:`~cronrace.store.Store` instance has its public methods wrapped so
+- the agent's :class:`~cronrace.stores.redis.Store` instance has its public methods wrapped so
   that they set the phase (``claim``, ``acquire``, ``finish``, ...) for the duration of the
   call. The outermost phase wins, so the XADD inside ``Store.finish`` counts as ``finish``.
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from redis.asyncio.connection import Connection
 
-from cronrace.store import AcquireRequest, Claim, Store
+from cronrace.stores.redis import AcquireRequest, Claim, Store
 
 #: What the agent is doing when it talks to Redis.
 PHASE: ContextVar[str] = ContextVar("cronrace_bench_phase", default="other")

@@ -6,7 +6,7 @@ same server and event loop as the fleet; prints one JSON document. For each batc
 turn and repeated, two loops as fast as they go:
 
 - ``raw``: a plain ``redis.asyncio.Redis`` pipeline of B ``SET key x NX PX 60000``;
-- ``store``: ``cronrace.store.Store.claim`` with B claims, on the client the agent uses.
+- ``store``: ``cronrace.stores.redis.Store.claim`` with B claims, on the client the agent uses.
 
 and reports the median process CPU per SET, and SETs per second. A hot loop is the best
 case for any client; a fleet wakes once a second. So for the losers-only cells it also
@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 import redis.asyncio as aioredis
 
-from cronrace.store import Claim, Store
+from cronrace.stores.redis import Claim, Store
 
 TTL_MS = 60_000
 

@@ -33,8 +33,8 @@ from benchmarks.server import BenchServer
 from cronrace import Agent, AgentSettings, RunContext
 from cronrace.runtime.observer import Observer
 from cronrace.schedules import ScheduleSync
-from cronrace.store import Store
 from cronrace.stored import ScheduleSpec
+from cronrace.stores.redis import Store
 
 NAMESPACE = "bench"
 

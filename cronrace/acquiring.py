@@ -17,7 +17,7 @@ from cronrace.errors import CronraceError, RedisUnavailableError
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import BACKOFF, Backoff, Retry
-from cronrace.store import AcquireReply, AcquireRequest, Store
+from cronrace.stores.redis import AcquireReply, AcquireRequest, Store
 
 log = logging.getLogger("cronrace.scheduler")
 

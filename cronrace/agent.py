@@ -34,7 +34,7 @@ from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.watchdog import LoopWatchdog
 from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync, TargetFactory
-from cronrace.store import Owner, Store
+from cronrace.stores.redis import Owner, Store
 
 log = logging.getLogger("cronrace.agent")
 

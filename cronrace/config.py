@@ -23,9 +23,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from cronrace.errors import ConfigError
 from cronrace.racers import Racers
-from cronrace.store.urls import is_embedded as is_embedded  # re-exported: agent, cli
-from cronrace.store.urls import parse_redis_url
-from cronrace.store.urls import redact_url as redact_url  # re-exported: cli, targets
+from cronrace.stores.redis.urls import is_embedded as is_embedded  # re-exported: agent, cli
+from cronrace.stores.redis.urls import parse_redis_url
+from cronrace.stores.redis.urls import redact_url as redact_url  # re-exported: cli, targets
 
 ENV_PREFIX = "CRONRACE_"
 HOST_PATTERN = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_-]{1,63})*$")

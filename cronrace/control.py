@@ -20,7 +20,7 @@ from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import Retry
 from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync
-from cronrace.store import Store
+from cronrace.stores.redis import Store
 
 log = logging.getLogger("cronrace.agent")
 

@@ -41,10 +41,10 @@ class ConfigError(CronraceError, ValueError):
 
 
 class StoreError(CronraceError):
-    """A Redis call failed; the base of every error ``cronrace.store`` raises.
+    """A Redis call failed; the base of every error ``cronrace.stores.redis`` raises.
 
     The store translates redis-py's exceptions into these where they leave it, so nothing
-    above ``cronrace/store/`` needs to know redis-py (DESIGN.md section 7). A plain
+    above ``cronrace/stores/redis/`` needs to know redis-py (DESIGN.md section 7). A plain
     ``StoreError`` is something cronrace cannot use (a script that failed, a key that
     cannot be named); the subclasses say why the call failed.
     """

@@ -22,7 +22,7 @@ from anyio.abc import TaskGroup
 from cronrace.errors import StoreError
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
-from cronrace.store import Renewal, Store
+from cronrace.stores.redis import Renewal, Store
 
 log = logging.getLogger("cronrace.lease")
 

@@ -35,7 +35,7 @@ from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.retry import Retry
 from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync
-from cronrace.store import Store
+from cronrace.stores.redis import Store
 
 if TYPE_CHECKING:
     from cronrace.agent import Agent

@@ -24,8 +24,8 @@ from cronrace.model.job import Handler, Job
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runtime.clock import Clock, SystemClock
 from cronrace.schedules import Schedules
-from cronrace.store import JobState, Store
 from cronrace.stored import ScheduleSpec
+from cronrace.stores.redis import JobState, Store
 from cronrace.timing.schedule import Schedule
 
 log = logging.getLogger("cronrace.operator")

@@ -38,7 +38,7 @@ from cronrace.runner import Runner
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import BACKOFF, Backoff
-from cronrace.store import Claim, ClaimOutcome, ClaimReply, Owner, Store
+from cronrace.stores.redis import Claim, ClaimOutcome, ClaimReply, Owner, Store
 from cronrace.wakeup import ABORT_TIMEOUT_S, WakeUp, account_for_cut_wakeup
 
 log = logging.getLogger("cronrace.scheduler")

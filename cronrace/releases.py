@@ -30,7 +30,7 @@ from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.retry import Backoff
-from cronrace.store import FinishRequest, Owner, ReleaseReply, Store
+from cronrace.stores.redis import FinishRequest, Owner, ReleaseReply, Store
 
 log = logging.getLogger("cronrace.run")
 

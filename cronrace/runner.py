@@ -28,7 +28,7 @@ from cronrace.outbox import Outbox
 from cronrace.releases import Releases
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
-from cronrace.store import (
+from cronrace.stores.redis import (
     AcquireDecision,
     AcquireReply,
     Owner,

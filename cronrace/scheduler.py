@@ -32,7 +32,7 @@ from cronrace.runner import Runner
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import Retry, backoff_s
-from cronrace.store import Owner, Store
+from cronrace.stores.redis import Owner, Store
 from cronrace.wakeup import StopGate
 
 log = logging.getLogger("cronrace.scheduler")

@@ -28,13 +28,13 @@ import anyio.lowlevel
 
 from cronrace.errors import CronraceError, JobDefinitionError, UnknownJobError
 from cronrace.model.job import Handler, Job, PolicyOptions
-from cronrace.store.schedules import ScheduleChange, WriteReply
 from cronrace.stored import ScheduleSpec, build_job, check_schedule
+from cronrace.stores.redis.schedules import ScheduleChange, WriteReply
 
 if TYPE_CHECKING:
     from cronrace.operator import OperatorClient
     from cronrace.scheduler import Scheduler
-    from cronrace.store import Store
+    from cronrace.stores.redis import Store
 
 log = logging.getLogger("cronrace.schedules")
 

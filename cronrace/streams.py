@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from cronrace.config import redact_url
 from cronrace.errors import StoreError, TargetError
 from cronrace.model.job import RunContext
-from cronrace.store import Store
-from cronrace.store.urls import parse_redis_url
+from cronrace.stores.redis import Store
+from cronrace.stores.redis.urls import parse_redis_url
 
 #: Entry fields cronrace sets; a stream target's ``fields`` cannot override them.
 RESERVED_FIELDS = frozenset({"job", "tick", "fence", "node", "idempotency_key", "trigger_id"})

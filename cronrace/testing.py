@@ -44,7 +44,7 @@ import anyio
 from cronrace.agent import Agent
 from cronrace.config import AgentSettings
 from cronrace.model.job import Handler, RunContext
-from cronrace.store import Store
+from cronrace.stores.redis import Store
 
 __all__ = ["FakeClock", "RedisServer", "TLSFiles", "free_port", "memory_agent", "run_handler"]
 

@@ -28,7 +28,7 @@ from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
 from cronrace.runner import Runner
 from cronrace.runtime.clock import Clock
-from cronrace.store import Claim, Owner, Store
+from cronrace.stores.redis import Claim, Owner, Store
 
 log = logging.getLogger("cronrace.scheduler")
 

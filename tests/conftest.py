@@ -12,7 +12,7 @@ import fakeredis
 import pytest
 from hypothesis import settings
 
-from cronrace.store import Store, make_client
+from cronrace.stores.redis import Store, make_client
 from tests.redis_server import RedisServer, redis_available, require_redis_in_ci
 from tests.topology import REDIS_CLI, ClusterSet
 

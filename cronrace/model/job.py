@@ -22,7 +22,7 @@ from cronrace.model.records import utc_from_s
 from cronrace.timing.schedule import Schedule
 
 if TYPE_CHECKING:
-    from cronrace.store import Store
+    from cronrace.stores.redis import Store
 
 JOB_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import redis
 
-from cronrace.store import Keys
+from cronrace.stores.redis import Keys
 from cronrace.testing import free_port
 from tests.faults.witness import Witness, start_node, stop_all
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cronrace.store.scripts import script_sources
+from cronrace.stores.redis.scripts import script_sources
 from tests.faults.proxy import FaultProxy
 from tests.faults.witness import Witness, judge, sleep_until_fraction, start_node, stop_all
 from tests.redis_server import RedisServer

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from cronrace.store import Keys
+from cronrace.stores.redis import Keys
 from tests.faults.witness import (
     Witness,
     judge,

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from cronrace import Agent, RunContext, RunRecord
-from cronrace.store import Store
+from cronrace.stores.redis import Store
 from tests.faults.witness import Witness, judge, sleep_until_fraction, start_node, stop_all
 from tests.helpers import running, settings, wait_for
 from tests.redis_server import RedisServer

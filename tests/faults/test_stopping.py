@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from cronrace.store import Keys
+from cronrace.stores.redis import Keys
 from tests.faults.netem import ProxiedNodes
 from tests.faults.witness import (
     Witness,

@@ -38,7 +38,7 @@ import orjson
 import redis
 
 from cronrace.model.records import RunRecord
-from cronrace.store import Store
+from cronrace.stores.redis import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,7 +24,7 @@ from cronrace.errors import (
     RedisUnavailableError,
 )
 from cronrace.metrics import PrometheusObserver
-from cronrace.store.acl import acl_setuser
+from cronrace.stores.redis.acl import acl_setuser
 from cronrace.testing import RedisServer
 from tests.helpers import Recorder, running, settings, wait_for
 from tests.redis_server import free_port, redis_available

@@ -14,7 +14,7 @@ from cronrace.cli_output import print_nodes, racers_line
 from cronrace.membership import late_fire_bound_s
 from cronrace.racers import Ring
 from cronrace.runtime.observer import Observer
-from cronrace.store import Store
+from cronrace.stores.redis import Store
 from cronrace.testing import FakeClock, memory_agent
 
 START_S = 1_700_000_000

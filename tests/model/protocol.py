@@ -1,6 +1,6 @@
 """A model of the claim / acquire / renew / release protocol, checked after every step.
 
-A hypothesis state machine drives the real Lua scripts through :class:`cronrace.store.Store`
+A hypothesis state machine drives the real Lua scripts through :class:`cronrace.stores.redis.Store`
 (one store per node, as in a fleet) and checks the contract of DESIGN.md after each step.
 Its rules are what can happen to a fleet: nodes claim ticks (on time, late, or with a clock
 so far behind that the claim key has expired), decide them, renew, finish and crash; they
@@ -41,7 +41,7 @@ from hypothesis.stateful import (
 
 from cronrace.model.policies import Catchup, Outcome, TickPlan, plan_ticks
 from cronrace.model.records import RunRecord
-from cronrace.store import AcquireReply, AcquireRequest, Claim, Store
+from cronrace.stores.redis import AcquireReply, AcquireRequest, Claim, Store
 from tests.model import redis_state
 from tests.model.mutations import apply_mutation
 

@@ -40,8 +40,8 @@ from cronrace import Agent, AgentSettings
 from cronrace.model.job import RunContext
 from cronrace.model.policies import Catchup, Outcome, Overlap
 from cronrace.model.records import RunRecord
-from cronrace.store import Store
-from cronrace.store.keys import Keys
+from cronrace.stores.redis import Store
+from cronrace.stores.redis.keys import Keys
 from cronrace.testing import FakeClock
 from tests.model.mutations import apply_mutation, python_mutation
 from tests.model.sim import FAR_S, Network, NodeClock, Process, node_client, server_time_follows

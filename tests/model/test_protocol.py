@@ -9,7 +9,7 @@ import pytest
 import redis
 from hypothesis.stateful import run_state_machine_as_test
 
-from cronrace.store import make_client
+from cronrace.stores.redis import make_client
 from tests.model.profiles import model_settings
 from tests.model.protocol import FakeRedisProtocolModel, ProtocolModel
 from tests.redis_server import RedisServer, redis_available

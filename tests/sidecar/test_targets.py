@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from cronrace.errors import TargetError
-from cronrace.store import Store
+from cronrace.stores.redis import Store
 from cronrace.streams import OtherRedis, StreamSpec, StreamTarget
 from cronrace.targets import CommandSpec, CommandTarget, HttpSpec, HttpTarget, is_loopback
 from tests.helpers import wait_for

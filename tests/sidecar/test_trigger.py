@@ -10,7 +10,7 @@ import redis
 from typer.testing import CliRunner
 
 from cronrace.cli import EXIT_INVALID, app
-from cronrace.store import Keys
+from cronrace.stores.redis import Keys
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cronrace.store import AcquireReply, AcquireRequest, Claim, Store
+from cronrace.stores.redis import AcquireReply, AcquireRequest, Claim, Store
 
 
 def request(

@@ -15,8 +15,8 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cronrace.errors import RedisUnavailableError, StoreError
-from cronrace.store import Claim, ClaimOutcome, Store
-from cronrace.store.keys import fence_key, hash_tag
+from cronrace.stores.redis import Claim, ClaimOutcome, Store
+from cronrace.stores.redis.keys import fence_key, hash_tag
 from tests.store.test_scripts import request
 from tests.topology import ClusterSet, SentinelSet, client
 

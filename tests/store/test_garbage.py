@@ -17,7 +17,7 @@ import pytest
 from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
-from cronrace.store import AcquireRequest, Claim, Store
+from cronrace.stores.redis import AcquireRequest, Claim, Store
 from tests.topology import keys_matching
 
 Writer = Callable[[Any, str], Awaitable[Any]]
@@ -70,7 +70,7 @@ async def test_acquire_moves_a_wrong_type_aside_and_decides_the_tick(
 ) -> None:
     key = getattr(store.keys, name)("j")
     await WRITERS[garbage](store.client, key)
-    with caplog.at_level(logging.ERROR, logger="cronrace.store"):
+    with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
         (reply,) = await store.acquire([request(100)])
     assert not isinstance(reply, Exception), reply
     assert reply.decision == "run"
@@ -187,7 +187,7 @@ async def test_reads_survive_garbage_and_report_it(
         right = {"runs": "stream", "lease": "hash", "state": "hash"}.get(name, "string")
         if garbage != right:
             await WRITERS[garbage](store.client, key)
-    with caplog.at_level(logging.ERROR, logger="cronrace.store"):
+    with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
         assert (await store.history("j", 10)) == [] or garbage == "stream"
         (state,) = await store.job_states(["j"])
         marks = await store.watermarks(["j", "k"])
@@ -245,7 +245,7 @@ async def test_namespace_keys_holding_garbage_are_moved_aside(
 
 async def test_a_script_error_names_the_line_of_the_file_we_ship(store: Store) -> None:
     """Redis numbers the lines of _lib.lua and the script joined; the error is mapped back."""
-    source = resources.files("cronrace.lua").joinpath("acquire.lua").read_text()
+    source = resources.files("cronrace.stores.redis.lua").joinpath("acquire.lua").read_text()
     line = 1 + source.splitlines().index("  if prev >= decide_tick then")
     bad = AcquireRequest("j", "not-a-tick", 1, 1, "n1:x", 5000, "skip", "run")  # type: ignore[arg-type]
     (reply,) = await store.acquire([bad])

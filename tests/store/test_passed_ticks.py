@@ -15,7 +15,7 @@ Each test runs on fakeredis, a real redis-server and a real Cluster.
 from __future__ import annotations
 
 from cronrace.model.policies import Overlap
-from cronrace.store import (
+from cronrace.stores.redis import (
     AcquireDecision,
     AcquireMode,
     AcquireReply,

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from cronrace.store import Store
-from cronrace.store.schedules import ScheduleChange
+from cronrace.stores.redis import Store
+from cronrace.stores.redis.schedules import ScheduleChange
 
 
 def put(
@@ -72,7 +72,7 @@ async def test_garbage_under_the_key_is_moved_aside_by_the_next_write(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     await store.client.set(store.keys.schedules, "garbage")
-    with caplog.at_level(logging.ERROR, logger="cronrace.store"):
+    with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
         assert (await store.schedules.read_all()).definitions == {}
         assert await store.schedules.version() == 0
         reply = await store.schedules.write([put("add", "a")])

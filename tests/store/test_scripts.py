@@ -6,7 +6,7 @@ import pytest
 
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
-from cronrace.store import AcquireRequest, Claim, Owner, Store
+from cronrace.stores.redis import AcquireRequest, Claim, Owner, Store
 
 
 def request(

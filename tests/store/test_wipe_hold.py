@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from cronrace.store import AcquireReply, AcquireRequest, Claim, Store, make_client
+from cronrace.stores.redis import AcquireReply, AcquireRequest, Claim, Store, make_client
 
 
 def request(

@@ -6,14 +6,14 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from cronrace.store.acl import COMMANDS, SCRIPT_COMMANDS, acl_setuser
+from cronrace.stores.redis.acl import COMMANDS, SCRIPT_COMMANDS, acl_setuser
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_acl_lists_exactly_the_commands_the_lua_scripts_call() -> None:
     called: set[str] = set()
-    for script in resources.files("cronrace.lua").iterdir():
+    for script in resources.files("cronrace.stores.redis.lua").iterdir():
         if script.name.endswith(".lua"):
             text = script.read_text(encoding="utf-8")
             called |= {c.lower() for c in re.findall(r"redis\.p?call\(\s*['\"](\w+)", text)}

@@ -21,7 +21,7 @@ from cronrace.decisions import (
 from cronrace.model.job import Job
 from cronrace.model.policies import Outcome, Overlap, TickPlan
 from cronrace.runtime.observer import Observer
-from cronrace.store import AcquireDecision, AcquireMode, AcquireReply, Owner
+from cronrace.stores.redis import AcquireDecision, AcquireMode, AcquireReply, Owner
 
 NOW_MS = 1_000_500
 ME = "n1"

@@ -10,7 +10,7 @@ from cronrace.racers import Racers
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.watchdog import LoopWatchdog
-from cronrace.store import Store
+from cronrace.stores.redis import Store
 from cronrace.testing import FakeClock
 
 

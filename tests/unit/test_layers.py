@@ -31,10 +31,10 @@ from cronrace.errors import (
     RedisUnavailableError,
     StoreError,
 )
-from cronrace.store import Store
-from cronrace.store.errors import translate
-from cronrace.store.fleet import FleetCommands
-from cronrace.store.schedules import ScheduleCommands
+from cronrace.stores.redis import Store
+from cronrace.stores.redis.errors import translate
+from cronrace.stores.redis.fleet import FleetCommands
+from cronrace.stores.redis.schedules import ScheduleCommands
 
 PACKAGE = Path(cronrace.__file__).parent
 

@@ -19,7 +19,7 @@ import pytest
 
 from cronrace.errors import RedisUnavailableError
 from cronrace.lease import SAFETY_MARGIN, Lease
-from cronrace.store import Renewal, Store
+from cronrace.stores.redis import Renewal, Store
 from cronrace.testing import FakeClock
 
 TTL_S = 3.0

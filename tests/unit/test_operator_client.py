@@ -12,7 +12,7 @@ from cronrace.fleetview import look
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
 from cronrace.operator import OperatorClient
-from cronrace.store import Store
+from cronrace.stores.redis import Store
 
 
 class RoundTrips:

@@ -14,7 +14,7 @@ from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
 from cronrace.runtime.clock import SystemClock
 from cronrace.runtime.retry import Backoff
-from cronrace.store import Store
+from cronrace.stores.redis import Store
 from cronrace.testing import FakeClock
 from tests.helpers import wait_for
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from cronrace.config import load_settings
 from cronrace.errors import ConfigError
-from cronrace.store.urls import Deployment, parse_redis_url, redact_url
+from cronrace.stores.redis.urls import Deployment, parse_redis_url, redact_url
 from cronrace.streams import StreamSpec
 
 P, S, C = Deployment.PRIMARY, Deployment.SENTINEL, Deployment.CLUSTER

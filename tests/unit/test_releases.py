@@ -14,7 +14,7 @@ from cronrace.model.records import RunRecord
 from cronrace.outbox import Outbox
 from cronrace.releases import Releases
 from cronrace.runtime.clock import SystemClock
-from cronrace.store import (
+from cronrace.stores.redis import (
     AcquireDecision,
     AcquireMode,
     AcquireRequest,

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from cronrace.lease import COMPACT_AT, Lease, Renewals
-from cronrace.store import Renewal
+from cronrace.stores.redis import Renewal
 from cronrace.testing import FakeClock
 
 

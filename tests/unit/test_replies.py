@@ -6,7 +6,7 @@ import pytest
 
 from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
-from cronrace.store.replies import (
+from cronrace.stores.redis.replies import (
     AcquireDecision,
     Owner,
     ReleaseDecision,

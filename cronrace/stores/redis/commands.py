@@ -15,15 +15,15 @@ from typing import Any, cast
 from redis.exceptions import RedisClusterException, RedisError
 
 from cronrace.errors import RedisAccessError, RedisUnavailableError, StoreError
-from cronrace.store.client import follow_primary
-from cronrace.store.errors import translating
-from cronrace.store.garbage import (
+from cronrace.stores.redis.client import follow_primary
+from cronrace.stores.redis.errors import translating
+from cronrace.stores.redis.garbage import (
     TRANSIENT_REPLY_ERRORS,
     is_wrong_type,
     report_quarantined,
 )
-from cronrace.store.keys import fence_key
-from cronrace.store.replies import (
+from cronrace.stores.redis.keys import fence_key
+from cronrace.stores.redis.replies import (
     AcquireReply,
     AcquireRequest,
     Claim,
@@ -38,20 +38,20 @@ from cronrace.store.replies import (
     decode_text,
     int_or_none,
 )
-from cronrace.store.runs import RunCommands
-from cronrace.store.scripts import locate_lines
-from cronrace.store.shards import TRANSIENT_ERRORS, per_shard
+from cronrace.stores.redis.runs import RunCommands
+from cronrace.stores.redis.scripts import locate_lines
+from cronrace.stores.redis.shards import TRANSIENT_ERRORS, per_shard
 
-log = logging.getLogger("cronrace.store")
+log = logging.getLogger("cronrace.stores.redis")
 
 
 @translating
 class Store(RunCommands):
     """Redis operations of one namespace: the race, decisions, leases, records, handlers.
 
-    The shared state lives in :class:`~cronrace.store.base.StoreBase`, the operator side
-    in :class:`~cronrace.store.operator.OperatorCommands`, runs' leases and records in
-    :class:`~cronrace.store.runs.RunCommands`.
+    The shared state lives in :class:`~cronrace.stores.redis.base.StoreBase`, the operator side
+    in :class:`~cronrace.stores.redis.operator.OperatorCommands`, runs' leases and records in
+    :class:`~cronrace.stores.redis.runs.RunCommands`.
     """
 
     # -- the race --------------------------------------------------------------------
@@ -329,7 +329,7 @@ class Store(RunCommands):
     async def fenced_set(self, key: str, value: str | bytes, fence: int, ttl_ms: int = 0) -> bool:
         """Write ``value`` under ``key`` unless a higher fence wrote it before.
 
-        The highest fence is kept under :func:`~cronrace.store.keys.fence_key`, in the same
+        The highest fence is kept under :func:`~cronrace.stores.redis.keys.fence_key`, in the same
         Cluster slot as ``key``.
 
         Raises:

@@ -19,7 +19,7 @@ from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
 
-log = logging.getLogger("cronrace.store")
+log = logging.getLogger("cronrace.stores.redis")
 
 
 class NotReplicatedError(StoreError):

@@ -38,7 +38,7 @@ CLIENT_COMMANDS = (
     "zrem",
     "zremrangebyscore",
 )
-#: Run by the Lua scripts (cronrace/lua/*.lua).
+#: Run by the Lua scripts (cronrace/stores/redis/lua/*.lua).
 SCRIPT_COMMANDS = (
     "del",
     "exists",

@@ -43,7 +43,7 @@ from cronrace.errors import (
     RedisUnavailableError,
     StoreError,
 )
-from cronrace.store.shards import AMBIGUOUS_ERRORS, TRANSIENT_ERRORS
+from cronrace.stores.redis.shards import AMBIGUOUS_ERRORS, TRANSIENT_ERRORS
 
 #: What a call into redis-py may raise; the wrapped methods let nothing else of it out.
 RAW_FAILURES: tuple[type[BaseException], ...] = (RedisError, RedisClusterException, OSError)

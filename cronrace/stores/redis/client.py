@@ -7,7 +7,7 @@ it through failovers; Cluster (``redis+cluster://``) redis-py's ``RedisCluster``
 
 Every client but fakeredis translates refusals (a wrong password, ``NOPERM``, a certificate
 that does not verify) into cronrace's errors for every command and pipeline, and tells its
-:class:`~cronrace.store.access.AccessWatch` what was refused and what went through again.
+:class:`~cronrace.stores.redis.access.AccessWatch` what was refused and what went through again.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from redis.exceptions import (
     RedisError,
 )
 
-from cronrace.store.access import AccessWatch
-from cronrace.store.shards import AMBIGUOUS_ERRORS as AMBIGUOUS_ERRORS
-from cronrace.store.shards import TRANSIENT_ERRORS as TRANSIENT_ERRORS
-from cronrace.store.urls import Deployment, RedisTarget, parse_redis_url
+from cronrace.stores.redis.access import AccessWatch
+from cronrace.stores.redis.shards import AMBIGUOUS_ERRORS as AMBIGUOUS_ERRORS
+from cronrace.stores.redis.shards import TRANSIENT_ERRORS as TRANSIENT_ERRORS
+from cronrace.stores.redis.urls import Deployment, RedisTarget, parse_redis_url
 
-log = logging.getLogger("cronrace.store")
+log = logging.getLogger("cronrace.stores.redis")
 
 _MEMORY_SERVERS: dict[str, Any] = {}
 

@@ -23,10 +23,10 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from cronrace.store.replies import Quarantined, decode_quarantined
-from cronrace.store.scripts import Scripts
+from cronrace.stores.redis.replies import Quarantined, decode_quarantined
+from cronrace.stores.redis.scripts import Scripts
 
-log = logging.getLogger("cronrace.store")
+log = logging.getLogger("cronrace.stores.redis")
 
 #: Errors in one reply of a pipeline after which that command did not run and may be
 #: sent again once Redis is back (loading its data, a replica not yet promoted, ...).

@@ -6,10 +6,10 @@ typed arguments and answers (enums and value types, decoded once), ``client`` th
 connection pools, ``errors`` the translation of redis-py's exceptions into cronrace's.
 """
 
-from cronrace.store.client import make_client
-from cronrace.store.commands import Store
-from cronrace.store.keys import Keys
-from cronrace.store.replies import (
+from cronrace.stores.redis.client import make_client
+from cronrace.stores.redis.commands import Store
+from cronrace.stores.redis.keys import Keys
+from cronrace.stores.redis.replies import (
     AcquireDecision,
     AcquireMode,
     AcquireReply,

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from redis.exceptions import ResponseError
 
 from cronrace.model.records import NodeInfo, RunRecord
-from cronrace.store.base import StoreBase
-from cronrace.store.errors import translating
-from cronrace.store.garbage import is_wrong_type, quarantine
-from cronrace.store.replies import (
+from cronrace.stores.redis.base import StoreBase
+from cronrace.stores.redis.errors import translating
+from cronrace.stores.redis.garbage import is_wrong_type, quarantine
+from cronrace.stores.redis.replies import (
     JobState,
     decode_claim_owner,
     decode_job_state,
@@ -24,12 +24,12 @@ from cronrace.store.replies import (
     decode_text,
 )
 
-log = logging.getLogger("cronrace.store")
+log = logging.getLogger("cronrace.stores.redis")
 
 
 @translating
 class OperatorCommands(StoreBase):
-    """The operator side of :class:`~cronrace.store.Store`."""
+    """The operator side of :class:`~cronrace.stores.redis.Store`."""
 
     async def nodes(self, *, heartbeat_ttl_ms: int) -> list[NodeInfo]:
         """List live nodes, newest heartbeat first."""

@@ -20,13 +20,13 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from cronrace.store.errors import translating
-from cronrace.store.garbage import is_wrong_type, report_quarantined
-from cronrace.store.keys import Keys
-from cronrace.store.replies import decode_quarantined, decode_text, int_or_none
-from cronrace.store.scripts import Scripts
+from cronrace.stores.redis.errors import translating
+from cronrace.stores.redis.garbage import is_wrong_type, report_quarantined
+from cronrace.stores.redis.keys import Keys
+from cronrace.stores.redis.replies import decode_quarantined, decode_text, int_or_none
+from cronrace.stores.redis.scripts import Scripts
 
-log = logging.getLogger("cronrace.store")
+log = logging.getLogger("cronrace.stores.redis")
 
 #: The hash field that counts changes (a schedule name never contains ':').
 VERSION_FIELD = ":version"

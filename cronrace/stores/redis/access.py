@@ -25,9 +25,9 @@ from typing import Any
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 
 from cronrace.errors import RedisAccessError, RedisAuthError, RedisPermissionError, RedisTLSError
-from cronrace.store.scripts import script_sources
+from cronrace.stores.redis.scripts import script_sources
 
-log = logging.getLogger("cronrace.store")
+log = logging.getLogger("cronrace.stores.redis")
 
 #: Commands whose ACL name includes the subcommand (``script|load``).
 _CONTAINER_COMMANDS = frozenset({"script", "client", "config", "acl", "object", "xinfo", "cluster"})

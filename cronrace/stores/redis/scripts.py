@@ -19,16 +19,16 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from cronrace.store.replies import decode_text
-from cronrace.store.shards import TRANSIENT_ERRORS, per_shard
+from cronrace.stores.redis.replies import decode_text
+from cronrace.stores.redis.shards import TRANSIENT_ERRORS, per_shard
 
-log = logging.getLogger("cronrace.store")
+log = logging.getLogger("cronrace.stores.redis")
 
 SCRIPTS = ("acquire", "renew", "release", "fenced_set", "quarantine", "schedules")
 
 
 def _read_lua(name: str) -> str:
-    return resources.files("cronrace.lua").joinpath(name).read_text(encoding="utf-8")
+    return resources.files("cronrace.stores.redis.lua").joinpath(name).read_text(encoding="utf-8")
 
 
 def script_sources() -> dict[str, str]:

@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cronrace.store.errors import translating
-from cronrace.store.garbage import is_wrong_type
-from cronrace.store.keys import Keys
-from cronrace.store.replies import decode_text, int_or_none
-from cronrace.store.schedules import VERSION_FIELD
+from cronrace.stores.redis.errors import translating
+from cronrace.stores.redis.garbage import is_wrong_type
+from cronrace.stores.redis.keys import Keys
+from cronrace.stores.redis.replies import decode_text, int_or_none
+from cronrace.stores.redis.schedules import VERSION_FIELD
 
-log = logging.getLogger("cronrace.store")
+log = logging.getLogger("cronrace.stores.redis")
 
 
 @dataclass(frozen=True, slots=True)

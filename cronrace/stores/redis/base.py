@@ -1,4 +1,4 @@
-"""The state every part of :class:`~cronrace.store.Store` shares: client, keys, scripts.
+"""The state every part of :class:`~cronrace.stores.redis.Store` shares: client, keys, scripts.
 
 Also what this node has seen of each job's fences (its evidence that a job whose counter
 is missing was wiped, not new), and the pipelined commands that move garbage aside.
@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Self
 
-from cronrace.store.access import AccessWatch
-from cronrace.store.client import make_client
-from cronrace.store.errors import translating
-from cronrace.store.fleet import FleetCommands
-from cronrace.store.garbage import Command, send_repairing
-from cronrace.store.keys import Keys
-from cronrace.store.schedules import ScheduleCommands
-from cronrace.store.scripts import Scripts
+from cronrace.stores.redis.access import AccessWatch
+from cronrace.stores.redis.client import make_client
+from cronrace.stores.redis.errors import translating
+from cronrace.stores.redis.fleet import FleetCommands
+from cronrace.stores.redis.garbage import Command, send_repairing
+from cronrace.stores.redis.keys import Keys
+from cronrace.stores.redis.schedules import ScheduleCommands
+from cronrace.stores.redis.scripts import Scripts
 
 #: The namespace-wide keys and the type each holds.
 NAMESPACE_KEY_TYPES = {"jobs": "set", "nodes": "zset", "epoch": "string", "control": "stream"}

@@ -1,6 +1,6 @@
 """A run's Redis side: renewing and releasing its lease, and writing its record.
 
-Part of :class:`~cronrace.store.Store` (its base class): ``release.lua`` releases a lease
+Part of :class:`~cronrace.stores.redis.Store` (its base class): ``release.lua`` releases a lease
 or hands it on, and appends the run's record in the same call, so the next run of a job
 never starts before the history shows this one; runs finishing together share a pipeline.
 """
@@ -15,10 +15,10 @@ from redis.exceptions import ResponseError
 from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
-from cronrace.store.errors import RAW_FAILURES, translate, translating
-from cronrace.store.garbage import Command, is_wrong_type, report_quarantined
-from cronrace.store.operator import OperatorCommands
-from cronrace.store.replies import (
+from cronrace.stores.redis.errors import RAW_FAILURES, translate, translating
+from cronrace.stores.redis.garbage import Command, is_wrong_type, report_quarantined
+from cronrace.stores.redis.operator import OperatorCommands
+from cronrace.stores.redis.replies import (
     FinishRequest,
     Owner,
     ReleaseDecision,
@@ -29,7 +29,7 @@ from cronrace.store.replies import (
     decode_renewal,
     decode_run_entries,
 )
-from cronrace.store.scripts import locate_lines
+from cronrace.stores.redis.scripts import locate_lines
 
 
 @translating
