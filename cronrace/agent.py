@@ -2,7 +2,7 @@
 
 An :class:`Agent` is what users define jobs on and run. It is made of one part per role:
 :mod:`cronrace.lifecycle` (connect, run the loops, stop, shut down), the
-:mod:`cronrace.heartbeat` (server clock samples, the epoch, the live members),
+:mod:`cronrace.fleet.heartbeat` (server clock samples, the epoch, the live members),
 :mod:`cronrace.runtime.readiness` (``/readyz``), and an :class:`~cronrace.operator.OperatorClient`
 on its store, to which its operator methods (pause, trigger, history, status) delegate;
 the CLI uses that client on its own, without an agent.
@@ -19,14 +19,14 @@ from anyio.abc import TaskStatus
 
 from cronrace.config import AgentSettings, is_embedded, load_settings
 from cronrace.errors import JobDefinitionError
-from cronrace.fleetdefs import FleetDefinitions, NodeDetails
-from cronrace.heartbeat import Heartbeat
+from cronrace.fleet.definitions import FleetDefinitions, NodeDetails
+from cronrace.fleet.heartbeat import Heartbeat
+from cronrace.fleet.membership import Membership
+from cronrace.fleet.racers import Racers
 from cronrace.lifecycle import Lifecycle
-from cronrace.membership import Membership
 from cronrace.model.job import Handler, Job, JobOptions, validate_job_name
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.operator import OperatorClient
-from cronrace.racers import Racers
 from cronrace.runner import Runner
 from cronrace.runtime.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.runtime.observer import Observer

@@ -22,7 +22,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cronrace.errors import ConfigError
-from cronrace.racers import Racers
+from cronrace.fleet.racers import Racers
 from cronrace.stores.redis.urls import is_embedded as is_embedded  # re-exported: agent, cli
 from cronrace.stores.redis.urls import parse_redis_url
 from cronrace.stores.redis.urls import redact_url as redact_url  # re-exported: cli, targets

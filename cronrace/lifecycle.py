@@ -1,7 +1,7 @@
 """An agent's lifecycle: connect, run the loops, stop gracefully or at once, shut down.
 
 :meth:`Lifecycle.run` owns every task it starts (anyio task groups): the heartbeat
-(:mod:`cronrace.heartbeat`), the outbox writer (records Redis could not take yet), the
+(:mod:`cronrace.fleet.heartbeat`), the outbox writer (records Redis could not take yet), the
 agent's services, the loop watchdog, the control reader (:mod:`cronrace.control`), the tick
 loop, and the runs.
 
@@ -27,7 +27,7 @@ from anyio.abc import TaskStatus
 from cronrace.config import redact_url
 from cronrace.control import ControlReader
 from cronrace.errors import RedisAccessError, RedisDataError, RedisUnavailableError, StoreError
-from cronrace.fleetdefs import FleetDefinitions, JobDefinition, NodeDetails, job_definition
+from cronrace.fleet.definitions import FleetDefinitions, JobDefinition, NodeDetails, job_definition
 from cronrace.outbox import Outbox
 from cronrace.runner import CLEANUP_TIMEOUT_S, Runner
 from cronrace.runtime.clock import SystemClock

@@ -18,8 +18,8 @@ import anyio
 
 from cronrace.config import AgentSettings
 from cronrace.errors import NoLiveNodeError, UnknownJobError
-from cronrace.fleetdefs import NodeDetails, disagreements, live_details, stored_problems
-from cronrace.heartbeat import heartbeat_ttl_ms
+from cronrace.fleet.definitions import NodeDetails, disagreements, live_details, stored_problems
+from cronrace.fleet.heartbeat import heartbeat_ttl_ms
 from cronrace.model.job import Handler, Job
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runtime.clock import Clock, SystemClock

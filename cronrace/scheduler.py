@@ -22,12 +22,12 @@ from anyio.abc import TaskGroup
 from cronrace.config import AgentSettings
 from cronrace.decisions import EXPIRED_COUNT_CAP, Proposal
 from cronrace.errors import CronraceError, StoreError
-from cronrace.membership import Membership, late_fire_bound_s
+from cronrace.fleet.membership import Membership, late_fire_bound_s
+from cronrace.fleet.racers import Racers, Ring
 from cronrace.model.job import Job
 from cronrace.model.policies import TickPlan, plan_ticks
 from cronrace.outbox import Outbox
 from cronrace.race import TickRace
-from cronrace.racers import Racers, Ring
 from cronrace.runner import Runner
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from cronrace.membership import late_fire_bound_s
-from cronrace.racers import Ring
+from cronrace.fleet.membership import late_fire_bound_s
+from cronrace.fleet.racers import Ring
 from tests.faults.witness import (
     Witness,
     judge,

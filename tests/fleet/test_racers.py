@@ -11,8 +11,8 @@ import pytest
 
 from cronrace import Agent, RunContext
 from cronrace.cli_output import print_nodes, racers_line
-from cronrace.membership import late_fire_bound_s
-from cronrace.racers import Ring
+from cronrace.fleet.membership import late_fire_bound_s
+from cronrace.fleet.racers import Ring
 from cronrace.runtime.observer import Observer
 from cronrace.stores.redis import Store
 from cronrace.testing import FakeClock, memory_agent

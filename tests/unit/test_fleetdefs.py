@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cronrace.fleetdefs import NodeDetails, disagreements, job_definition, stored_problems
+from cronrace.fleet.definitions import NodeDetails, disagreements, job_definition, stored_problems
 from cronrace.model.job import Job
 from cronrace.stored import ScheduleSpec
 from cronrace.targets import HttpSpec, HttpTarget

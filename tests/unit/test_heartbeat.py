@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import secrets
 
-from cronrace.heartbeat import Heartbeat, heartbeat_ttl_ms
-from cronrace.membership import Membership
-from cronrace.racers import Racers
+from cronrace.fleet.heartbeat import Heartbeat, heartbeat_ttl_ms
+from cronrace.fleet.membership import Membership
+from cronrace.fleet.racers import Racers
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.watchdog import LoopWatchdog

@@ -51,7 +51,9 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_nothing_above_the_store_imports_redis() -> None:
-    above = [path for path in PACKAGE.rglob("*.py") if PACKAGE / "stores" / "redis" not in path.parents]
+    above = [
+        path for path in PACKAGE.rglob("*.py") if PACKAGE / "stores" / "redis" not in path.parents
+    ]
     assert len(above) > 20  # the walk found the package
     leaks = {
         str(path.relative_to(PACKAGE)): sorted(

@@ -2,7 +2,7 @@
 
 The heartbeat already writes this node's expiry into ``<ns>:nodes`` and, in the same
 round trip, reads the members back (no extra round trip per tick). This module turns
-that read into a :class:`~cronrace.racers.Ring` and tells the scheduler when members
+that read into a :class:`~cronrace.fleet.racers.Ring` and tells the scheduler when members
 leave, so that the ticks they were the only racers for are raced again (DESIGN.md
 section 12).
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from cronrace.racers import Racers, Ring
+from cronrace.fleet.racers import Racers, Ring
 
-log = logging.getLogger("cronrace.membership")
+log = logging.getLogger("cronrace.fleet.membership")
 
 #: A member whose last heartbeat is older than this many periods does not race.
 SILENT_AFTER_PERIODS = 1.5

@@ -7,7 +7,7 @@ Every ``heartbeat_s`` a node, in one round trip (``Store.heartbeat``):
   one shared clock);
 - writes its own expiry into the live set ``<ns>:nodes`` (``HEARTBEAT_TTL_PERIODS``
   heartbeats from now) and reads the whole set back with every member's expiry, into
-  :attr:`Heartbeat.membership` (:class:`~cronrace.membership.Membership`): the node's one
+  :attr:`Heartbeat.membership` (:class:`~cronrace.fleet.membership.Membership`): the node's one
   view of who is alive, which k-of-N racers rank (DESIGN.md section 12);
 - reads the namespace's epoch, written once by the first node: a different epoch means
   Redis lost its data, so new runs wait one ``lease_ttl`` (runs started before the wipe
@@ -25,7 +25,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 
 from cronrace.errors import RedisAccessError, StoreError
-from cronrace.membership import Membership
+from cronrace.fleet.membership import Membership
 from cronrace.model.job import Job
 from cronrace.runtime.clock import Clock, ServerOffsetClock
 from cronrace.runtime.observer import Observer
@@ -33,7 +33,7 @@ from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.retry import Retry
 from cronrace.stores.redis import Store
 
-log = logging.getLogger("cronrace.heartbeat")
+log = logging.getLogger("cronrace.fleet.heartbeat")
 
 #: A node's heartbeat lives this many heartbeat periods.
 HEARTBEAT_TTL_PERIODS = 3

@@ -1,0 +1,1 @@
+"""The fleet: heartbeat, membership, racers, and the definitions each node runs."""
