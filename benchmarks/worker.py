@@ -29,7 +29,7 @@ import orjson
 
 from benchmarks.instrument import COUNTERS, instrument
 from cronrace import Agent, RunContext
-from cronrace.config import AgentSettings
+from cronrace.settings import AgentSettings
 
 #: (job index, tick, node index, handler start wall time) for every handler call.
 RUN_LOG: list[tuple[int, int, int, float]] = []

@@ -1,7 +1,6 @@
 """cronrace: fire recurring jobs exactly once per tick across a fleet, with no leader."""
 
 from cronrace.agent import Agent
-from cronrace.config import AgentSettings
 from cronrace.errors import (
     ConfigError,
     CronraceError,
@@ -18,6 +17,7 @@ from cronrace.model.job import Job, JobOptions, RunContext
 from cronrace.model.policies import Catchup, Outcome, Overlap
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.operator import OperatorClient
+from cronrace.settings import AgentSettings
 from cronrace.timing.schedule import Schedule
 
 __all__ = [

@@ -17,7 +17,6 @@ from typing import Any, TypeVar, Unpack
 import anyio
 from anyio.abc import TaskStatus
 
-from cronrace.config import AgentSettings, is_embedded, load_settings
 from cronrace.errors import JobDefinitionError
 from cronrace.fleet.definitions import FleetDefinitions, NodeDetails
 from cronrace.fleet.heartbeat import Heartbeat
@@ -34,6 +33,7 @@ from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.watchdog import LoopWatchdog
 from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync, TargetFactory
+from cronrace.settings import AgentSettings, is_embedded, load_settings
 from cronrace.stores.redis import Owner, Store
 
 log = logging.getLogger("cronrace.agent")

@@ -19,7 +19,6 @@ import typer
 
 from cronrace import cli_output as out
 from cronrace.agent import Agent
-from cronrace.config import parse_address, redact_url
 from cronrace.errors import (
     ConfigError,
     CronraceError,
@@ -31,6 +30,7 @@ from cronrace.pid1 import supervise_if_pid1
 from cronrace.probes import MetricsServer
 from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.observer import Observer
+from cronrace.settings import parse_address, redact_url
 from cronrace.sidecar import Sidecar, check_file
 
 T = TypeVar("T")

@@ -29,7 +29,6 @@ from cronrace.cli import (
     fail_lines,
     refused,
 )
-from cronrace.config import AgentSettings, is_embedded, load_settings, redact_url
 from cronrace.errors import (
     CronraceError,
     RedisAccessError,
@@ -40,6 +39,7 @@ from cronrace.errors import (
 from cronrace.fleetview import look
 from cronrace.model.records import RunRecord
 from cronrace.operator import OperatorClient
+from cronrace.settings import AgentSettings, is_embedded, load_settings, redact_url
 from cronrace.sidecar import load_config
 
 T = TypeVar("T")

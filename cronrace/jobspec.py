@@ -23,7 +23,6 @@ from pydantic import (
     field_validator,
 )
 
-from cronrace.config import settings_problems, short_repr
 from cronrace.errors import ConfigError, ScheduleError
 from cronrace.model.job import (
     DEFAULT_CATCHUP,
@@ -34,6 +33,7 @@ from cronrace.model.job import (
     job_name_problem,
 )
 from cronrace.model.policies import Catchup, Overlap
+from cronrace.settings import settings_problems, short_repr
 from cronrace.streams import StreamSpec
 from cronrace.targets import CommandSpec, HttpSpec
 from cronrace.timing.schedule import Schedule

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
-from cronrace.config import redact_url
 from cronrace.control import ControlReader
 from cronrace.errors import RedisAccessError, RedisDataError, RedisUnavailableError, StoreError
 from cronrace.fleet.definitions import FleetDefinitions, JobDefinition, NodeDetails, job_definition
@@ -35,6 +34,7 @@ from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.retry import Retry
 from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync
+from cronrace.settings import redact_url
 from cronrace.stores.redis import Store
 
 if TYPE_CHECKING:

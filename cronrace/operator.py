@@ -16,7 +16,6 @@ from typing import Self
 
 import anyio
 
-from cronrace.config import AgentSettings
 from cronrace.errors import NoLiveNodeError, UnknownJobError
 from cronrace.fleet.definitions import NodeDetails, disagreements, live_details, stored_problems
 from cronrace.fleet.heartbeat import heartbeat_ttl_ms
@@ -24,6 +23,7 @@ from cronrace.model.job import Handler, Job
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runtime.clock import Clock, SystemClock
 from cronrace.schedules import Schedules
+from cronrace.settings import AgentSettings
 from cronrace.stored import ScheduleSpec
 from cronrace.stores.redis import JobState, Store
 from cronrace.timing.schedule import Schedule

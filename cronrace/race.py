@@ -17,7 +17,6 @@ import anyio
 from anyio.abc import TaskGroup
 
 from cronrace.acquiring import acquire_retrying
-from cronrace.config import AgentSettings
 from cronrace.decisions import (
     RAN_OUT,
     Proposal,
@@ -38,6 +37,7 @@ from cronrace.runner import Runner
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import BACKOFF, Backoff
+from cronrace.settings import AgentSettings
 from cronrace.stores.redis import Claim, ClaimOutcome, ClaimReply, Owner, Store
 from cronrace.wakeup import ABORT_TIMEOUT_S, WakeUp, account_for_cut_wakeup
 

@@ -19,7 +19,6 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import TaskGroup
 
-from cronrace.config import AgentSettings
 from cronrace.decisions import EXPIRED_COUNT_CAP, Proposal
 from cronrace.errors import CronraceError, StoreError
 from cronrace.fleet.membership import Membership, late_fire_bound_s
@@ -32,6 +31,7 @@ from cronrace.runner import Runner
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import Retry, backoff_s
+from cronrace.settings import AgentSettings
 from cronrace.stores.redis import Owner, Store
 from cronrace.wakeup import StopGate
 

@@ -1,6 +1,6 @@
 """The sidecar: jobs from a TOML file, each calling a target, served with metrics and probes.
 
-A config file has one ``[agent]`` table (see :class:`~cronrace.config.SidecarSettings`;
+A config file has one ``[agent]`` table (see :class:`~cronrace.settings.SidecarSettings`;
 any field can be overridden by a ``CRONRACE_<FIELD>`` environment variable) and one
 ``[[jobs]]`` table per job, each with exactly one target table::
 
@@ -30,12 +30,12 @@ from anyio.abc import TaskStatus
 from pydantic import ValidationError
 
 from cronrace.agent import Agent
-from cronrace.config import SidecarSettings, settings_problems
 from cronrace.errors import ConfigError, CronraceError, TargetError
 from cronrace.jobspec import JobSpec, check_spec
 from cronrace.metrics import PrometheusObserver
 from cronrace.model.job import Handler
 from cronrace.probes import MetricsServer
+from cronrace.settings import SidecarSettings, settings_problems
 from cronrace.streams import OtherRedis, StreamTarget
 from cronrace.targets import CommandTarget, HttpTarget
 

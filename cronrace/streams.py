@@ -15,9 +15,9 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cronrace.config import redact_url
 from cronrace.errors import StoreError, TargetError
 from cronrace.model.job import RunContext
+from cronrace.settings import redact_url
 from cronrace.stores.redis import Store
 from cronrace.stores.redis.urls import parse_redis_url
 

@@ -42,8 +42,8 @@ from typing import Any
 import anyio
 
 from cronrace.agent import Agent
-from cronrace.config import AgentSettings
 from cronrace.model.job import Handler, RunContext
+from cronrace.settings import AgentSettings
 from cronrace.stores.redis import Store
 
 __all__ = ["FakeClock", "RedisServer", "TLSFiles", "free_port", "memory_agent", "run_handler"]

@@ -7,8 +7,8 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from cronrace.config import load_settings
 from cronrace.errors import ConfigError
+from cronrace.settings import load_settings
 from cronrace.stores.redis.urls import Deployment, parse_redis_url, redact_url
 from cronrace.streams import StreamSpec
 
