@@ -33,7 +33,7 @@ from benchmarks.server import BenchServer
 from cronrace import Agent, AgentSettings, RunContext
 from cronrace.runtime.observer import Observer
 from cronrace.schedules import ScheduleSync
-from cronrace.stored import ScheduleSpec
+from cronrace.specs.stored import ScheduleSpec
 from cronrace.stores.redis import Store
 
 NAMESPACE = "bench"

@@ -34,7 +34,7 @@ from cronrace.cli_table import Col, fit
 from cronrace.errors import CronraceError
 from cronrace.operator import OperatorClient
 from cronrace.schedules import ScheduleDiff
-from cronrace.stored import ScheduleSpec, dump_schedules, load_schedules
+from cronrace.specs.stored import ScheduleSpec, dump_schedules, load_schedules
 
 schedules_app = typer.Typer(
     help="Stored schedules: added, changed and removed at runtime; every node follows.",

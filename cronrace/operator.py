@@ -24,7 +24,7 @@ from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runtime.clock import Clock, SystemClock
 from cronrace.schedules import Schedules
 from cronrace.settings import AgentSettings
-from cronrace.stored import ScheduleSpec
+from cronrace.specs.stored import ScheduleSpec
 from cronrace.stores.redis import JobState, Store
 from cronrace.timing.schedule import Schedule
 

@@ -28,7 +28,7 @@ import anyio.lowlevel
 
 from cronrace.errors import CronraceError, JobDefinitionError, UnknownJobError
 from cronrace.model.job import Handler, Job, PolicyOptions
-from cronrace.stored import ScheduleSpec, build_job, check_schedule
+from cronrace.specs.stored import ScheduleSpec, build_job, check_schedule
 from cronrace.stores.redis.schedules import ScheduleChange, WriteReply
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ class Schedules:
         """Make the stored set equal to ``wanted`` in one atomic write; return the diff.
 
         Args:
-            wanted: checked definitions (see :func:`cronrace.stored.check_schedule`).
+            wanted: checked definitions (see :func:`cronrace.specs.stored.check_schedule`).
             prune: also remove stored schedules that ``wanted`` does not name.
             strict: as for :meth:`add`.
 

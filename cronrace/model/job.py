@@ -34,7 +34,7 @@ class PolicyOptions(TypedDict, total=False):
 
     :class:`JobOptions` adds the name (jobs in code and ``[[jobs]]`` tables); stored
     schedules (:meth:`cronrace.schedules.Schedules.add`) add their target instead.
-    ``[[jobs]]`` tables and stored schedules (:class:`cronrace.jobspec.JobSpec`) have the
+    ``[[jobs]]`` tables and stored schedules (:class:`cronrace.specs.jobspec.JobSpec`) have the
     same fields and defaults (:data:`JOB_DEFAULTS`).
 
     Keys:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cronrace.fleet.definitions import NodeDetails, disagreements, job_definition, stored_problems
 from cronrace.model.job import Job
-from cronrace.stored import ScheduleSpec
+from cronrace.specs.stored import ScheduleSpec
 from cronrace.targets import HttpSpec, HttpTarget
 
 

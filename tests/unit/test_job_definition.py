@@ -71,8 +71,8 @@ def test_invalid_agent_settings_name_the_field() -> None:
 
 
 def test_job_options_are_one_list_with_one_set_of_defaults() -> None:
-    from cronrace.jobspec import JobSpec
     from cronrace.model.job import JOB_DEFAULTS, JOB_OPTION_NAMES
+    from cronrace.specs.jobspec import JobSpec
 
     spec = JobSpec(name="j", schedule="* * * * *", http={"url": "http://127.0.0.1/"})
     options = spec.job_options()

@@ -2,7 +2,7 @@
 
 A stored schedule names a handler registered on the agents (``handler`` plus its
 ``args``, library) or carries a target table (``http``, ``command``, ``stream``,
-sidecar), and the policies of any job. It is checked by :func:`cronrace.jobspec.check_spec`,
+sidecar), and the policies of any job. It is checked by :func:`cronrace.specs.jobspec.check_spec`,
 the code that checks a config file's jobs, so the same definition is refused in both
 places for the same reason (a host not allowed, argv not a list, a schedule that never
 fires...). In Redis it is compact JSON without its name and without fields at their
@@ -24,8 +24,8 @@ import tomli_w
 from pydantic import Field, JsonValue, field_validator
 
 from cronrace.errors import ConfigError, JobDefinitionError
-from cronrace.jobspec import PARSED_LATER, JobSpec, check_spec
 from cronrace.model.job import Handler, Job, RunContext, job_name_problem
+from cronrace.specs.jobspec import PARSED_LATER, JobSpec, check_spec
 
 #: A definition (JSON) larger than this is refused: 10,000 schedules must fit in Redis.
 MAX_DEFINITION_BYTES = 16_384

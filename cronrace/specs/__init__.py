@@ -1,0 +1,1 @@
+"""Jobs written as data: TOML job specs, stored schedules, target specs."""
