@@ -26,15 +26,15 @@ from cronrace.lifecycle import Lifecycle
 from cronrace.model.job import Handler, Job, JobOptions, validate_job_name
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.operator import OperatorClient
-from cronrace.runner import Runner
 from cronrace.runtime.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.watchdog import LoopWatchdog
-from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync, TargetFactory
 from cronrace.settings import AgentSettings, is_embedded, load_settings
 from cronrace.stores.redis import Owner, Store
+from cronrace.tick.loop import Scheduler
+from cronrace.tick.runner import Runner
 
 log = logging.getLogger("cronrace.agent")
 

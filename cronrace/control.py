@@ -3,7 +3,7 @@
 Operators append requests to ``<ns>:control`` (``cronrace trigger``, ``schedules add``);
 every running node reads every entry from the position it took when it connected, so a
 request made once a node reports ready is never missed. A trigger is raced for like a
-tick (:meth:`~cronrace.scheduler.Scheduler.fire_trigger`); a schedule notice is applied
+tick (:meth:`~cronrace.tick.loop.Scheduler.fire_trigger`); a schedule notice is applied
 at once (the heartbeat's version check catches up with one that was missed).
 """
 
@@ -18,9 +18,9 @@ from cronrace.errors import RedisAccessError, StoreError
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import Retry
-from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync
 from cronrace.stores.redis import Store
+from cronrace.tick.loop import Scheduler
 
 log = logging.getLogger("cronrace.agent")
 

@@ -27,15 +27,15 @@ from anyio.abc import TaskStatus
 from cronrace.control import ControlReader
 from cronrace.errors import RedisAccessError, RedisDataError, RedisUnavailableError, StoreError
 from cronrace.fleet.definitions import FleetDefinitions, JobDefinition, NodeDetails, job_definition
-from cronrace.outbox import Outbox
-from cronrace.runner import CLEANUP_TIMEOUT_S, Runner
 from cronrace.runtime.clock import SystemClock
 from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.retry import Retry
-from cronrace.scheduler import Scheduler
 from cronrace.schedules import ScheduleSync
 from cronrace.settings import redact_url
 from cronrace.stores.redis import Store
+from cronrace.tick.loop import Scheduler
+from cronrace.tick.outbox import Outbox
+from cronrace.tick.runner import CLEANUP_TIMEOUT_S, Runner
 
 if TYPE_CHECKING:
     from cronrace.agent import Agent

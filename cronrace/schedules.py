@@ -8,7 +8,7 @@ written and writing it in one script (``store/schedules.py``): nothing half-writ
 each change notice from the control stream at once, and compares the stored version with
 its own at every heartbeat: a node that missed a change (or met a Redis that lost its
 data, or came back from a reconnect) reads the whole set again. A change reaches the tick
-loop through :meth:`~cronrace.scheduler.Scheduler.put_job` and ``drop_job``: an updated
+loop through :meth:`~cronrace.tick.loop.Scheduler.put_job` and ``drop_job``: an updated
 schedule fires from its next tick after now, on every node alike. A stored schedule this
 node cannot run (its handler is not registered here, a target it would refuse, a name a
 job in code already has) is not raced for; the node logs that once and publishes it.
@@ -33,8 +33,8 @@ from cronrace.stores.redis.schedules import ScheduleChange, WriteReply
 
 if TYPE_CHECKING:
     from cronrace.operator import OperatorClient
-    from cronrace.scheduler import Scheduler
     from cronrace.stores.redis import Store
+    from cronrace.tick.loop import Scheduler
 
 log = logging.getLogger("cronrace.schedules")
 

@@ -15,9 +15,9 @@ import anyio.lowlevel
 import pytest
 
 from cronrace import Agent, AgentSettings, RunContext
-from cronrace import runner as runner_module
 from cronrace.errors import RedisAmbiguousError
 from cronrace.testing import FakeClock, memory_agent
+from cronrace.tick import runner as runner_module
 from tests.helpers import running, settings, wait_for
 from tests.redis_server import RedisServer
 

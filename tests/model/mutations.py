@@ -81,7 +81,7 @@ class PythonMutation:
 
 
 def _fires_early() -> Callable[[], None]:
-    from cronrace.scheduler import Scheduler
+    from cronrace.tick.loop import Scheduler
 
     real = Scheduler._push
 
@@ -93,8 +93,8 @@ def _fires_early() -> Callable[[], None]:
 
 
 def _catchup_fires_twice() -> Callable[[], None]:
-    from cronrace import scheduler
     from cronrace.model.policies import Catchup, TickPlan
+    from cronrace.tick import loop as scheduler
 
     real = scheduler.plan_ticks
 

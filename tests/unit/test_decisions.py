@@ -8,7 +8,11 @@ from typing import Any
 
 import pytest
 
-from cronrace.decisions import (
+from cronrace.model.job import Job
+from cronrace.model.policies import Outcome, Overlap, TickPlan
+from cronrace.runtime.observer import Observer
+from cronrace.stores.redis import AcquireDecision, AcquireMode, AcquireReply, Owner
+from cronrace.tick.decisions import (
     Proposal,
     RunStart,
     Verdict,
@@ -18,10 +22,6 @@ from cronrace.decisions import (
     not_replicated,
     report,
 )
-from cronrace.model.job import Job
-from cronrace.model.policies import Outcome, Overlap, TickPlan
-from cronrace.runtime.observer import Observer
-from cronrace.stores.redis import AcquireDecision, AcquireMode, AcquireReply, Owner
 
 NOW_MS = 1_000_500
 ME = "n1"
@@ -363,7 +363,7 @@ def test_report_logs_and_counts_each_event(caplog: pytest.LogCaptureFixture) -> 
     reply = answer(AcquireDecision.STALE, prev_watermark_s=105)
     verdict = decide(proposal, reply, node_id=ME, now_ms=1)
     observer = Counting()
-    with caplog.at_level(logging.INFO, logger="cronrace.scheduler"):
+    with caplog.at_level(logging.INFO, logger="cronrace.tick.loop"):
         report(proposal, reply, verdict, node_id=ME, observer=observer)
     assert observer.seen == [("j", Outcome.STALE, 1)]
     assert [r.getMessage() for r in caplog.records] == ["tick already decided (stale claim)"]

@@ -18,9 +18,9 @@ import anyio
 import pytest
 
 from cronrace.errors import RedisUnavailableError
-from cronrace.lease import SAFETY_MARGIN, Lease
 from cronrace.stores.redis import Renewal, Store
 from cronrace.testing import FakeClock
+from cronrace.tick.lease import SAFETY_MARGIN, Lease
 
 TTL_S = 3.0
 #: How long before the lease expires in Redis the node stops believing it holds it.

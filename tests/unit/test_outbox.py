@@ -11,11 +11,11 @@ import pytest
 from cronrace.errors import RedisAmbiguousError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
-from cronrace.outbox import Outbox
 from cronrace.runtime.clock import SystemClock
 from cronrace.runtime.retry import Backoff
 from cronrace.stores.redis import Store
 from cronrace.testing import FakeClock
+from cronrace.tick.outbox import Outbox
 from tests.helpers import wait_for
 
 #: Retry every 10 ms.
@@ -88,7 +88,7 @@ async def test_a_full_outbox_drops_the_oldest_and_logs_what_it_dropped(
 ) -> None:
     outbox = Outbox(flaky, FakeClock(), backoff=QUICK, capacity=2)
     flaky.down = True
-    with caplog.at_level(logging.ERROR, logger="cronrace.outbox"):
+    with caplog.at_level(logging.ERROR, logger="cronrace.tick.outbox"):
         for tick_s in (100, 101, 102):
             await outbox.write([record(tick_s, fence=tick_s)], history=100)
         outbox.give_up("the agent is exiting")

@@ -11,8 +11,6 @@ from cronrace.errors import RedisAmbiguousError, StoreError
 from cronrace.model.job import Job
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
-from cronrace.outbox import Outbox
-from cronrace.releases import Releases
 from cronrace.runtime.clock import SystemClock
 from cronrace.stores.redis import (
     AcquireDecision,
@@ -24,6 +22,8 @@ from cronrace.stores.redis import (
     ReleaseReply,
     Store,
 )
+from cronrace.tick.outbox import Outbox
+from cronrace.tick.releases import Releases
 
 OWNER = Owner("n0", "x")
 

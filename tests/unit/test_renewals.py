@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import anyio
 import pytest
 
-from cronrace.lease import COMPACT_AT, Lease, Renewals
 from cronrace.stores.redis import Renewal
 from cronrace.testing import FakeClock
+from cronrace.tick.lease import COMPACT_AT, Lease, Renewals
 
 
 @dataclass

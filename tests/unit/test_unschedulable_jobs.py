@@ -80,7 +80,7 @@ async def test_a_job_whose_tick_math_fails_does_not_stop_the_others(
         "spring", Schedule.parse(NEVER_IN_NEW_YORK, "America/New_York"), note
     )
     agent._jobs["buggy"] = Job("buggy", TickMathFailsAfterFirstTick(), note)  # type: ignore[arg-type]
-    with caplog.at_level(logging.ERROR, logger="cronrace.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="cronrace.tick.loop"):
         async with anyio.create_task_group() as tg:
             tg.start_soon(agent.run)
             await wait_for(

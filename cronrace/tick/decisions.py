@@ -22,7 +22,7 @@ from cronrace.model.records import RunRecord
 from cronrace.runtime.observer import Observer
 from cronrace.stores.redis import AcquireDecision, AcquireMode, AcquireReply, AcquireRequest, Owner
 
-log = logging.getLogger("cronrace.scheduler")
+log = logging.getLogger("cronrace.tick.loop")
 
 #: The most ticks counted one by one when a backlog fell out of the window.
 EXPIRED_COUNT_CAP = 100_000

@@ -18,14 +18,10 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
-from cronrace.decisions import further_tick_request
 from cronrace.errors import StoreError, error_text
-from cronrace.lease import Lease, Renewals
 from cronrace.model.job import Job, RunContext
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
-from cronrace.outbox import Outbox
-from cronrace.releases import Releases
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.stores.redis import (
@@ -36,6 +32,10 @@ from cronrace.stores.redis import (
     ReleaseReply,
     Store,
 )
+from cronrace.tick.decisions import further_tick_request
+from cronrace.tick.lease import Lease, Renewals
+from cronrace.tick.outbox import Outbox
+from cronrace.tick.releases import Releases
 
 log = logging.getLogger("cronrace.run")
 

@@ -19,7 +19,7 @@ from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import BACKOFF, Backoff, Retry
 from cronrace.stores.redis import AcquireReply, AcquireRequest, Store
 
-log = logging.getLogger("cronrace.scheduler")
+log = logging.getLogger("cronrace.tick.loop")
 
 #: One decision: the reply (or the error that ended its attempts) and the grant time.
 Answer = tuple[AcquireReply | Exception, float]

@@ -24,7 +24,7 @@ from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.stores.redis import Renewal, Store
 
-log = logging.getLogger("cronrace.lease")
+log = logging.getLogger("cronrace.tick.lease")
 
 #: Fraction of the lease kept as a margin for cancellation latency and clock rate error.
 SAFETY_MARGIN = 0.1

@@ -16,8 +16,16 @@ from collections.abc import Callable, Sequence
 import anyio
 from anyio.abc import TaskGroup
 
-from cronrace.acquiring import acquire_retrying
-from cronrace.decisions import (
+from cronrace.errors import StoreError
+from cronrace.model.job import Job
+from cronrace.model.policies import Outcome, Overlap
+from cronrace.runtime.clock import Clock
+from cronrace.runtime.observer import Observer
+from cronrace.runtime.retry import BACKOFF, Backoff
+from cronrace.settings import AgentSettings
+from cronrace.stores.redis import Claim, ClaimOutcome, ClaimReply, Owner, Store
+from cronrace.tick.acquire import acquire_retrying
+from cronrace.tick.decisions import (
     RAN_OUT,
     Proposal,
     RunStart,
@@ -27,21 +35,13 @@ from cronrace.decisions import (
     report,
     report_not_replicated,
 )
-from cronrace.errors import StoreError
-from cronrace.lease import SAFETY_MARGIN
-from cronrace.model.job import Job
-from cronrace.model.policies import Outcome, Overlap
-from cronrace.outbox import Outbox
-from cronrace.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
-from cronrace.runner import Runner
-from cronrace.runtime.clock import Clock
-from cronrace.runtime.observer import Observer
-from cronrace.runtime.retry import BACKOFF, Backoff
-from cronrace.settings import AgentSettings
-from cronrace.stores.redis import Claim, ClaimOutcome, ClaimReply, Owner, Store
-from cronrace.wakeup import ABORT_TIMEOUT_S, WakeUp, account_for_cut_wakeup
+from cronrace.tick.lease import SAFETY_MARGIN
+from cronrace.tick.outbox import Outbox
+from cronrace.tick.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
+from cronrace.tick.runner import Runner
+from cronrace.tick.wakeup import ABORT_TIMEOUT_S, WakeUp, account_for_cut_wakeup
 
-log = logging.getLogger("cronrace.scheduler")
+log = logging.getLogger("cronrace.tick.loop")
 
 #: Claims failing for this long make an outage (not a blip: a restart, a stale connection)
 #: after which runs on other nodes may have finished with their releases still pending.
@@ -92,7 +92,7 @@ class TickRace:
         """Claim every plan (one pipeline per shard), then decide the won ones.
 
         A graceful stop never cuts this short; a forced one (cancellation) leaves what it
-        may have won to :func:`~cronrace.wakeup.account_for_cut_wakeup`.
+        may have won to :func:`~cronrace.tick.wakeup.account_for_cut_wakeup`.
 
         Returns:
             The jobs whose claims got no answer: nothing was decided for them.

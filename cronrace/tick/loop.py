@@ -3,7 +3,7 @@
 A heap holds each job's next tick. At each wake-up the loop pops every due job, plans
 what to fire (one tick in the steady state, a catch-up plan after a backlog; with
 ``racers = k`` only the ticks this node races for), and hands the proposals to the claim
-step (:class:`~cronrace.race.TickRace`: claims, decisions, runs). It never awaits a
+step (:class:`~cronrace.tick.race.TickRace`: claims, decisions, runs). It never awaits a
 handler.
 """
 
@@ -19,23 +19,23 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import TaskGroup
 
-from cronrace.decisions import EXPIRED_COUNT_CAP, Proposal
 from cronrace.errors import CronraceError, StoreError
 from cronrace.fleet.membership import Membership, late_fire_bound_s
 from cronrace.fleet.racers import Racers, Ring
 from cronrace.model.job import Job
 from cronrace.model.policies import TickPlan, plan_ticks
-from cronrace.outbox import Outbox
-from cronrace.race import TickRace
-from cronrace.runner import Runner
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import Retry, backoff_s
 from cronrace.settings import AgentSettings
 from cronrace.stores.redis import Owner, Store
-from cronrace.wakeup import StopGate
+from cronrace.tick.decisions import EXPIRED_COUNT_CAP, Proposal
+from cronrace.tick.outbox import Outbox
+from cronrace.tick.race import TickRace
+from cronrace.tick.runner import Runner
+from cronrace.tick.wakeup import StopGate
 
-log = logging.getLogger("cronrace.scheduler")
+log = logging.getLogger("cronrace.tick.loop")
 
 #: The loop re-reads the wall clock at least this often (clock steps, new offsets).
 MAX_SLEEP_S = 1.0

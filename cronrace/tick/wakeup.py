@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from cronrace.decisions import Proposal
 from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
-from cronrace.outbox import Outbox
-from cronrace.runner import Runner
 from cronrace.runtime.clock import Clock
 from cronrace.stores.redis import Claim, Owner, Store
+from cronrace.tick.decisions import Proposal
+from cronrace.tick.outbox import Outbox
+from cronrace.tick.runner import Runner
 
-log = logging.getLogger("cronrace.scheduler")
+log = logging.getLogger("cronrace.tick.loop")
 
 #: How long a wake-up cut short by a forced stop may spend finding out what it had won.
 ABORT_TIMEOUT_S = 2.0

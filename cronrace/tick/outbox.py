@@ -30,7 +30,7 @@ from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import BACKOFF, Backoff, Retry
 from cronrace.stores.redis import Store
 
-log = logging.getLogger("cronrace.outbox")
+log = logging.getLogger("cronrace.tick.outbox")
 
 #: The most records kept while Redis cannot take them (about 300 bytes each).
 OUTBOX_CAPACITY = 10_000

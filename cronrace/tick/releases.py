@@ -27,10 +27,10 @@ import anyio.lowlevel
 from cronrace.errors import RedisAmbiguousError, StoreError
 from cronrace.model.job import Job
 from cronrace.model.records import RunRecord
-from cronrace.outbox import Outbox
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.retry import Backoff
 from cronrace.stores.redis import FinishRequest, Owner, ReleaseReply, Store
+from cronrace.tick.outbox import Outbox
 
 log = logging.getLogger("cronrace.run")
 

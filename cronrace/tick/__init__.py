@@ -1,0 +1,1 @@
+"""The tick pipeline: loop, race, wake-up, decisions, acquire, runner, lease, releases, outbox."""
