@@ -31,8 +31,8 @@ import anyio
 
 from benchmarks.server import BenchServer
 from cronrace import Agent, AgentSettings, RunContext
+from cronrace.operate.schedules import ScheduleSync
 from cronrace.runtime.observer import Observer
-from cronrace.schedules import ScheduleSync
 from cronrace.specs.stored import ScheduleSpec
 from cronrace.stores.redis import Store
 

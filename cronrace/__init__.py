@@ -16,7 +16,7 @@ from cronrace.errors import (
 from cronrace.model.job import Job, JobOptions, RunContext
 from cronrace.model.policies import Catchup, Outcome, Overlap
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
-from cronrace.operator import OperatorClient
+from cronrace.operate.client import OperatorClient
 from cronrace.settings import AgentSettings
 from cronrace.timing.schedule import Schedule
 

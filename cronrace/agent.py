@@ -3,9 +3,10 @@
 An :class:`Agent` is what users define jobs on and run. It is made of one part per role:
 :mod:`cronrace.lifecycle` (connect, run the loops, stop, shut down), the
 :mod:`cronrace.fleet.heartbeat` (server clock samples, the epoch, the live members),
-:mod:`cronrace.runtime.readiness` (``/readyz``), and an :class:`~cronrace.operator.OperatorClient`
-on its store, to which its operator methods (pause, trigger, history, status) delegate;
-the CLI uses that client on its own, without an agent.
+:mod:`cronrace.runtime.readiness` (``/readyz``), and an
+:class:`~cronrace.operate.client.OperatorClient` on its store, to which its operator
+methods (pause, trigger, history, status) delegate; the CLI uses that
+client on its own, without an agent.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from cronrace.fleet.racers import Racers
 from cronrace.lifecycle import Lifecycle
 from cronrace.model.job import Handler, Job, JobOptions, validate_job_name
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
-from cronrace.operator import OperatorClient
+from cronrace.operate.client import OperatorClient
+from cronrace.operate.schedules import ScheduleSync, TargetFactory
 from cronrace.runtime.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.watchdog import LoopWatchdog
-from cronrace.schedules import ScheduleSync, TargetFactory
 from cronrace.settings import AgentSettings, is_embedded, load_settings
 from cronrace.stores.redis import Owner, Store
 from cronrace.tick.loop import Scheduler

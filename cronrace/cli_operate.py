@@ -1,6 +1,6 @@
 """The ``cronrace`` operator commands: status, history, nodes, pause, resume, trigger.
 
-Each talks to a fleet through an :class:`~cronrace.operator.OperatorClient` of its own
+Each talks to a fleet through an :class:`~cronrace.operate.client.OperatorClient` of its own
 (no Agent is built): settings from the flags, then the environment, then the config
 file; failures are one line and an exit code (see :mod:`cronrace.cli`).
 """
@@ -36,9 +36,9 @@ from cronrace.errors import (
     RedisUnavailableError,
     UnknownJobError,
 )
-from cronrace.fleetview import look
 from cronrace.model.records import RunRecord
-from cronrace.operator import OperatorClient
+from cronrace.operate.client import OperatorClient
+from cronrace.operate.fleetview import look
 from cronrace.settings import AgentSettings, is_embedded, load_settings, redact_url
 from cronrace.sidecar import load_config
 

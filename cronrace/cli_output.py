@@ -22,8 +22,8 @@ import orjson
 from rich.console import Console
 
 from cronrace.cli_table import Col, Fitted, fit
-from cronrace.fleetview import relative, when
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
+from cronrace.operate.fleetview import relative, when
 from cronrace.timing.schedule import Schedule
 
 if TYPE_CHECKING:

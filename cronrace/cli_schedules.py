@@ -32,8 +32,8 @@ from cronrace.cli import (
 from cronrace.cli_operate import operator_settings, with_client
 from cronrace.cli_table import Col, fit
 from cronrace.errors import CronraceError
-from cronrace.operator import OperatorClient
-from cronrace.schedules import ScheduleDiff
+from cronrace.operate.client import OperatorClient
+from cronrace.operate.schedules import ScheduleDiff
 from cronrace.specs.stored import ScheduleSpec, dump_schedules, load_schedules
 
 schedules_app = typer.Typer(

@@ -15,10 +15,10 @@ import logging
 from anyio.abc import TaskGroup
 
 from cronrace.errors import RedisAccessError, StoreError
+from cronrace.operate.schedules import ScheduleSync
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import Retry
-from cronrace.schedules import ScheduleSync
 from cronrace.stores.redis import Store
 from cronrace.tick.loop import Scheduler
 

@@ -27,10 +27,10 @@ from anyio.abc import TaskStatus
 from cronrace.control import ControlReader
 from cronrace.errors import RedisAccessError, RedisDataError, RedisUnavailableError, StoreError
 from cronrace.fleet.definitions import FleetDefinitions, JobDefinition, NodeDetails, job_definition
+from cronrace.operate.schedules import ScheduleSync
 from cronrace.runtime.clock import SystemClock
 from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.retry import Retry
-from cronrace.schedules import ScheduleSync
 from cronrace.settings import redact_url
 from cronrace.stores.redis import Store
 from cronrace.tick.loop import Scheduler

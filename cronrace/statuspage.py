@@ -37,7 +37,7 @@ import anyio.lowlevel
 import orjson
 
 from cronrace.errors import CronraceError
-from cronrace.fleetview import FleetView, look, relative, when
+from cronrace.operate.fleetview import FleetView, look, relative, when
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment

@@ -33,7 +33,7 @@ class PolicyOptions(TypedDict, total=False):
     """A job's options besides its name, handler and schedule: the one list of them.
 
     :class:`JobOptions` adds the name (jobs in code and ``[[jobs]]`` tables); stored
-    schedules (:meth:`cronrace.schedules.Schedules.add`) add their target instead.
+    schedules (:meth:`cronrace.operate.schedules.Schedules.add`) add their target instead.
     ``[[jobs]]`` tables and stored schedules (:class:`cronrace.specs.jobspec.JobSpec`) have the
     same fields and defaults (:data:`JOB_DEFAULTS`).
 

@@ -15,9 +15,9 @@ import anyio
 import httpx
 import pytest
 
-from cronrace.fleetview import FleetView
 from cronrace.model.policies import Outcome
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
+from cronrace.operate.fleetview import FleetView
 from cronrace.sidecar import Sidecar
 from cronrace.statuspage import render
 from tests.helpers import wait_for

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from cronrace import AgentSettings, UnknownJobError
-from cronrace.fleetview import look
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
-from cronrace.operator import OperatorClient
+from cronrace.operate.client import OperatorClient
+from cronrace.operate.fleetview import look
 from cronrace.stores.redis import Store
 
 

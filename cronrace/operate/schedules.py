@@ -32,11 +32,11 @@ from cronrace.specs.stored import ScheduleSpec, build_job, check_schedule
 from cronrace.stores.redis.schedules import ScheduleChange, WriteReply
 
 if TYPE_CHECKING:
-    from cronrace.operator import OperatorClient
+    from cronrace.operate.client import OperatorClient
     from cronrace.stores.redis import Store
     from cronrace.tick.loop import Scheduler
 
-log = logging.getLogger("cronrace.schedules")
+log = logging.getLogger("cronrace.operate.schedules")
 
 #: Stored schedules applied between two yields to the event loop when reading them all.
 APPLY_CHUNK = 200

@@ -21,14 +21,14 @@ from cronrace.fleet.definitions import NodeDetails, disagreements, live_details,
 from cronrace.fleet.heartbeat import heartbeat_ttl_ms
 from cronrace.model.job import Handler, Job
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
+from cronrace.operate.schedules import Schedules
 from cronrace.runtime.clock import Clock, SystemClock
-from cronrace.schedules import Schedules
 from cronrace.settings import AgentSettings
 from cronrace.specs.stored import ScheduleSpec
 from cronrace.stores.redis import JobState, Store
 from cronrace.timing.schedule import Schedule
 
-log = logging.getLogger("cronrace.operator")
+log = logging.getLogger("cronrace.operate.client")
 
 #: The fields of a stored schedule's definition that ``jobs_status`` shows.
 SPEC_FIELDS = {"schedule", "timezone", "overlap", "catchup"}

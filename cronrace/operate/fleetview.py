@@ -1,7 +1,7 @@
 """One look at a fleet: its jobs, its live nodes and its latest runs.
 
 ``cronrace status`` prints it and the status page renders it, so the two always agree.
-It is read through an :class:`~cronrace.operator.OperatorClient` (the CLI's own, or a
+It is read through an :class:`~cronrace.operate.client.OperatorClient` (the CLI's own, or a
 running agent's ``agent.operator``), from any process on the same Redis and namespace,
 in a fixed number of round trips however many jobs there are.
 """
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord, utc_from_s
 
 if TYPE_CHECKING:
-    from cronrace.operator import OperatorClient
+    from cronrace.operate.client import OperatorClient
 
 
 @dataclass(frozen=True, slots=True)
