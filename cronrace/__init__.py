@@ -1,6 +1,6 @@
 """cronrace: fire recurring jobs exactly once per tick across a fleet, with no leader."""
 
-from cronrace.agent import Agent
+from cronrace.agent.core import Agent
 from cronrace.errors import (
     ConfigError,
     CronraceError,

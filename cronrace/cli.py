@@ -18,7 +18,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from cronrace import cli_output as out
-from cronrace.agent import Agent
+from cronrace.agent.core import Agent
 from cronrace.errors import (
     ConfigError,
     CronraceError,

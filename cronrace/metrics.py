@@ -26,7 +26,7 @@ from cronrace.model.policies import Outcome
 from cronrace.runtime.observer import Observer
 
 if TYPE_CHECKING:
-    from cronrace.agent import Agent
+    from cronrace.agent.core import Agent
 
 # A `*_created` series per counter and histogram doubles what Prometheus stores and no
 # alert or dashboard of ours reads it. The switch is process-wide in prometheus-client.

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
-    from cronrace.agent import Agent
+    from cronrace.agent.core import Agent
     from cronrace.metrics import PrometheusObserver
 
 log = logging.getLogger("cronrace.metrics")

@@ -29,7 +29,7 @@ import anyio
 from anyio.abc import TaskStatus
 from pydantic import ValidationError
 
-from cronrace.agent import Agent
+from cronrace.agent.core import Agent
 from cronrace.errors import ConfigError, CronraceError, TargetError
 from cronrace.metrics import PrometheusObserver
 from cronrace.model.job import Handler

@@ -42,7 +42,7 @@ from cronrace.operate.fleetview import FleetView, look, relative, when
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
-    from cronrace.agent import Agent
+    from cronrace.agent.core import Agent
 
 log = logging.getLogger("cronrace.statuspage")
 

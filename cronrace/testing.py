@@ -41,7 +41,7 @@ from typing import Any
 
 import anyio
 
-from cronrace.agent import Agent
+from cronrace.agent.core import Agent
 from cronrace.model.job import Handler, RunContext
 from cronrace.settings import AgentSettings
 from cronrace.stores.redis import Store

@@ -15,7 +15,7 @@ from cronrace.errors import RedisAccessError
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.watchdog import LoopWatchdog
 
-log = logging.getLogger("cronrace.agent")
+log = logging.getLogger("cronrace.agent.core")
 
 
 class Readiness:

@@ -1,7 +1,7 @@
 """The agent: the job registry, and the parts that run it.
 
 An :class:`Agent` is what users define jobs on and run. It is made of one part per role:
-:mod:`cronrace.lifecycle` (connect, run the loops, stop, shut down), the
+:mod:`cronrace.agent.lifecycle` (connect, run the loops, stop, shut down), the
 :mod:`cronrace.fleet.heartbeat` (server clock samples, the epoch, the live members),
 :mod:`cronrace.runtime.readiness` (``/readyz``), and an
 :class:`~cronrace.operate.client.OperatorClient` on its store, to which its operator
@@ -18,12 +18,12 @@ from typing import Any, TypeVar, Unpack
 import anyio
 from anyio.abc import TaskStatus
 
+from cronrace.agent.lifecycle import Lifecycle
 from cronrace.errors import JobDefinitionError
 from cronrace.fleet.definitions import FleetDefinitions, NodeDetails
 from cronrace.fleet.heartbeat import Heartbeat
 from cronrace.fleet.membership import Membership
 from cronrace.fleet.racers import Racers
-from cronrace.lifecycle import Lifecycle
 from cronrace.model.job import Handler, Job, JobOptions, validate_job_name
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.operate.client import OperatorClient
@@ -37,7 +37,7 @@ from cronrace.stores.redis import Owner, Store
 from cronrace.tick.loop import Scheduler
 from cronrace.tick.runner import Runner
 
-log = logging.getLogger("cronrace.agent")
+log = logging.getLogger("cronrace.agent.core")
 
 F = TypeVar("F", bound=Callable[..., Any])
 

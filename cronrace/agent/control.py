@@ -22,7 +22,7 @@ from cronrace.runtime.retry import Retry
 from cronrace.stores.redis import Store
 from cronrace.tick.loop import Scheduler
 
-log = logging.getLogger("cronrace.agent")
+log = logging.getLogger("cronrace.agent.core")
 
 #: The shortest blocking read of the control stream.
 MIN_BLOCK_MS = 500

@@ -2,7 +2,7 @@
 
 :meth:`Lifecycle.run` owns every task it starts (anyio task groups): the heartbeat
 (:mod:`cronrace.fleet.heartbeat`), the outbox writer (records Redis could not take yet), the
-agent's services, the loop watchdog, the control reader (:mod:`cronrace.control`), the tick
+agent's services, the loop watchdog, the control reader (:mod:`cronrace.agent.control`), the tick
 loop, and the runs.
 
 Stopping (the first :meth:`Lifecycle.stop`, or SIGTERM) starts no new wake-up, but a
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
-from cronrace.control import ControlReader
+from cronrace.agent.control import ControlReader
 from cronrace.errors import RedisAccessError, RedisDataError, RedisUnavailableError, StoreError
 from cronrace.fleet.definitions import FleetDefinitions, JobDefinition, NodeDetails, job_definition
 from cronrace.operate.schedules import ScheduleSync
@@ -38,9 +38,9 @@ from cronrace.tick.outbox import Outbox
 from cronrace.tick.runner import CLEANUP_TIMEOUT_S, Runner
 
 if TYPE_CHECKING:
-    from cronrace.agent import Agent
+    from cronrace.agent.core import Agent
 
-log = logging.getLogger("cronrace.agent")
+log = logging.getLogger("cronrace.agent.core")
 
 
 class Lifecycle:

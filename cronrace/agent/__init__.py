@@ -1,0 +1,1 @@
+"""The agent: the facade that registers jobs, its lifecycle, the control reader."""
