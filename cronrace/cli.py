@@ -25,13 +25,13 @@ from cronrace.errors import (
     RedisAccessError,
     RedisUnavailableError,
 )
-from cronrace.metrics import PrometheusObserver
 from cronrace.pid1 import supervise_if_pid1
-from cronrace.probes import MetricsServer
 from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.observer import Observer
 from cronrace.settings import parse_address, redact_url
 from cronrace.sidecar import Sidecar, check_file
+from cronrace.web.metrics import PrometheusObserver
+from cronrace.web.probes import MetricsServer
 
 T = TypeVar("T")
 

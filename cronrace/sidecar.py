@@ -31,13 +31,13 @@ from pydantic import ValidationError
 
 from cronrace.agent.core import Agent
 from cronrace.errors import ConfigError, CronraceError, TargetError
-from cronrace.metrics import PrometheusObserver
 from cronrace.model.job import Handler
-from cronrace.probes import MetricsServer
 from cronrace.settings import SidecarSettings, settings_problems
 from cronrace.specs.jobspec import JobSpec, check_spec
 from cronrace.streams import OtherRedis, StreamTarget
 from cronrace.targets import CommandTarget, HttpTarget
+from cronrace.web.metrics import PrometheusObserver
+from cronrace.web.probes import MetricsServer
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,9 @@ from types import ModuleType
 
 import pytest
 
-from cronrace.metrics import PrometheusObserver
-from cronrace.probes import MetricsServer
 from cronrace.testing import memory_agent
+from cronrace.web.metrics import PrometheusObserver
+from cronrace.web.probes import MetricsServer
 from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

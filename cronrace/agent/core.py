@@ -52,7 +52,7 @@ class Agent:
         namespace: the key prefix; fleets with different namespaces ignore each other.
         settings: complete settings (instead of the three above and the environment).
         clock: the base clock (tests pass a skewed or fake one).
-        observer: receives events, e.g. ``cronrace.metrics.PrometheusObserver``.
+        observer: receives events, e.g. ``cronrace.web.metrics.PrometheusObserver``.
     """
 
     def __init__(

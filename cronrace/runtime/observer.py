@@ -10,7 +10,7 @@ from cronrace.model.policies import Outcome
 class Observer:
     """Receives the agent's events; every method is a no-op here.
 
-    ``cronrace.metrics`` subclasses it to export Prometheus metrics. Methods must be quick
+    ``cronrace.web.metrics`` subclasses it to export Prometheus metrics. Methods must be quick
     and must not raise: they are called on the scheduler's path.
     """
 

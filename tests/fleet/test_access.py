@@ -23,9 +23,9 @@ from cronrace.errors import (
     RedisTLSError,
     RedisUnavailableError,
 )
-from cronrace.metrics import PrometheusObserver
 from cronrace.stores.redis.acl import acl_setuser
 from cronrace.testing import RedisServer
+from cronrace.web.metrics import PrometheusObserver
 from tests.helpers import Recorder, running, settings, wait_for
 from tests.redis_server import free_port, redis_available
 from tests.tls import start_tls_server

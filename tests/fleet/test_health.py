@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from cronrace import Agent, AgentSettings, RunContext
-from cronrace.metrics import PrometheusObserver
-from cronrace.probes import MetricsServer
 from cronrace.runtime.watchdog import LoopWatchdog
+from cronrace.web.metrics import PrometheusObserver
+from cronrace.web.probes import MetricsServer
 from tests.helpers import running, wait_for
 
 

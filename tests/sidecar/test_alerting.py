@@ -116,7 +116,7 @@ def _metric_names_in(text: str) -> set[str]:
 
 
 def test_every_metric_the_alerts_and_dashboard_use_is_exported() -> None:
-    from cronrace.metrics import PrometheusObserver
+    from cronrace.web.metrics import PrometheusObserver
 
     observer = PrometheusObserver()
     exported = set()

@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from cronrace.errors import ConfigError
-from cronrace.metrics import PrometheusObserver
 from cronrace.model.policies import Outcome
-from cronrace.probes import MetricsServer
 from cronrace.sidecar import Sidecar
+from cronrace.web.metrics import PrometheusObserver
+from cronrace.web.probes import MetricsServer
 from tests.helpers import wait_for
 from tests.redis_server import RedisServer, free_port
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from cronrace.errors import ConfigError
 from cronrace.fleet.membership import Membership, late_fire_bound_s
 from cronrace.fleet.racers import POINTS_PER_NODE, Racers, Ring, key_point
-from cronrace.metrics import PrometheusObserver
 from cronrace.settings import SidecarSettings, load_settings
+from cronrace.web.metrics import PrometheusObserver
 
 JOBS = [f"job-{i}" for i in range(200)]
 TICKS = range(1_700_000_000, 1_700_000_050)

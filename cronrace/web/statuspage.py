@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from cronrace.agent.core import Agent
 
-log = logging.getLogger("cronrace.statuspage")
+log = logging.getLogger("cronrace.web.statuspage")
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """Prometheus metrics: the agent's events as counters, gauges and histograms.
 
 :class:`PrometheusObserver` turns the agent's events into metrics in a registry of its own
-(several agents in one process do not collide); ``cronrace.probes`` serves them.
+(several agents in one process do not collide); ``cronrace.web.probes`` serves them.
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
     from cronrace.agent.core import Agent
-    from cronrace.metrics import PrometheusObserver
+    from cronrace.web.metrics import PrometheusObserver
 
-log = logging.getLogger("cronrace.metrics")
+log = logging.getLogger("cronrace.web.metrics")
 
 
 class Probes(Protocol):
@@ -148,7 +148,7 @@ class MetricsServer:
         agent.add_service(lambda: observer.seed_last_success(agent))
         page = None
         if status_page:
-            from cronrace.statuspage import StatusPage  # imported only when served
+            from cronrace.web.statuspage import StatusPage  # imported only when served
 
             page = StatusPage(agent, actions=actions).handle
         return cls(host, port, observer.registry, agent, page)

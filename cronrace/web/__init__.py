@@ -1,0 +1,1 @@
+"""What a node serves over HTTP: Prometheus metrics, probes, the status page."""
