@@ -57,7 +57,7 @@ EXPOSE 9464
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
   CMD ["python", "/usr/local/lib/cronrace-healthcheck.py"]
 # SIGTERM: stop claiming, let runs finish within shutdown_grace_s, release leases, exit 0.
-# As PID 1, `cronrace run` is its own init (cronrace/pid1.py): it forwards signals to the
+# As PID 1, `cronrace run` is its own init (cronrace/sidecar/pid1.py): it forwards signals to the
 # agent and reaps orphaned processes, so no tini is needed.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["cronrace"]

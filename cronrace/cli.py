@@ -25,11 +25,11 @@ from cronrace.errors import (
     RedisAccessError,
     RedisUnavailableError,
 )
-from cronrace.pid1 import supervise_if_pid1
 from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.observer import Observer
 from cronrace.settings import parse_address, redact_url
-from cronrace.sidecar import Sidecar, check_file
+from cronrace.sidecar.pid1 import supervise_if_pid1
+from cronrace.sidecar.service import Sidecar, check_file
 from cronrace.web.metrics import PrometheusObserver
 from cronrace.web.probes import MetricsServer
 

@@ -40,7 +40,7 @@ from cronrace.model.records import RunRecord
 from cronrace.operate.client import OperatorClient
 from cronrace.operate.fleetview import look
 from cronrace.settings import AgentSettings, is_embedded, load_settings, redact_url
-from cronrace.sidecar import load_config
+from cronrace.sidecar.service import load_config
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ from cronrace.operate.fleetview import relative, when
 from cronrace.timing.schedule import Schedule
 
 if TYPE_CHECKING:
-    from cronrace.sidecar import SidecarConfig
+    from cronrace.sidecar.service import SidecarConfig
 
 #: Piped output is not squeezed into a terminal: lines are for grep.
 PIPE_WIDTH = 200

@@ -15,7 +15,7 @@ import pytest
 
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
-from cronrace.sidecar import Sidecar
+from cronrace.sidecar.service import Sidecar
 from tests.helpers import wait_for
 from tests.redis_server import free_port
 

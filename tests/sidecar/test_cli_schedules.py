@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cronrace.cli import EXIT_INVALID, EXIT_USAGE, app
 from cronrace.errors import TargetError
-from cronrace.sidecar import Sidecar
+from cronrace.sidecar.service import Sidecar
 from cronrace.specs.stored import ScheduleSpec
 from tests.redis_server import RedisServer
 

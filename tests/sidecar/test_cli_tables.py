@@ -20,7 +20,7 @@ from cronrace.cli import EXIT_INVALID, EXIT_USAGE, app
 from cronrace.model.policies import Outcome
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runtime.logs import JsonFormatter, TextFormatter
-from cronrace.sidecar import load_config
+from cronrace.sidecar.service import load_config
 from cronrace.timing.schedule import Schedule
 from tests.redis_server import RedisServer
 

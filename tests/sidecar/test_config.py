@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from cronrace.cli import app
 from cronrace.errors import ConfigError
-from cronrace.sidecar import check_file, load_config
+from cronrace.sidecar.service import check_file, load_config
 from tests.redis_server import free_port
 from tests.sidecar.conftest import EXAMPLES, cronrace
 

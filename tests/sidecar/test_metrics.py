@@ -12,7 +12,7 @@ import pytest
 
 from cronrace.errors import ConfigError
 from cronrace.model.policies import Outcome
-from cronrace.sidecar import Sidecar
+from cronrace.sidecar.service import Sidecar
 from cronrace.web.metrics import PrometheusObserver
 from cronrace.web.probes import MetricsServer
 from tests.helpers import wait_for

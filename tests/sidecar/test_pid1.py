@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cronrace.pid1 import exit_code
+from cronrace.sidecar.pid1 import exit_code
 from tests.sidecar.conftest import ROOT, wait_until
 
 

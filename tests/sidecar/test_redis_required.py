@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cronrace.sidecar import Sidecar, load_config
+from cronrace.sidecar.service import Sidecar, load_config
 from cronrace.testing import free_port
 from tests.sidecar.conftest import EXAMPLES, ROOT
 

@@ -18,7 +18,7 @@ import pytest
 from cronrace.model.policies import Outcome
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.operate.fleetview import FleetView
-from cronrace.sidecar import Sidecar
+from cronrace.sidecar.service import Sidecar
 from cronrace.web.statuspage import render
 from tests.helpers import wait_for
 from tests.redis_server import RedisServer, free_port

@@ -15,9 +15,9 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from cronrace.errors import TargetError
+from cronrace.sidecar.streams import OtherRedis, StreamSpec, StreamTarget
+from cronrace.sidecar.targets import CommandSpec, CommandTarget, HttpSpec, HttpTarget, is_loopback
 from cronrace.stores.redis import Store
-from cronrace.streams import OtherRedis, StreamSpec, StreamTarget
-from cronrace.targets import CommandSpec, CommandTarget, HttpSpec, HttpTarget, is_loopback
 from tests.helpers import wait_for
 from tests.redis_server import RedisServer, free_port
 from tests.sidecar.conftest import DemoApp, make_ctx, process_alive, wait_until

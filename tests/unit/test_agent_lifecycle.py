@@ -49,7 +49,7 @@ def test_an_observer_set_after_construction_reaches_every_part() -> None:
 
 
 async def test_a_started_sidecar_is_ready(tmp_path: Path) -> None:
-    from cronrace.sidecar import Sidecar
+    from cronrace.sidecar.service import Sidecar
 
     path = tmp_path / "cronrace.toml"
     path.write_text(

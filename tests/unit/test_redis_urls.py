@@ -9,8 +9,8 @@ from pydantic import ValidationError
 
 from cronrace.errors import ConfigError
 from cronrace.settings import load_settings
+from cronrace.sidecar.streams import StreamSpec
 from cronrace.stores.redis.urls import Deployment, parse_redis_url, redact_url
-from cronrace.streams import StreamSpec
 
 P, S, C = Deployment.PRIMARY, Deployment.SENTINEL, Deployment.CLUSTER
 GOOD = [  # url, deployment, hosts, master, db

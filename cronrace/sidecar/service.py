@@ -33,9 +33,9 @@ from cronrace.agent.core import Agent
 from cronrace.errors import ConfigError, CronraceError, TargetError
 from cronrace.model.job import Handler
 from cronrace.settings import SidecarSettings, settings_problems
+from cronrace.sidecar.streams import OtherRedis, StreamTarget
+from cronrace.sidecar.targets import CommandTarget, HttpTarget
 from cronrace.specs.jobspec import JobSpec, check_spec
-from cronrace.streams import OtherRedis, StreamTarget
-from cronrace.targets import CommandTarget, HttpTarget
 from cronrace.web.metrics import PrometheusObserver
 from cronrace.web.probes import MetricsServer
 

@@ -8,7 +8,7 @@ receiving side can refuse a stale holder (DESIGN.md section 9):
 http       headers ``X-Cronrace-Job``, ``X-Cronrace-Tick``, ``X-Cronrace-Fence`` and
            ``Idempotency-Key: <job>:<tick>``
 command    environment ``CRONRACE_JOB``, ``CRONRACE_TICK``, ``CRONRACE_FENCE``
-stream     entry fields ``job``, ``tick``, ``fence`` (:mod:`cronrace.streams`)
+stream     entry fields ``job``, ``tick``, ``fence`` (:mod:`cronrace.sidecar.streams`)
 =========  ===============================================================================
 
 A target that fails raises :class:`~cronrace.errors.TargetError`; its one-line message is
