@@ -1,5 +1,5 @@
 """``python -m cronrace``: the same as the ``cronrace`` command."""
 
-from cronrace.cli import main
+from cronrace.cli.main import main
 
 main()

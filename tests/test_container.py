@@ -105,7 +105,7 @@ def test_wheel_ships_the_scripts_the_typing_marker_and_the_entrypoint(tmp_path: 
         assert f"cronrace/stores/redis/lua/{script}.lua" in names
     assert not any(name.startswith(("tests/", "benchmarks/", "examples/")) for name in names)
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
-    assert "cronrace = cronrace.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "cronrace = cronrace.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_entrypoint_without_a_mounted_config_says_what_to_mount() -> None:

@@ -15,7 +15,7 @@ import redis
 from typer.testing import CliRunner
 
 from cronrace import Agent, RunContext
-from cronrace.cli import EXIT_REFUSED, app
+from cronrace.cli.main import EXIT_REFUSED, app
 from cronrace.errors import (
     RedisAccessError,
     RedisAuthError,

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from cronrace import Agent, RunContext
-from cronrace.cli_output import print_nodes, racers_line
+from cronrace.cli.output import print_nodes, racers_line
 from cronrace.fleet.membership import late_fire_bound_s
 from cronrace.fleet.racers import Ring
 from cronrace.runtime.observer import Observer

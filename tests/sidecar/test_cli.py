@@ -17,7 +17,7 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from cronrace.cli import app
+from cronrace.cli.main import app
 from tests.redis_server import RedisServer, free_port
 from tests.sidecar.conftest import ROOT, DemoApp, cronrace, wait_until
 

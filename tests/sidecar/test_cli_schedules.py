@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cronrace.cli import EXIT_INVALID, EXIT_USAGE, app
+from cronrace.cli.main import EXIT_INVALID, EXIT_USAGE, app
 from cronrace.errors import TargetError
 from cronrace.sidecar.service import Sidecar
 from cronrace.specs.stored import ScheduleSpec

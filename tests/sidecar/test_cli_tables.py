@@ -15,8 +15,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from typer.testing import CliRunner
 
-from cronrace import Agent, AgentSettings, cli_output
-from cronrace.cli import EXIT_INVALID, EXIT_USAGE, app
+from cronrace import Agent, AgentSettings
+from cronrace.cli import output as cli_output
+from cronrace.cli.main import EXIT_INVALID, EXIT_USAGE, app
 from cronrace.model.policies import Outcome
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runtime.logs import JsonFormatter, TextFormatter

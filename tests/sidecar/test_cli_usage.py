@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cronrace import cli_output
-from cronrace.cli import EXIT_INVALID, EXIT_REDIS, EXIT_USAGE, app
+from cronrace.cli import output as cli_output
+from cronrace.cli.main import EXIT_INVALID, EXIT_REDIS, EXIT_USAGE, app
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
 from tests.redis_server import free_port
@@ -27,8 +27,8 @@ def invoke(*args: str) -> tuple[int, str]:
         (["run"], EXIT_USAGE, "cronrace: give MODULE:ATTR or --config FILE"),
         (["run", "nocolon"], EXIT_USAGE, "is not MODULE:ATTR"),
         (["run", "no_such_module_xyz:agent"], EXIT_USAGE, "cannot import module"),
-        (["run", "cronrace.cli:nothing"], EXIT_USAGE, "has no attribute 'nothing'"),
-        (["run", "cronrace.cli:app"], EXIT_USAGE, "is a Typer, not a cronrace Agent"),
+        (["run", "cronrace.cli.main:nothing"], EXIT_USAGE, "has no attribute 'nothing'"),
+        (["run", "cronrace.cli.main:app"], EXIT_USAGE, "is a Typer, not a cronrace Agent"),
         (["history", "x", "--limit", "0"], EXIT_USAGE, ""),
     ],
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cronrace.cli import app
+from cronrace.cli.main import app
 from cronrace.errors import ConfigError
 from cronrace.sidecar.service import check_file, load_config
 from tests.redis_server import free_port

@@ -9,7 +9,7 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from cronrace.cli import EXIT_INVALID, app
+from cronrace.cli.main import EXIT_INVALID, app
 from cronrace.stores.redis import Keys
 from tests.redis_server import RedisServer
 

@@ -17,8 +17,8 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from cronrace import cli_output as out
 from cronrace.agent.core import Agent
+from cronrace.cli import output as out
 from cronrace.errors import (
     ConfigError,
     CronraceError,
@@ -279,8 +279,8 @@ def validate(
 
 # The operator commands (status, history, nodes, pause, resume, trigger) and the
 # `schedules` subcommands use the options and helpers above; importing them registers them.
-from cronrace.cli_operate import COMMANDS  # noqa: E402
-from cronrace.cli_schedules import schedules_app  # noqa: E402
+from cronrace.cli.operate import COMMANDS  # noqa: E402
+from cronrace.cli.schedules import schedules_app  # noqa: E402
 
 for _command in COMMANDS:
     app.command(epilog=EXIT_CODES_HELP)(_command)

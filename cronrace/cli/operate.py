@@ -2,7 +2,7 @@
 
 Each talks to a fleet through an :class:`~cronrace.operate.client.OperatorClient` of its own
 (no Agent is built): settings from the flags, then the environment, then the config
-file; failures are one line and an exit code (see :mod:`cronrace.cli`).
+file; failures are one line and an exit code (see :mod:`cronrace.cli.main`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Annotated, Any, TypeVar
 import anyio
 import typer
 
-from cronrace import cli_output as out
-from cronrace.cli import (
+from cronrace.cli import output as out
+from cronrace.cli.main import (
     EXIT_INVALID,
     EXIT_REDIS,
     EXIT_USAGE,
@@ -283,5 +283,5 @@ async def _trigger_timeout(
     }
 
 
-#: Registered on the ``cronrace`` app, in this order, by :mod:`cronrace.cli`.
+#: Registered on the ``cronrace`` app, in this order, by :mod:`cronrace.cli.main`.
 COMMANDS = (status, history, nodes, pause, resume, trigger)

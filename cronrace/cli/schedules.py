@@ -17,8 +17,8 @@ from typing import Annotated, Any
 
 import typer
 
-from cronrace import cli_output as out
-from cronrace.cli import (
+from cronrace.cli import output as out
+from cronrace.cli.main import (
     EXIT_CODES_HELP,
     EXIT_USAGE,
     ConfigOption,
@@ -29,8 +29,8 @@ from cronrace.cli import (
     fail,
     fail_lines,
 )
-from cronrace.cli_operate import operator_settings, with_client
-from cronrace.cli_table import Col, fit
+from cronrace.cli.operate import operator_settings, with_client
+from cronrace.cli.table import Col, fit
 from cronrace.errors import CronraceError
 from cronrace.operate.client import OperatorClient
 from cronrace.operate.schedules import ScheduleDiff

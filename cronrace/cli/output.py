@@ -2,7 +2,7 @@
 
 Tables fit the terminal (80 columns is the test) without cutting a job name, an outcome
 or a node id: columns are left out by priority instead, and ``--wide`` shows them all
-(see :mod:`cronrace.cli_table`). Times are shown in UTC (``Z``) with a relative hint;
+(see :mod:`cronrace.cli.table`). Times are shown in UTC (``Z``) with a relative hint;
 JSON keeps epoch seconds and milliseconds exactly as they are stored.
 """
 
@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 import orjson
 from rich.console import Console
 
-from cronrace.cli_table import Col, Fitted, fit
+from cronrace.cli.table import Col, Fitted, fit
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.operate.fleetview import relative, when
 from cronrace.timing.schedule import Schedule

@@ -1,0 +1,1 @@
+"""The cronrace command: one module per command group."""
