@@ -31,7 +31,7 @@ import anyio
 
 from benchmarks.server import BenchServer
 from cronrace import Agent, AgentSettings, RunContext
-from cronrace.operate.schedules import ScheduleSync
+from cronrace.agent.schedule_sync import ScheduleSync
 from cronrace.runtime.observer import Observer
 from cronrace.specs.stored import ScheduleSpec
 from cronrace.stores.redis import Store

@@ -14,8 +14,8 @@ import logging
 
 from anyio.abc import TaskGroup
 
+from cronrace.agent.schedule_sync import ScheduleSync
 from cronrace.errors import RedisAccessError, StoreError
-from cronrace.operate.schedules import ScheduleSync
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import Retry

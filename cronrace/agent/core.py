@@ -19,6 +19,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from cronrace.agent.lifecycle import Lifecycle
+from cronrace.agent.schedule_sync import ScheduleSync
 from cronrace.errors import JobDefinitionError
 from cronrace.fleet.definitions import FleetDefinitions, NodeDetails
 from cronrace.fleet.heartbeat import Heartbeat
@@ -27,7 +28,7 @@ from cronrace.fleet.racers import Racers
 from cronrace.model.job import Handler, Job, JobOptions, validate_job_name
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.operate.client import OperatorClient
-from cronrace.operate.schedules import ScheduleSync, TargetFactory
+from cronrace.operate.schedules import TargetFactory
 from cronrace.runtime.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import Readiness

@@ -25,9 +25,9 @@ import anyio
 from anyio.abc import TaskStatus
 
 from cronrace.agent.control import ControlReader
+from cronrace.agent.schedule_sync import ScheduleSync
 from cronrace.errors import RedisAccessError, RedisDataError, RedisUnavailableError, StoreError
 from cronrace.fleet.definitions import FleetDefinitions, JobDefinition, NodeDetails, job_definition
-from cronrace.operate.schedules import ScheduleSync
 from cronrace.runtime.clock import SystemClock
 from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.retry import Retry

@@ -86,7 +86,7 @@ async def test_node_without_the_handler_does_not_race_and_says_so_once(
     with_handler = fake_node(clock, url, "worker", ran)
     without = memory_agent(clock, redis_url=url, node_id="web", heartbeat_s=HEARTBEAT_S)
     ops = Agent(redis_url=url, node_id="operator")
-    with caplog.at_level(logging.WARNING, logger="cronrace.operate.schedules"):
+    with caplog.at_level(logging.WARNING, logger="cronrace.agent.schedule_sync"):
         async with running(with_handler, without):
             await ops.schedules.add(
                 "report", "* * * * * *", handler="note", args={"customer": "acme"}
