@@ -19,7 +19,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskStatus
@@ -38,9 +38,61 @@ from cronrace.tick.outbox import Outbox
 from cronrace.tick.runner import CLEANUP_TIMEOUT_S, Runner
 
 if TYPE_CHECKING:
-    from cronrace.agent.core import Agent
+    from collections.abc import Mapping
+
+    from cronrace.fleet.heartbeat import Heartbeat
+    from cronrace.fleet.membership import Membership
+    from cronrace.model.job import Handler, Job
+    from cronrace.operate.schedules import TargetFactory
+    from cronrace.runtime.clock import Clock
+    from cronrace.runtime.observer import Observer
+    from cronrace.runtime.readiness import Readiness
+    from cronrace.runtime.watchdog import LoopWatchdog
+    from cronrace.settings import AgentSettings
+    from cronrace.stores.redis import Owner
 
 log = logging.getLogger("cronrace.agent.core")
+
+
+class AgentParts(Protocol):
+    """What a :class:`Lifecycle` runs: the parts an :class:`~cronrace.Agent` is made of.
+
+    A protocol rather than the agent itself, so that the lifecycle depends on the parts and
+    the agent on the lifecycle, never both ways; attributes rather than a frozen snapshot,
+    because some are set after the agent is built (the sidecar's ``target_factory``, the
+    observer ``cronrace run --metrics-address`` puts in).
+    """
+
+    settings: AgentSettings
+    clock: Clock
+    owner: Owner
+    heartbeat: Heartbeat
+    readiness: Readiness
+    membership: Membership
+    watchdog: LoopWatchdog
+    target_factory: TargetFactory | None
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def observer(self) -> Observer: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def jobs(self) -> Mapping[str, Job]: ...
+
+    @property
+    def handlers(self) -> Mapping[str, Handler]: ...
+
+    @property
+    def services(self) -> tuple[Callable[[], Coroutine[Any, Any, None]], ...]: ...
+
+    def hold_s(self) -> float: ...
+
+    async def aclose(self) -> None: ...
 
 
 class Lifecycle:
@@ -50,7 +102,7 @@ class Lifecycle:
     schedules' sync, the fleet's definitions) that metrics and tests read through the agent.
     """
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentParts) -> None:
         self.agent = agent
         self.stop_requested = False
         self.forced = False
