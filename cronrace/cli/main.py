@@ -19,6 +19,22 @@ import typer
 
 from cronrace.agent.core import Agent
 from cronrace.cli import output as out
+from cronrace.cli.operate import COMMANDS
+from cronrace.cli.options import (
+    EXIT_CODES_HELP,
+    EXIT_INVALID,
+    EXIT_REDIS,
+    EXIT_USAGE,
+    ConfigOption,
+    JsonOption,
+    NamespaceOption,
+    RedisOption,
+    WideOption,
+    fail,
+    fail_lines,
+    refused,
+)
+from cronrace.cli.schedules import schedules_app
 from cronrace.errors import (
     ConfigError,
     CronraceError,
@@ -27,23 +43,13 @@ from cronrace.errors import (
 )
 from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.observer import Observer
-from cronrace.settings import parse_address, redact_url
+from cronrace.settings import parse_address
 from cronrace.sidecar.pid1 import supervise_if_pid1
 from cronrace.sidecar.service import Sidecar, check_file
 from cronrace.web.metrics import PrometheusObserver
 from cronrace.web.probes import MetricsServer
 
 T = TypeVar("T")
-
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-EXIT_REDIS = 3
-EXIT_REFUSED = 4
-
-EXIT_CODES_HELP = (
-    "Exit codes: 0 success; 1 invalid configuration or failed operator command; "
-    "2 bad usage; 3 Redis unreachable; 4 Redis refused us (password, ACL, TLS)."
-)
 
 app = typer.Typer(
     name="cronrace",
@@ -56,53 +62,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        "-c",
-        help="Sidecar config file; its [agent] table says where Redis is.",
-        envvar="CRONRACE_CONFIG",
-        dir_okay=False,
-    ),
-]
-RedisOption = Annotated[
-    str | None,
-    typer.Option("--redis-url", help="Redis URL (beats the config file and CRONRACE_REDIS_URL)."),
-]
-NamespaceOption = Annotated[
-    str | None,
-    typer.Option("--namespace", "-n", help="Namespace (default from config or environment)."),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-WideOption = Annotated[
-    bool,
-    typer.Option(
-        "--wide", "-w", help="Every column and the whole texts, however wide the table gets."
-    ),
-]
-JobArgument = Annotated[str, typer.Argument(help="The job's name.")]
-
-
-def fail(message: str, code: int) -> typer.Exit:
-    """Print one line to stderr and return the Exit to raise."""
-    typer.echo(f"cronrace: {message}", err=True)
-    return typer.Exit(code)
-
-
-def fail_lines(error: CronraceError, code: int = EXIT_INVALID) -> typer.Exit:
-    """Print every problem of ``error`` on its own line to stderr; return the Exit."""
-    problems = error.problems if isinstance(error, ConfigError) else [str(error)]
-    for line in problems:
-        typer.echo(line, err=True)
-    return typer.Exit(code)
-
-
-def refused(redis_url: str, error: RedisAccessError) -> typer.Exit:
-    """Print why Redis refused us, naming the server; return the Exit to raise."""
-    return fail(f"Redis at {redact_url(redis_url)} refused: {error}", EXIT_REFUSED)
-
 
 # -- run -------------------------------------------------------------------------------
 
@@ -278,10 +237,7 @@ def validate(
 
 
 # The operator commands (status, history, nodes, pause, resume, trigger) and the
-# `schedules` subcommands use the options and helpers above; importing them registers them.
-from cronrace.cli.operate import COMMANDS  # noqa: E402
-from cronrace.cli.schedules import schedules_app  # noqa: E402
-
+# `schedules` subcommands, each group in its own module.
 for _command in COMMANDS:
     app.command(epilog=EXIT_CODES_HELP)(_command)
 

@@ -15,7 +15,7 @@ import anyio
 import typer
 
 from cronrace.cli import output as out
-from cronrace.cli.main import (
+from cronrace.cli.options import (
     EXIT_INVALID,
     EXIT_REDIS,
     EXIT_USAGE,

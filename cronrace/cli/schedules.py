@@ -18,7 +18,8 @@ from typing import Annotated, Any
 import typer
 
 from cronrace.cli import output as out
-from cronrace.cli.main import (
+from cronrace.cli.operate import operator_settings, with_client
+from cronrace.cli.options import (
     EXIT_CODES_HELP,
     EXIT_USAGE,
     ConfigOption,
@@ -29,7 +30,6 @@ from cronrace.cli.main import (
     fail,
     fail_lines,
 )
-from cronrace.cli.operate import operator_settings, with_client
 from cronrace.cli.table import Col, fit
 from cronrace.errors import CronraceError
 from cronrace.operate.client import OperatorClient

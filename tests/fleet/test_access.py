@@ -15,7 +15,8 @@ import redis
 from typer.testing import CliRunner
 
 from cronrace import Agent, RunContext
-from cronrace.cli.main import EXIT_REFUSED, app
+from cronrace.cli.main import app
+from cronrace.cli.options import EXIT_REFUSED
 from cronrace.errors import (
     RedisAccessError,
     RedisAuthError,

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cronrace.cli.main import EXIT_INVALID, EXIT_USAGE, app
+from cronrace.cli.main import app
+from cronrace.cli.options import EXIT_INVALID, EXIT_USAGE
 from cronrace.errors import TargetError
 from cronrace.sidecar.service import Sidecar
 from cronrace.specs.stored import ScheduleSpec

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from cronrace import Agent, AgentSettings
 from cronrace.cli import output as cli_output
-from cronrace.cli.main import EXIT_INVALID, EXIT_USAGE, app
+from cronrace.cli.main import app
+from cronrace.cli.options import EXIT_INVALID, EXIT_USAGE
 from cronrace.model.policies import Outcome
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.runtime.logs import JsonFormatter, TextFormatter

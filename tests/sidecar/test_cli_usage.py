@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cronrace.cli import output as cli_output
-from cronrace.cli.main import EXIT_INVALID, EXIT_REDIS, EXIT_USAGE, app
+from cronrace.cli.main import app
+from cronrace.cli.options import EXIT_INVALID, EXIT_REDIS, EXIT_USAGE
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
 from tests.redis_server import free_port

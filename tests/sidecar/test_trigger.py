@@ -9,7 +9,8 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from cronrace.cli.main import EXIT_INVALID, app
+from cronrace.cli.main import app
+from cronrace.cli.options import EXIT_INVALID
 from cronrace.stores.redis import Keys
 from tests.redis_server import RedisServer
 
