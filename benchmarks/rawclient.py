@@ -27,7 +27,8 @@ from typing import Any
 import anyio
 import redis.asyncio as aioredis
 
-from cronrace.stores.redis import Claim, Store
+from cronrace.stores.values import Claim
+from cronrace.stores.redis import Store
 
 TTL_MS = 60_000
 

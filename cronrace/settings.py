@@ -23,9 +23,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from cronrace.errors import ConfigError
 from cronrace.fleet.racers import Racers
-from cronrace.stores.redis.urls import is_embedded as is_embedded  # re-exported: agent, cli
-from cronrace.stores.redis.urls import parse_redis_url
-from cronrace.stores.redis.urls import redact_url as redact_url  # re-exported: cli, targets
+from cronrace.stores.urls import check_store_url
+from cronrace.stores.urls import is_embedded as is_embedded  # re-exported: agent, cli
+from cronrace.stores.urls import redact_url as redact_url  # re-exported: cli, targets
 
 ENV_PREFIX = "CRONRACE_"
 HOST_PATTERN = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_-]{1,63})*$")
@@ -108,7 +108,7 @@ class AgentSettings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        parse_redis_url(value)
+        check_store_url(value)
         return value
 
 

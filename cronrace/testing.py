@@ -44,7 +44,8 @@ import anyio
 from cronrace.agent.core import Agent
 from cronrace.model.job import Handler, RunContext
 from cronrace.settings import AgentSettings
-from cronrace.stores.redis import Store
+from cronrace.stores.contract import RedisFeatures, Store
+from cronrace.stores.urls import open_store
 
 __all__ = ["FakeClock", "RedisServer", "TLSFiles", "free_port", "memory_agent", "run_handler"]
 
@@ -235,8 +236,9 @@ async def run_handler(
     Raises:
         Exception: whatever the handler raised, unchanged (an agent records ``error``).
     """
-    the_store = store or Store.from_url(f"memory://test-{secrets.token_hex(4)}")
-    ctx = RunContext(job=job, tick_s=tick_s, fence=fence, node_id=node_id, _store=the_store)
+    the_store = store or open_store(f"memory://test-{secrets.token_hex(4)}")
+    writer = the_store if isinstance(the_store, RedisFeatures) else None
+    ctx = RunContext(job=job, tick_s=tick_s, fence=fence, node_id=node_id, _store=writer)
     try:
         if inspect.iscoroutinefunction(handler):
             return await handler(ctx)

@@ -19,7 +19,7 @@ from cronrace.errors import RedisAccessError, StoreError
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import Retry
-from cronrace.stores.redis import Store
+from cronrace.stores.contract import Store
 from cronrace.tick.loop import Scheduler
 
 log = logging.getLogger("cronrace.agent.core")

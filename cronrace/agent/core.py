@@ -34,7 +34,9 @@ from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.watchdog import LoopWatchdog
 from cronrace.settings import AgentSettings, is_embedded, load_settings
-from cronrace.stores.redis import Owner, Store
+from cronrace.stores.values import Owner
+from cronrace.stores.contract import Store
+from cronrace.stores.urls import open_store
 from cronrace.tick.loop import Scheduler
 from cronrace.tick.runner import Runner
 
@@ -240,7 +242,7 @@ class Agent:
                     "using the embedded in-process store: it serves this process only; "
                     "set CRONRACE_REDIS_URL to share ticks across a fleet"
                 )
-            self._store = Store.from_url(
+            self._store = open_store(
                 self.settings.redis_url,
                 self.settings.namespace,
                 max_connections=self.settings.max_connections,

@@ -32,7 +32,7 @@ from cronrace.runtime.clock import SystemClock
 from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.retry import Retry
 from cronrace.settings import redact_url
-from cronrace.stores.redis import Store
+from cronrace.stores.contract import Store
 from cronrace.tick.loop import Scheduler
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.runner import CLEANUP_TIMEOUT_S, Runner
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from cronrace.runtime.readiness import Readiness
     from cronrace.runtime.watchdog import LoopWatchdog
     from cronrace.settings import AgentSettings
-    from cronrace.stores.redis import Owner
+    from cronrace.stores.values import Owner
 
 log = logging.getLogger("cronrace.agent.core")
 
@@ -298,7 +298,7 @@ class Lifecycle:
         with anyio.move_on_after(self.agent.settings.startup_timeout_s) as scope:
             while True:
                 try:
-                    await store.load_scripts()
+                    await store.prepare()
                     await control.check()
                     await self.agent.heartbeat.beat(store)
                     await store.register_jobs({n: job.spec() for n, job in self.agent.jobs.items()})

@@ -26,7 +26,7 @@ from cronrace.operate.schedules import TargetFactory
 from cronrace.specs.stored import ScheduleSpec, build_job
 
 if TYPE_CHECKING:
-    from cronrace.stores.redis import Store
+    from cronrace.stores.contract import Store
     from cronrace.tick.loop import Scheduler
 
 log = logging.getLogger("cronrace.agent.schedule_sync")

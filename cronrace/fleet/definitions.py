@@ -29,7 +29,7 @@ from cronrace.model.job import Job
 from cronrace.runtime.observer import Observer
 
 if TYPE_CHECKING:
-    from cronrace.stores.redis import Store
+    from cronrace.stores.contract import Store
 
 log = logging.getLogger("cronrace.fleet")
 

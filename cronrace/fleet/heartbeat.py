@@ -31,7 +31,7 @@ from cronrace.runtime.clock import Clock, ServerOffsetClock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.retry import Retry
-from cronrace.stores.redis import Store
+from cronrace.stores.contract import Store
 
 log = logging.getLogger("cronrace.fleet.heartbeat")
 

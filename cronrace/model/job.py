@@ -14,15 +14,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
+from typing import Any, Final, Protocol, TypedDict, Unpack
 
 from cronrace.errors import CronraceError, JobDefinitionError
 from cronrace.model.policies import Catchup, Overlap
 from cronrace.model.records import utc_from_s
 from cronrace.timing.schedule import Schedule
-
-if TYPE_CHECKING:
-    from cronrace.stores.redis import Store
 
 JOB_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -122,6 +119,14 @@ def _positive(job: str, field_name: str, value: object, *, minimum: float) -> fl
             f"job {job!r}: {field_name} {value!r} must be a number >= {minimum}"
         )
     return float(value)
+
+
+class FencedWriter(Protocol):
+    """Where :meth:`RunContext.fenced_set` writes: a store that offers fenced writes."""
+
+    async def fenced_set(self, key: str, value: str | bytes, fence: int, ttl_ms: int = 0) -> bool:
+        """Write ``value`` under ``key`` unless a higher fence wrote it before."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +245,7 @@ class RunContext:
     node_id: str
     trigger_id: str | None = None
     args: Mapping[str, Any] = field(default_factory=dict)
-    _store: Store | None = field(default=None, repr=False)
+    _store: FencedWriter | None = field(default=None, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -269,5 +274,5 @@ class RunContext:
             True when written; False when a run with a higher fence wrote first.
         """
         if self._store is None:
-            raise CronraceError(f"job {self.job!r}: fenced_set needs the agent's store")
+            raise CronraceError(f"job {self.job!r}: fenced_set needs a Redis store")
         return await self._store.fenced_set(key, value, self.fence, ttl_ms)

@@ -25,7 +25,9 @@ from cronrace.operate.schedules import Schedules
 from cronrace.runtime.clock import Clock, SystemClock
 from cronrace.settings import AgentSettings
 from cronrace.specs.stored import ScheduleSpec
-from cronrace.stores.redis import JobState, Store
+from cronrace.stores.values import JobState
+from cronrace.stores.contract import Store
+from cronrace.stores.urls import open_store
 from cronrace.timing.schedule import Schedule
 
 log = logging.getLogger("cronrace.operate.client")
@@ -79,7 +81,7 @@ class OperatorClient:
         if self._store_of is not None:
             return self._store_of()
         if self._own_store is None:
-            self._own_store = Store.from_url(
+            self._own_store = open_store(
                 self.settings.redis_url,
                 self.settings.namespace,
                 max_connections=self.settings.max_connections,

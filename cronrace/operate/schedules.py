@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 from cronrace.errors import CronraceError, JobDefinitionError, UnknownJobError
 from cronrace.model.job import Handler, Job, PolicyOptions
 from cronrace.specs.stored import ScheduleSpec, check_schedule
-from cronrace.stores.redis.schedules import ScheduleChange, WriteReply
+from cronrace.stores.values import ScheduleChange, WriteReply
 
 if TYPE_CHECKING:
     from cronrace.fleet.definitions import NodeDetails
     from cronrace.settings import AgentSettings
-    from cronrace.stores.redis import Store
+    from cronrace.stores.contract import Store
 
 log = logging.getLogger("cronrace.operate.schedules")
 

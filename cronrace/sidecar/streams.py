@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from cronrace.errors import StoreError, TargetError
 from cronrace.model.job import RunContext
 from cronrace.settings import redact_url
-from cronrace.stores.redis import Store
-from cronrace.stores.redis.urls import parse_redis_url
+from cronrace.stores.contract import RedisFeatures, Store
+from cronrace.stores.urls import REDIS_SCHEMES, check_store_url, open_redis, scheme_of
 
 #: Entry fields cronrace sets; a stream target's ``fields`` cannot override them.
 RESERVED_FIELDS = frozenset({"job", "tick", "fence", "node", "idempotency_key", "trigger_id"})
@@ -53,7 +53,9 @@ class StreamSpec(BaseModel):
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_redis_url(value)
+            if scheme_of(value) not in REDIS_SCHEMES:
+                raise ValueError("a stream target writes to Redis: give a redis:// URL")
+            check_store_url(value)
         return value
 
     @field_validator("fields")
@@ -78,12 +80,12 @@ class OtherRedis:
 
     def __init__(self, timeout_s: float = 5.0) -> None:
         self.timeout_s = timeout_s
-        self._stores: dict[str, Store] = {}
+        self._stores: dict[str, RedisFeatures] = {}
 
-    def store(self, url: str) -> Store:
+    def store(self, url: str) -> RedisFeatures:
         """The store of ``url``, opened on first use."""
         if url not in self._stores:
-            self._stores[url] = Store.from_url(url, timeout_s=self.timeout_s)
+            self._stores[url] = open_redis(url, timeout_s=self.timeout_s)
         return self._stores[url]
 
     async def aclose(self) -> None:
@@ -149,9 +151,13 @@ class StreamTarget:
         where = redact_url(spec.redis_url) if spec.redis_url else "the agent's Redis"
         try:
             if spec.redis_url is None:
-                entry_id = await self._agent_store().push_stream(
-                    spec.key, self.fields(ctx), spec.maxlen
-                )
+                agent_store = self._agent_store()
+                if not isinstance(agent_store, RedisFeatures):
+                    raise TargetError(
+                        f"job {ctx.job!r}: stream {spec.key!r}: the agent's store is not Redis;"
+                        " give the target a redis_url"
+                    )
+                entry_id = await agent_store.push_stream(spec.key, self.fields(ctx), spec.maxlen)
             else:
                 store = self._other_redis.store(spec.redis_url)
                 entry_id = await store.push_stream(spec.key, self.fields(ctx), spec.maxlen)

@@ -20,7 +20,7 @@ from cronrace.model.job import Job
 from cronrace.model.policies import Catchup, Outcome, Overlap, TickPlan
 from cronrace.model.records import RunRecord
 from cronrace.runtime.observer import Observer
-from cronrace.stores.redis import AcquireDecision, AcquireMode, AcquireReply, AcquireRequest, Owner
+from cronrace.stores.values import AcquireDecision, AcquireMode, AcquireReply, AcquireRequest, Owner
 
 log = logging.getLogger("cronrace.tick.loop")
 

@@ -22,7 +22,8 @@ from anyio.abc import TaskGroup
 from cronrace.errors import StoreError
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
-from cronrace.stores.redis import Renewal, Store
+from cronrace.stores.values import Renewal
+from cronrace.stores.contract import Store
 
 log = logging.getLogger("cronrace.tick.lease")
 

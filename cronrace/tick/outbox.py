@@ -28,7 +28,7 @@ from cronrace.model.records import RunRecord
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import BACKOFF, Backoff, Retry
-from cronrace.stores.redis import Store
+from cronrace.stores.contract import Store
 
 log = logging.getLogger("cronrace.tick.outbox")
 

@@ -24,14 +24,8 @@ from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
-from cronrace.stores.redis import (
-    AcquireDecision,
-    AcquireReply,
-    Owner,
-    ReleaseDecision,
-    ReleaseReply,
-    Store,
-)
+from cronrace.stores.values import AcquireDecision, AcquireReply, Owner, ReleaseDecision, ReleaseReply
+from cronrace.stores.contract import RedisFeatures, Store
 from cronrace.tick.decisions import further_tick_request
 from cronrace.tick.lease import Lease, Renewals
 from cronrace.tick.outbox import Outbox
@@ -357,7 +351,7 @@ class Runner:
             fence=fence,
             node_id=self.node_id,
             trigger_id=trigger_id,
-            _store=self.store,
+            _store=self.store if isinstance(self.store, RedisFeatures) else None,
         )
         started_ms = self._now_ms()
         lag_s = self.clock.time() - tick_s

@@ -14,7 +14,7 @@ import pytest
 
 from cronrace import Agent, RunContext
 from cronrace.errors import RedisUnavailableError
-from cronrace.stores.redis import AcquireReply, AcquireRequest
+from cronrace.stores.values import AcquireReply, AcquireRequest
 from cronrace.testing import FakeClock, memory_agent
 from tests.helpers import Recorder, history, memory_fleet, running
 

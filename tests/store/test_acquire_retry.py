@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from cronrace.stores.redis import AcquireReply, AcquireRequest, Claim, Store
+from cronrace.stores.values import AcquireReply, AcquireRequest, Claim
+from cronrace.stores.redis import Store
 
 
 def request(

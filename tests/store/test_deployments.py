@@ -15,7 +15,8 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cronrace.errors import RedisUnavailableError, StoreError
-from cronrace.stores.redis import Claim, ClaimOutcome, Store
+from cronrace.stores.values import Claim, ClaimOutcome
+from cronrace.stores.redis import Store
 from cronrace.stores.redis.keys import fence_key, hash_tag
 from tests.store.test_scripts import request
 from tests.topology import ClusterSet, SentinelSet, client

@@ -15,15 +15,8 @@ Each test runs on fakeredis, a real redis-server and a real Cluster.
 from __future__ import annotations
 
 from cronrace.model.policies import Overlap
-from cronrace.stores.redis import (
-    AcquireDecision,
-    AcquireMode,
-    AcquireReply,
-    AcquireRequest,
-    Claim,
-    Owner,
-    Store,
-)
+from cronrace.stores.values import AcquireDecision, AcquireMode, AcquireReply, AcquireRequest, Claim, Owner
+from cronrace.stores.redis import Store
 
 A, B, C = Owner.parse("a:1"), Owner.parse("b:2"), Owner.parse("c:3")
 

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from cronrace.stores.redis import Store
-from cronrace.stores.redis.schedules import ScheduleChange
+from cronrace.stores.values import ScheduleChange
 
 
 def put(

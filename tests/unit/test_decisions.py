@@ -11,7 +11,7 @@ import pytest
 from cronrace.model.job import Job
 from cronrace.model.policies import Outcome, Overlap, TickPlan
 from cronrace.runtime.observer import Observer
-from cronrace.stores.redis import AcquireDecision, AcquireMode, AcquireReply, Owner
+from cronrace.stores.values import AcquireDecision, AcquireMode, AcquireReply, Owner
 from cronrace.tick.decisions import (
     Proposal,
     RunStart,

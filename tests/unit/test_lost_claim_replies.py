@@ -18,7 +18,7 @@ import pytest
 
 from cronrace import Agent, RunContext
 from cronrace.errors import RedisUnavailableError
-from cronrace.stores.redis import Claim
+from cronrace.stores.values import Claim
 from cronrace.testing import FakeClock, memory_agent
 from tests.helpers import history
 

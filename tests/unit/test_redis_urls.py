@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from cronrace.errors import ConfigError
 from cronrace.settings import load_settings
 from cronrace.sidecar.streams import StreamSpec
-from cronrace.stores.redis.urls import Deployment, parse_redis_url, redact_url
+from cronrace.stores.redis.urls import Deployment, parse_redis_url
+from cronrace.stores.urls import redact_url
 
 P, S, C = Deployment.PRIMARY, Deployment.SENTINEL, Deployment.CLUSTER
 GOOD = [  # url, deployment, hosts, master, db

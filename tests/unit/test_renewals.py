@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import anyio
 import pytest
 
-from cronrace.stores.redis import Renewal
+from cronrace.stores.values import Renewal
 from cronrace.testing import FakeClock
 from cronrace.tick.lease import COMPACT_AT, Lease, Renewals
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Self
 
+from cronrace.stores import contract
 from cronrace.stores.redis.access import AccessWatch
 from cronrace.stores.redis.client import make_client
 from cronrace.stores.redis.errors import translating
@@ -23,7 +24,7 @@ NAMESPACE_KEY_TYPES = {"jobs": "set", "nodes": "zset", "epoch": "string", "contr
 
 
 @translating
-class StoreBase:
+class StoreBase(contract.Store):
     """Redis access of one namespace: the client, the key spelling, the scripts."""
 
     def __init__(self, client: Any, namespace: str = "cronrace") -> None:
@@ -51,6 +52,10 @@ class StoreBase:
     async def load_scripts(self) -> None:
         """Load every Lua script into the server's script cache."""
         await self.scripts.load()
+
+    async def prepare(self) -> None:
+        """Load the scripts: a running node calls them from its first wake-up on."""
+        await self.load_scripts()
 
     async def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return await self.scripts.eval(name, keys, args)

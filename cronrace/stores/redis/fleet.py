@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cronrace.stores.values import FleetReply
+from cronrace.stores.contract import FleetStore
 from cronrace.stores.redis.errors import translating
 from cronrace.stores.redis.garbage import is_wrong_type
 from cronrace.stores.redis.keys import Keys
@@ -29,25 +31,8 @@ from cronrace.stores.redis.schedules import VERSION_FIELD
 log = logging.getLogger("cronrace.stores.redis")
 
 
-@dataclass(frozen=True, slots=True)
-class FleetReply:
-    """One heartbeat's view: the live nodes' fingerprints and the stored schedules' version.
-
-    Attributes:
-        fingerprints: live node -> its ``<jobs> <details>`` fingerprint.
-        dead: nodes whose fields remain although they left the live set.
-        details_missing: this node's details are not stored (first beat, or a wipe).
-        schedules_version: the stored schedules' version (0: none stored).
-    """
-
-    fingerprints: dict[str, str]
-    dead: tuple[str, ...]
-    details_missing: bool
-    schedules_version: int
-
-
 @translating
-class FleetCommands:
+class FleetCommands(FleetStore):
     """Redis commands of the fleet's definitions exchange (``store.fleet``)."""
 
     def __init__(self, client: Any, keys: Keys) -> None:

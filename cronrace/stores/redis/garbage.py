@@ -23,7 +23,8 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from cronrace.stores.redis.replies import Quarantined, decode_quarantined
+from cronrace.stores.values import Quarantined
+from cronrace.stores.redis.replies import decode_quarantined
 from cronrace.stores.redis.scripts import Scripts
 
 log = logging.getLogger("cronrace.stores.redis")

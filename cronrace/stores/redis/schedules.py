@@ -20,6 +20,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from cronrace.stores.values import ScheduleChange, ScheduleSet, WriteReply
+from cronrace.stores.contract import ScheduleStore
 from cronrace.stores.redis.errors import translating
 from cronrace.stores.redis.garbage import is_wrong_type, report_quarantined
 from cronrace.stores.redis.keys import Keys
@@ -34,43 +36,8 @@ VERSION_FIELD = ":version"
 NOTICE_NAMES_MAX = 100
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduleChange:
-    """One change of a batch: ``add``, ``update``, ``put`` or ``remove`` one name."""
-
-    op: str
-    name: str
-    definition: bytes = b""
-
-
-@dataclass(frozen=True, slots=True)
-class WriteReply:
-    """What a batch of changes did.
-
-    Attributes:
-        status: ``ok``; ``exists`` (an add met a stored name) or ``missing`` (an update
-            or remove met none): then nothing was written.
-        name: the name that refused the batch.
-        first_version: the version of the first change (0 when none was made).
-        last_version: the version of the last change.
-    """
-
-    status: str
-    name: str
-    first_version: int
-    last_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleSet:
-    """The stored definitions as read at one instant, with their version (0: none yet)."""
-
-    version: int
-    definitions: dict[str, bytes]
-
-
 @translating
-class ScheduleCommands:
+class ScheduleCommands(ScheduleStore):
     """Redis commands for stored schedules (``store.schedules``)."""
 
     def __init__(self, client: Any, keys: Keys, scripts: Scripts) -> None:

@@ -168,32 +168,6 @@ def parse_redis_url(url: str) -> RedisTarget:
     )
 
 
-def is_embedded(url: str) -> bool:
-    """Whether ``url`` names the embedded in-process store (it serves one process only)."""
-    return url.partition("://")[0] == "memory"
-
-
-def redact_url(url: str) -> str:
-    """Hide the credentials of a Redis URL (for logs and error lines).
-
-    The user and password before ``@`` and the value of ``sentinel_password`` become
-    ``***``; the rest is kept so that an operator can see which Redis is meant.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    rest, qmark, query = rest.partition("?")
-    if "@" in rest:
-        rest = "***@" + rest.rsplit("@", 1)[1]
-    if qmark:
-        parts = []
-        for part in query.split("&"):
-            name, eq, _value = part.partition("=")
-            parts.append(f"{name}=***" if eq and "password" in name.lower() else part)
-        query = "&".join(parts)
-    return f"{scheme}{sep}{rest}{qmark}{query}"
-
-
 def _userinfo(text: str) -> tuple[str | None, str | None]:
     user, colon, password = text.partition(":")
     return unquote(user) or None, unquote(password) if colon and password else None

@@ -1,0 +1,355 @@
+"""The store contract: what every backend does for cronrace, documented once.
+
+A store keeps one namespace's shared state: the per-tick claims, each job's watermark,
+lease and fence counter, run records, the live node set, manual triggers, stored
+schedules and the fleet's published definitions. The protocol built on it is DESIGN.md
+sections 3-5 and 8; section 14 maps each part to Redis and PostgreSQL. Every backend
+gives the same answers to the same calls, which ``tests/stores/contract/`` checks against
+each of them, and speaks only the values of :mod:`cronrace.stores.values`: no driver type
+crosses this line, and every error leaving a store is one of cronrace's own
+(:class:`~cronrace.errors.StoreError` and its family: ambiguous, unavailable, data, access).
+
+The methods are grouped the way the protocol uses them:
+
+- **tick**: claims, decisions (the watermark, the overlap policy, passed ticks, the wipe
+  hold, remembered answers), watermarks;
+- **run**: renewing, releasing and handing on leases, and run records;
+- **fleet**: heartbeat and membership, the epoch, published definitions (:attr:`Store.fleet`);
+- **schedules**: stored schedules and their version (:attr:`Store.schedules`);
+- **operator**: what ``cronrace status``, ``history``, ``pause`` and ``trigger`` read and write.
+
+Features only one backend has are typed apart: :class:`RedisFeatures` (a fenced write on
+a Redis key, a Redis stream entry) is what the stream target and ``RunContext.fenced_set``
+need, and a store that lacks it says so by not being one.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from cronrace.errors import RedisAccessError, StoreError
+from cronrace.model.records import NodeInfo, RunRecord
+from cronrace.stores.values import (
+    AcquireReply,
+    AcquireRequest,
+    Claim,
+    ClaimReply,
+    FinishRequest,
+    FleetReply,
+    HeartbeatReply,
+    JobState,
+    Owner,
+    ReleaseReply,
+    Renewal,
+    ScheduleChange,
+    ScheduleSet,
+    WriteReply,
+)
+
+
+class Refusals(Protocol):
+    """What a store was refused that waiting will not fix (credentials, permissions, TLS).
+
+    Attributes:
+        on_refused: called with ``(label, error, first)`` for every refusal.
+        on_allowed: called with ``label`` when a refused operation went through again.
+    """
+
+    on_refused: Callable[[str, RedisAccessError, bool], None] | None
+    on_allowed: Callable[[str], None] | None
+
+    def problem(self) -> str | None:
+        """One line naming what is refused now, or None."""
+        ...
+
+
+class ScheduleStore(abc.ABC):
+    """Stored schedules: one consistent set of definitions (name -> JSON) with a version.
+
+    The version counts changes; every live node compares it with its own at each heartbeat
+    and reads the whole set when it moved (DESIGN.md section 13).
+    """
+
+    @abc.abstractmethod
+    async def write(self, changes: Sequence[ScheduleChange]) -> WriteReply:
+        """Apply ``changes`` all or nothing, then tell the live nodes (a change notice).
+
+        An ``add`` of a stored name, or an ``update``/``remove`` of a missing one, refuses
+        the whole batch (``status`` ``exists`` or ``missing``) and writes nothing.
+        """
+
+    @abc.abstractmethod
+    async def notify(self, written: WriteReply, names: Sequence[str]) -> None:
+        """Tell live nodes which versions changed which names (a hint, not the record)."""
+
+    @abc.abstractmethod
+    async def read_all(self) -> ScheduleSet:
+        """Every definition and the version they belong to, read at one instant."""
+
+    @abc.abstractmethod
+    async def read(self, names: Sequence[str]) -> tuple[int, dict[str, bytes | None]]:
+        """Some definitions (None: not stored) and the current version."""
+
+    @abc.abstractmethod
+    async def version(self) -> int:
+        """The current version (0: nothing stored yet, or unreadable)."""
+
+
+class FleetStore(abc.ABC):
+    """What each live node runs: a short fingerprint per node, and details on change."""
+
+    @abc.abstractmethod
+    async def exchange(
+        self, node_id: str, fingerprint: str, *, details: bytes | None, now_ms: int
+    ) -> FleetReply:
+        """Publish this node's fingerprint (and details when given); read everyone's."""
+
+    @abc.abstractmethod
+    async def read_details(self, nodes: Sequence[str]) -> dict[str, bytes | None]:
+        """The published details of ``nodes`` (None where a node has none)."""
+
+    @abc.abstractmethod
+    async def forget(self, nodes: Sequence[str]) -> None:
+        """Delete what nodes that left the live set had published."""
+
+
+class Store(abc.ABC):
+    """One namespace of a backend: the shared state of a fleet (see the module doc).
+
+    Attributes:
+        schedules: stored schedules.
+        fleet: the fleet's published definitions.
+        access: what the backend refused that waiting will not fix.
+    """
+
+    schedules: ScheduleStore
+    fleet: FleetStore
+    access: Refusals
+
+    # -- connection ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def prepare(self) -> None:
+        """Make the store ready for a running node (Redis: load the scripts).
+
+        Raises:
+            StoreError: the backend cannot serve this namespace (for example a schema that
+                is missing or older than this cronrace).
+        """
+
+    @abc.abstractmethod
+    async def ping(self) -> bool:
+        """Return whether the backend answers."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close the store's connections."""
+
+    # -- tick: claims, decisions, watermarks ----------------------------------------------
+
+    @abc.abstractmethod
+    async def claim_each(
+        self,
+        claims: Sequence[Claim],
+        owner: Owner,
+        *,
+        read_back: bool = False,
+        wait_replicas: int = 0,
+        wait_ms: int = 0,
+    ) -> list[ClaimReply]:
+        """Race for every claim of one wake-up; a loser writes nothing.
+
+        Args:
+            claims: the (job, tick) pairs, or manual triggers, this node races for.
+            owner: this node's identity, written into what it wins.
+            read_back: read each claim back as well (after a lost reply: it may have won).
+            wait_replicas: replicas that must confirm the won claims (``claim_replicas``).
+            wait_ms: how long to wait for them.
+
+        Returns:
+            One reply per claim, in order: won, lost, or unknown (no answer).
+        """
+
+    @abc.abstractmethod
+    async def claim(
+        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
+    ) -> list[bool]:
+        """Race for every claim; True where this node won.
+
+        Raises:
+            NotReplicatedError: claims were won but fewer replicas than asked confirmed.
+            StoreError: the backend did not answer for some claim.
+        """
+
+    @abc.abstractmethod
+    async def resolve_claims(
+        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
+    ) -> list[bool]:
+        """Claim again and read each claim back: one whose reply was lost may have won."""
+
+    @abc.abstractmethod
+    async def read_claims(self, claims: Sequence[Claim], owner: Owner) -> list[bool]:
+        """Read claims back without claiming: True where ``owner`` holds one."""
+
+    @abc.abstractmethod
+    async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
+        """Decide every won claim, each atomically (DESIGN.md section 3, step 4).
+
+        Refuses a tick an earlier decision covered (``stale``), advances the watermark,
+        applies the pause flag and the overlap policy against the lease, notes passed ticks,
+        holds grants after a wipe, and remembers its answer under the claim, so that a retry
+        after a lost reply gets the same decision and fence. Fences only ever grow.
+
+        Returns:
+            One reply per request, or the error of that request alone.
+        """
+
+    @abc.abstractmethod
+    async def watermarks(self, jobs: Sequence[str]) -> dict[str, int | None]:
+        """The newest decided tick of each job (None: none yet, or unreadable)."""
+
+    @abc.abstractmethod
+    def known_fence(self, job: str) -> int:
+        """The highest fence this store object has seen for ``job`` (0: none).
+
+        Sent with every decision: a fence counter missing although a fence is known means
+        the backend lost the job's data, not that the job is new.
+        """
+
+    # -- run: leases and records -----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def renew(self, job: str, fence: int, ttl_ms: int) -> Renewal:
+        """Extend the lease held with ``fence``; say whether it was, or why not."""
+
+    @abc.abstractmethod
+    async def release(
+        self,
+        job: str,
+        fence: int,
+        *,
+        owner: Owner,
+        lease_ttl_ms: int,
+        continue_tick_s: int = 0,
+        record: RunRecord | None = None,
+        history: int = 1000,
+    ) -> ReleaseReply:
+        """Release the lease held with ``fence``, or hand it on to a queued or continued tick.
+
+        The record (when given) is written once, however often a lost reply makes the
+        caller retry: the fence makes a retry safe.
+        """
+
+    @abc.abstractmethod
+    async def finish(
+        self,
+        record: RunRecord,
+        *,
+        history: int,
+        release_fence: int | None,
+        owner: Owner,
+        lease_ttl_ms: int,
+        continue_tick_s: int = 0,
+        retried: bool = False,
+    ) -> ReleaseReply | None:
+        """Write a run's record and, when ``release_fence`` is set, release its lease."""
+
+    @abc.abstractmethod
+    async def finish_many(
+        self, requests: Sequence[FinishRequest]
+    ) -> list[ReleaseReply | StoreError]:
+        """Finish many runs at once: one reply, or that run's error, per request."""
+
+    @abc.abstractmethod
+    async def record(self, records: Sequence[RunRecord], *, history: int) -> None:
+        """Append run records to their jobs' histories, each kept to ``history`` entries."""
+
+    @abc.abstractmethod
+    async def records_since(self, job: str, since_ms: int, limit: int) -> list[RunRecord]:
+        """Up to ``limit`` records of ``job`` appended since ``since_ms``, oldest first."""
+
+    # -- fleet: heartbeat, membership, epoch ---------------------------------------------
+
+    @abc.abstractmethod
+    async def heartbeat(
+        self,
+        node_id: str,
+        *,
+        now_ms: int,
+        ttl_ms: int,
+        epoch_candidate: str,
+        prune: bool = True,
+    ) -> HeartbeatReply:
+        """Read the shared clock and the epoch (writing ``epoch_candidate`` if none), and
+        refresh this node's heartbeat; return every live member with its expiry."""
+
+    @abc.abstractmethod
+    async def leave(self, node_id: str) -> None:
+        """Remove this node from the live set (graceful shutdown)."""
+
+    @abc.abstractmethod
+    async def register_jobs(self, specs: dict[str, dict[str, str]]) -> None:
+        """Publish job definitions so that operator commands can list them."""
+
+    # -- operator ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def nodes(self, *, heartbeat_ttl_ms: int) -> list[NodeInfo]:
+        """The live nodes, newest heartbeat first."""
+
+    @abc.abstractmethod
+    async def known_jobs(self) -> list[str]:
+        """Every job any node of this namespace has registered."""
+
+    @abc.abstractmethod
+    async def job_states(self, jobs: Sequence[str]) -> list[JobState]:
+        """What the store knows of each job (lease, watermark, pause flag), in one read."""
+
+    @abc.abstractmethod
+    async def set_paused(self, job: str, paused: bool) -> None:
+        """Pause or resume a job on every node."""
+
+    @abc.abstractmethod
+    async def request_trigger(self, job: str) -> str:
+        """Ask every node to race for one immediate run of ``job``; return its id."""
+
+    @abc.abstractmethod
+    async def trigger_claimant(self, job: str, trigger_id: str) -> str | None:
+        """The node that claimed a manual trigger, or None while nobody has."""
+
+    @abc.abstractmethod
+    async def control_position(self) -> str:
+        """The position after which new control requests (triggers, notices) appear."""
+
+    @abc.abstractmethod
+    async def read_control(
+        self, after_id: str, *, block_ms: int
+    ) -> list[tuple[str, dict[str, str]]]:
+        """Control requests newer than ``after_id``, waiting up to ``block_ms`` for one."""
+
+    @abc.abstractmethod
+    async def history(self, job: str, limit: int) -> list[RunRecord]:
+        """The newest ``limit`` run records of ``job``, newest first."""
+
+    @abc.abstractmethod
+    async def histories(self, jobs: Sequence[str], limit: int) -> dict[str, list[RunRecord]]:
+        """The newest ``limit`` run records of each job, newest first, in one read."""
+
+
+@runtime_checkable
+class RedisFeatures(Protocol):
+    """What only a Redis store offers: the stream target and fenced writes on Redis keys."""
+
+    async def fenced_set(self, key: str, value: str | bytes, fence: int, ttl_ms: int = 0) -> bool:
+        """Write ``value`` under the Redis ``key`` unless a higher fence wrote it before."""
+        ...
+
+    async def push_stream(self, stream: str, fields: dict[str, str], maxlen: int | None) -> str:
+        """Append one entry to a Redis stream; return its id."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the store's connections."""
+        ...

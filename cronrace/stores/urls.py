@@ -1,0 +1,110 @@
+"""Store URLs: which backend a URL names, and opening a store on it.
+
+The scheme picks the backend, and its package is imported only then: nothing above
+``stores/`` names a backend except by the scheme of the URL it was given.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cronrace.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cronrace.stores.contract import RedisFeatures, Store
+
+#: The schemes of the Redis store (one primary, Sentinel, Cluster, the embedded store).
+REDIS_SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "redis+sentinel",
+    "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
+    "memory",
+)
+
+
+def scheme_of(url: str) -> str:
+    """The URL's scheme, lower case ('' when it has none)."""
+    scheme, sep, _ = url.partition("://")
+    return scheme.lower() if sep else ""
+
+
+def is_embedded(url: str) -> bool:
+    """Whether ``url`` names the embedded in-process store (it serves one process only)."""
+    return scheme_of(url) == "memory"
+
+
+def redact_url(url: str) -> str:
+    """Hide the credentials of a store URL (for logs and error lines).
+
+    The user and password before ``@`` and the value of every query option whose name
+    contains ``password`` become ``***``; the rest is kept so that an operator can see
+    which server is meant.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    rest, qmark, query = rest.partition("?")
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    if qmark:
+        parts = []
+        for part in query.split("&"):
+            name, eq, _value = part.partition("=")
+            parts.append(f"{name}=***" if eq and "password" in name.lower() else part)
+        query = "&".join(parts)
+    return f"{scheme}{sep}{rest}{qmark}{query}"
+
+
+def check_store_url(url: str) -> None:
+    """Check ``url`` fully without connecting.
+
+    Raises:
+        ValueError: one line saying what is wrong (the scheme, a host, an option).
+    """
+    scheme = scheme_of(url)
+    if scheme in REDIS_SCHEMES:
+        from cronrace.stores.redis.urls import parse_redis_url
+
+        parse_redis_url(url)
+        return
+    schemes = ", ".join(f"{name}://" for name in REDIS_SCHEMES)
+    if not scheme:
+        raise ValueError(f"is not a URL: use one of {schemes}")
+    raise ValueError(f"unknown scheme {scheme + '://'!r}: use one of {schemes}")
+
+
+def open_store(url: str, namespace: str = "cronrace", **options: Any) -> Store:
+    """Open a store of ``namespace`` on ``url``, lazily: nothing is sent before its first call.
+
+    Args:
+        url: the store's URL; its scheme picks the backend.
+        namespace: the fleet's namespace (fleets with different ones ignore each other).
+        **options: connection options of the backend (``max_connections``, ``timeout_s``).
+
+    Raises:
+        ConfigError: the URL names no backend this cronrace has.
+    """
+    try:
+        check_store_url(url)
+    except ValueError as exc:
+        raise ConfigError(f"store URL: {exc}") from None
+    from cronrace.stores.redis import Store as RedisStore
+
+    return RedisStore.from_url(url, namespace, **options)
+
+
+def open_redis(url: str, **options: Any) -> RedisFeatures:
+    """Open a Redis store for what only Redis offers (the stream target, fenced writes).
+
+    Raises:
+        ConfigError: ``url`` is not a Redis URL.
+    """
+    if scheme_of(url) not in REDIS_SCHEMES:
+        raise ConfigError(f"{redact_url(url)!r} is not a Redis URL (a Redis-only feature)")
+    from cronrace.stores.redis import Store as RedisStore
+
+    return RedisStore.from_url(url, **options)

@@ -1,0 +1,329 @@
+"""The values every store speaks: requests, replies, identities; no driver types.
+
+A store's commands take and return these (:mod:`cronrace.stores.contract`); each store
+package encodes them for its server and decodes its server's answers into them, once.
+Decisions, modes and renewals are enums; the lease owner ``<node>:<nonce>`` is a small
+value type, built and parsed here only.
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+from dataclasses import dataclass, field
+from typing import Self
+
+from cronrace.errors import StoreError
+from cronrace.model.policies import Outcome, Overlap
+from cronrace.model.records import RunRecord
+
+class NotReplicatedError(StoreError):
+    """Claims were won, but fewer replicas than asked confirmed them in time."""
+
+    def __init__(self, won: list[bool], acked: int) -> None:
+        super().__init__(f"claims confirmed by {acked} replicas only")
+        self.won = won
+        self.acked = acked
+
+
+class ClaimOutcome(enum.Enum):
+    """How one claim of a wake-up came out."""
+
+    WON = "won"
+    LOST = "lost"
+    #: Its shard did not answer: the claim may or may not have been written. The next
+    #: attempt at the same key reads it back (DESIGN.md section 8).
+    UNKNOWN = "unknown"
+    #: Won, but fewer replicas than asked confirmed its shard's writes in time.
+    NOT_REPLICATED = "not_replicated"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReply:
+    """One claim's outcome, and how many replicas confirmed its shard's writes."""
+
+    outcome: ClaimOutcome
+    acked: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Who holds a claim or a lease: one agent process, ``<node_id>:<nonce>`` in Redis.
+
+    The nonce tells two processes of one node id apart (a restart, a duplicate), so a claim
+    value found after a lost reply is known to be this process's own (DESIGN.md section 8).
+    Node ids never contain ``:`` (``AgentSettings`` refuses them).
+    """
+
+    node_id: str
+    nonce: str
+
+    @classmethod
+    def new(cls, node_id: str) -> Self:
+        """A fresh owner for one agent process of ``node_id``."""
+        return cls(node_id, secrets.token_hex(6))
+
+    @classmethod
+    def parse(cls, text: str) -> Self:
+        """Read ``<node_id>:<nonce>`` back (a value without ``:`` is a node id alone)."""
+        node_id, _, nonce = text.partition(":")
+        return cls(node_id, nonce)
+
+    def __str__(self) -> str:
+        return f"{self.node_id}:{self.nonce}"
+
+
+class AcquireMode(enum.StrEnum):
+    """What a won claim asks ``acquire.lua`` for."""
+
+    RUN = "run"
+    """Decide the tick and run it (if the overlap policy allows)."""
+    MARK = "mark"
+    """Decide the tick (a catch-up that fires nothing): advance the watermark, run nothing."""
+    TRIGGER = "trigger"
+    """Run a manual trigger (or a further tick of a catch-up): leave the watermark alone."""
+
+
+class AcquireDecision(enum.StrEnum):
+    """What ``acquire.lua`` decided for one won claim."""
+
+    RUN = "run"
+    STALE = "stale"
+    MARKED = "marked"
+    SKIPPED_PAUSED = "skipped:paused"
+    SKIPPED_OVERLAP = "skipped:overlap"
+    QUEUED = "queued"
+    MISSED = "missed"
+    """A won tick whose answer came after a later tick's decision (which passed it), when
+    the job's catch-up policy does not run late ticks."""
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The outcome recorded for a tick decided this way, None when it runs or is only
+        marked (its record comes from the run, or from the catch-up's ``missed``)."""
+        return _DECISION_OUTCOMES.get(self)
+
+
+_DECISION_OUTCOMES = {
+    AcquireDecision.STALE: Outcome.STALE,
+    AcquireDecision.SKIPPED_PAUSED: Outcome.SKIPPED_PAUSED,
+    AcquireDecision.SKIPPED_OVERLAP: Outcome.SKIPPED_OVERLAP,
+    AcquireDecision.QUEUED: Outcome.QUEUED,
+    AcquireDecision.MISSED: Outcome.MISSED,
+}
+
+
+class ReleaseDecision(enum.StrEnum):
+    """What ``release.lua`` did with a lease."""
+
+    RELEASED = "released"
+    HANDED_ON = "run"
+    """Kept with a new fence for the next tick (queued, or a catch-up's next)."""
+    NOT_OWNER = "not_owner"
+    """The lease had moved on (another fence): nothing was released."""
+
+
+class Renewal(enum.IntEnum):
+    """What ``renew.lua`` answered."""
+
+    RENEWED = 1
+    GONE = 0
+    """No lease (it expired)."""
+    TAKEN = -1
+    """Another fence holds it."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """Who holds a job's running lease."""
+
+    owner: Owner
+    fence: int
+    tick_s: int
+    started_ms: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """What Redis knows of one job (shared by every node)."""
+
+    job: str
+    watermark_s: int | None
+    lease: LeaseInfo | None
+    paused: bool
+    counters: dict[str, int]
+    spec: dict[str, str]
+    last_fence: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claim to race for: a scheduled tick, or a manual trigger when ``trigger_id``."""
+
+    job: str
+    tick_s: int
+    ttl_ms: int
+    trigger_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireRequest:
+    """The arguments of ``acquire.lua`` for one won claim.
+
+    A request for a won claim (mode ``run`` or ``mark``, or ``trigger`` with its
+    ``trigger_id``) is idempotent for its owner: sent again after a lost reply it returns
+    the first answer (``AcquireReply.replayed``), never a second fence. A ``trigger``
+    without ``trigger_id`` (a further tick of a running catch-up) is not remembered.
+    """
+
+    job: str
+    decide_tick_s: int
+    mark_tick_s: int
+    run_tick_s: int
+    owner: Owner
+    lease_ttl_ms: int
+    overlap: Overlap
+    mode: AcquireMode
+    trigger_id: str | None = None
+    prior_tick_s: int = 0
+    """The tick before those this decision covers (0: unknown). If another node's claim
+    on it is undecided, the script notes it passed, so that node may still decide it."""
+    late_ok: bool = False
+    """A passed tick decided late runs (catchup = all) rather than being answered missed."""
+
+    @property
+    def request_id(self) -> str:
+        """What names this decision for retries ('' when it is never retried)."""
+        if self.mode != AcquireMode.TRIGGER:
+            return f"{self.mode}:{self.decide_tick_s}"
+        return f"trigger:{self.trigger_id}" if self.trigger_id else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """A key that held garbage (a wrong type, an unreadable value), moved aside by a script.
+
+    Attributes:
+        kind: which key of the job it was (``lease``, ``fence``, ``watermark``, ...).
+        key: its full name.
+        moved_to: where it is now, kept for inspection (it expires after 7 days).
+    """
+
+    kind: str
+    key: str
+    moved_to: str
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireReply:
+    """What ``acquire.lua`` decided (the script's header explains each field)."""
+
+    decision: AcquireDecision
+    fence: int
+    prev_watermark_s: int | None
+    holder_fence: int
+    holder_owner: Owner | None
+    abandoned_tick_s: int
+    abandoned_fence: int
+    abandoned_owner: Owner | None
+    warnings: tuple[str, ...]
+    superseded_tick_s: int
+    hold_ms: int = 0
+    data_lost: bool = False
+    superseded_trigger_id: str | None = None
+    replayed: bool = False
+    renewed: bool = False
+    quarantined: tuple[Quarantined, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseReply:
+    """What ``release.lua`` decided, and for a hand-on the new fence and tick."""
+
+    decision: ReleaseDecision
+    fence: int
+    tick_s: int
+    warnings: tuple[str, ...]
+    hold_ms: int = 0
+    quarantined: tuple[Quarantined, ...] = ()
+    trigger_id: str | None = None  # a handed-on queued trigger keeps its id
+
+
+@dataclass(frozen=True, slots=True)
+class FinishRequest:
+    """A finished run's record and the release of its lease (``release.lua``).
+
+    ``continue_tick_s`` asks to hand the lease on to that tick (catch-up ``all``);
+    ``retried`` says an earlier attempt's reply was lost, so it may have written the record.
+    """
+
+    record: RunRecord
+    history: int
+    release_fence: int
+    owner: Owner
+    lease_ttl_ms: int
+    continue_tick_s: int = 0
+    retried: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    """The server's clock, the epoch and the live members, read in one round trip."""
+
+    server_time_s: float
+    epoch: str
+    #: Every member whose heartbeat had not expired: node id -> expiry, epoch ms.
+    members: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleChange:
+    """One change of a batch: ``add``, ``update``, ``put`` or ``remove`` one name."""
+
+    op: str
+    name: str
+    definition: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteReply:
+    """What a batch of changes did.
+
+    Attributes:
+        status: ``ok``; ``exists`` (an add met a stored name) or ``missing`` (an update
+            or remove met none): then nothing was written.
+        name: the name that refused the batch.
+        first_version: the version of the first change (0 when none was made).
+        last_version: the version of the last change.
+    """
+
+    status: str
+    name: str
+    first_version: int
+    last_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSet:
+    """The stored definitions as read at one instant, with their version (0: none yet)."""
+
+    version: int
+    definitions: dict[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetReply:
+    """One heartbeat's view: the live nodes' fingerprints and the stored schedules' version.
+
+    Attributes:
+        fingerprints: live node -> its ``<jobs> <details>`` fingerprint.
+        dead: nodes whose fields remain although they left the live set.
+        details_missing: this node's details are not stored (first beat, or a wipe).
+        schedules_version: the stored schedules' version (0: none stored).
+    """
+
+    fingerprints: dict[str, str]
+    dead: tuple[str, ...]
+    details_missing: bool
+    schedules_version: int
