@@ -13,11 +13,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from cronrace.agent.core import Agent
 from cronrace.cli import output as out
 from cronrace.cli.operate import COMMANDS
 from cronrace.cli.options import (
@@ -41,13 +40,13 @@ from cronrace.errors import (
     RedisAccessError,
     RedisUnavailableError,
 )
-from cronrace.runtime.logs import configure_logging
-from cronrace.runtime.observer import Observer
-from cronrace.settings import parse_address
-from cronrace.sidecar.pid1 import supervise_if_pid1
-from cronrace.sidecar.service import Sidecar, check_file
-from cronrace.web.metrics import PrometheusObserver
-from cronrace.web.probes import MetricsServer
+
+# `cronrace --help` declares every command; each command imports the stack it runs (the
+# agent, the sidecar, the metrics server) in its body, so the help and the operator
+# commands never pay for the others (tests/unit/test_import_cost.py).
+if TYPE_CHECKING:
+    from cronrace.agent.core import Agent
+    from cronrace.web.probes import MetricsServer
 
 T = TypeVar("T")
 
@@ -68,6 +67,8 @@ app = typer.Typer(
 
 def load_agent(target: str) -> Agent:
     """Import ``MODULE:ATTR`` (from the current directory or PYTHONPATH) and return the Agent."""
+    from cronrace.agent.core import Agent
+
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise fail(f"{target!r} is not MODULE:ATTR (for example app.jobs:agent)", EXIT_USAGE)
@@ -111,6 +112,11 @@ def run_agent(agent: Agent) -> None:
 
 def _serve_metrics(agent: Agent, address: str, actions: bool) -> MetricsServer:
     """Serve metrics, probes and the status page for an agent loaded from MODULE:ATTR."""
+    from cronrace.runtime.observer import Observer
+    from cronrace.settings import parse_address
+    from cronrace.web.metrics import PrometheusObserver
+    from cronrace.web.probes import MetricsServer
+
     try:
         host, port = parse_address(address)
     except ValueError as exc:
@@ -162,6 +168,9 @@ def run(
 
     A first signal stops claiming and lets runs finish within the grace; a second cancels them.
     """
+    from cronrace.runtime.logs import configure_logging
+    from cronrace.sidecar.pid1 import supervise_if_pid1
+
     supervise_if_pid1()  # as a container's PID 1, reap orphans (before any thread starts)
     if target is not None:
         if redis_url is not None or namespace is not None:
@@ -192,6 +201,8 @@ def run(
             "or give --config FILE",
             EXIT_INVALID,
         )
+    from cronrace.sidecar.service import Sidecar
+
     try:
         sidecar = Sidecar.from_file(
             config, metrics_address=metrics_address, redis_url=redis_url, namespace=namespace
@@ -222,6 +233,8 @@ def validate(
 
     The environment's CRONRACE_* variables are applied as `run` would apply them.
     """
+    from cronrace.sidecar.service import check_file
+
     try:
         config = check_file(file)
     except CronraceError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import typer
@@ -37,10 +37,11 @@ from cronrace.errors import (
     UnknownJobError,
 )
 from cronrace.model.records import RunRecord
-from cronrace.operate.client import OperatorClient
 from cronrace.operate.fleetview import look
-from cronrace.settings import AgentSettings, is_embedded, load_settings, redact_url
-from cronrace.sidecar.service import load_config
+
+if TYPE_CHECKING:  # imported by the command that runs (see operator_settings, with_client)
+    from cronrace.operate.client import OperatorClient
+    from cronrace.settings import AgentSettings
 
 T = TypeVar("T")
 
@@ -49,6 +50,11 @@ def operator_settings(
     config: Path | None, redis_url: str | None, namespace: str | None
 ) -> AgentSettings:
     """Settings for talking to a fleet: flags, then environment, then the config file."""
+    # The settings (pydantic-settings) and the sidecar's config stacks load here, when a
+    # command runs, not when `cronrace --help` declares it.
+    from cronrace.settings import is_embedded, load_settings
+    from cronrace.sidecar.service import load_config
+
     try:
         settings: AgentSettings
         if config is not None:
@@ -67,6 +73,8 @@ def operator_settings(
 
 def with_client(settings: AgentSettings, operation: Callable[[OperatorClient], Awaitable[T]]) -> T:
     """Run ``operation`` with an operator client; one line and an exit code on failure."""
+    from cronrace.operate.client import OperatorClient
+    from cronrace.settings import redact_url
 
     async def main() -> T:
         async with OperatorClient(settings) as client:

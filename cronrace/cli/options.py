@@ -13,7 +13,6 @@ from typing import Annotated
 import typer
 
 from cronrace.errors import ConfigError, CronraceError, RedisAccessError
-from cronrace.settings import redact_url
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
@@ -69,4 +68,6 @@ def fail_lines(error: CronraceError, code: int = EXIT_INVALID) -> typer.Exit:
 
 def refused(redis_url: str, error: RedisAccessError) -> typer.Exit:
     """Print why Redis refused us, naming the server; return the Exit to raise."""
+    from cronrace.settings import redact_url  # the settings stack, only once Redis refused
+
     return fail(f"Redis at {redact_url(redis_url)} refused: {error}", EXIT_REFUSED)

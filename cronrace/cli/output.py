@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import orjson
-from rich.console import Console
 
 from cronrace.cli.table import Col, Fitted, fit
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
@@ -45,6 +44,8 @@ def terminal_width(wide: bool) -> int | None:
 
 
 def _print(fitted: Fitted) -> None:
+    from rich.console import Console  # rich only for a command that prints a table
+
     console = Console(width=max(fitted.width, 20), highlight=False, soft_wrap=False)
     with console.capture() as captured:
         console.print(fitted.table)

@@ -13,7 +13,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,9 +32,11 @@ from cronrace.cli.options import (
 )
 from cronrace.cli.table import Col, fit
 from cronrace.errors import CronraceError
-from cronrace.operate.client import OperatorClient
-from cronrace.operate.schedules import ScheduleDiff
-from cronrace.specs.stored import ScheduleSpec, dump_schedules, load_schedules
+
+if TYPE_CHECKING:  # the specs stack is imported by the commands that read or write TOML
+    from cronrace.operate.client import OperatorClient
+    from cronrace.operate.schedules import ScheduleDiff
+    from cronrace.specs.stored import ScheduleSpec
 
 schedules_app = typer.Typer(
     help="Stored schedules: added, changed and removed at runtime; every node follows.",
@@ -251,6 +253,8 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """Show one stored schedule as TOML, and its next ticks."""
+    from cronrace.specs.stored import dump_schedules
+
     settings = operator_settings(config, redis_url, namespace)
     spec = with_client(settings, lambda client: client.schedules.get(name))
     ticks = out.next_ticks(spec.name, spec.schedule, spec.timezone, time.time())
@@ -271,6 +275,8 @@ def export(
     namespace: NamespaceOption = None,
 ) -> None:
     """Print every stored schedule as TOML: a backup, or a file to keep under version control."""
+    from cronrace.specs.stored import dump_schedules
+
     settings = operator_settings(config, redis_url, namespace)
     specs = with_client(settings, lambda client: client.schedules.list())
     text = dump_schedules(specs)
@@ -303,6 +309,8 @@ def apply(
     as_json: JsonOption = False,
 ) -> None:
     """Make the stored schedules what FILE says: print the difference, then write it at once."""
+    from cronrace.specs.stored import load_schedules
+
     settings = operator_settings(config, redis_url, namespace)
     try:
         wanted = load_schedules(file, allow_hosts=list(getattr(settings, "allow_hosts", [])))

@@ -19,10 +19,10 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rich import box
-from rich.cells import cell_len
-from rich.table import Table
+if TYPE_CHECKING:  # rich is imported when a table is laid out, not when a command is declared
+    from rich.table import Table
 
 #: Between two columns: one space of padding each side and the separator.
 GAP = 3
@@ -50,6 +50,8 @@ class Col:
 
 
 def _min_width(col: Col, cells: Sequence[str]) -> int:
+    from rich.cells import cell_len
+
     if col.text:
         return MIN_TEXT_WIDTH
     if col.whole:
@@ -60,6 +62,8 @@ def _min_width(col: Col, cells: Sequence[str]) -> int:
 
 
 def _max_width(col: Col, cells: Sequence[str]) -> int:
+    from rich.cells import cell_len
+
     widths = [cell_len(line) for cell in cells for line in cell.splitlines() or [""]]
     return max([cell_len(col.header), *widths])
 
@@ -90,6 +94,9 @@ def fit(
         rows: one string per column per row.
         width: the terminal's width; None for ``--wide``: every column, nothing wrapped.
     """
+    from rich import box
+    from rich.table import Table
+
     cells = [[row[i] for row in rows] for i in range(len(cols))]
     mins = [_min_width(col, cells[i]) for i, col in enumerate(cols)]
     maxes = [_max_width(col, cells[i]) for i, col in enumerate(cols)]
