@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar, Unpack
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any, Self, TypeVar, Unpack
 
 import anyio
 from anyio.abc import TaskStatus
@@ -111,6 +113,7 @@ class Agent:
         self.target_factory: TargetFactory | None = None
         #: Connects, runs the loops, stops and shuts down (lifecycle.py).
         self.lifecycle = Lifecycle(self)
+        self._running: AbstractAsyncContextManager[None] | None = None
 
     @property
     def observer(self) -> Observer:
@@ -305,6 +308,37 @@ class Agent:
             RedisUnavailableError: Redis could not be reached within the start-up timeout.
         """
         await self.lifecycle.run(task_status=task_status)
+
+    async def __aenter__(self) -> Self:
+        """Start the agent in the background; return once it is ready.
+
+        For a web app's lifespan or any service with its own event loop::
+
+            async with agent:
+                ...  # serve; the agent claims, runs and renews meanwhile
+
+        Raises:
+            RedisAccessError: Redis refused us (password, ACL permission, certificate): at once.
+            RedisUnavailableError: Redis could not be reached within ``startup_timeout_s``.
+            RuntimeError: the agent is running already.
+        """
+        if self._running is not None:
+            raise RuntimeError(f"agent {self.node_id!r} is running already")
+        running = self.lifecycle.running()
+        await running.__aenter__()
+        self._running = running
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop gracefully (as :meth:`stop`) and wait until the agent has shut down."""
+        running, self._running = self._running, None
+        assert running is not None, "__aexit__ without __aenter__"
+        await running.__aexit__(exc_type, exc, traceback)
 
     def run_sync(self) -> None:
         """Run until SIGTERM or SIGINT; a second signal stops at once, as a second :meth:`stop`.

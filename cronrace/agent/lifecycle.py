@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -354,6 +354,31 @@ class Lifecycle:
         self.agent.observer.loop_watched(self.agent.watchdog.lag_s)
         self.agent.watchdog.on_stall = self.agent.observer.loop_stalled
         await self.agent.watchdog.run()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run in a task of its own while the body runs: what ``async with agent:`` does.
+
+        Entering returns once the agent is ready (anyio's ``task_status`` protocol, as
+        ``await task_group.start(agent.run)``) and raises there what start-up raised: a
+        refusal at once, an unreachable Redis after ``startup_timeout_s``. Leaving stops
+        gracefully (unless a stop was asked already: a second one would force it) and
+        waits until the run is over, so no task outlives the block. A body cancelled
+        (its host shutting down at once) cancels the run as a second stop would.
+        """
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.run)
+                try:
+                    yield
+                finally:
+                    if not self.stop_requested:
+                        self.stop()
+        except BaseExceptionGroup as group:
+            # The run is the group's only task: raise its error itself, as run_sync does.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     def run_sync(self) -> None:
         """Run until SIGTERM or SIGINT; a second signal stops at once, as a second :meth:`stop`.
