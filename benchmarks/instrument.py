@@ -25,8 +25,8 @@ from typing import Any
 
 from redis.asyncio.connection import Connection
 
-from cronrace.stores.values import AcquireRequest, Claim
 from cronrace.stores.redis import Store
+from cronrace.stores.values import AcquireRequest, Claim
 
 #: What the agent is doing when it talks to Redis.
 PHASE: ContextVar[str] = ContextVar("cronrace_bench_phase", default="other")

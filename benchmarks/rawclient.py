@@ -27,8 +27,8 @@ from typing import Any
 import anyio
 import redis.asyncio as aioredis
 
-from cronrace.stores.values import Claim
 from cronrace.stores.redis import Store
+from cronrace.stores.values import Claim
 
 TTL_MS = 60_000
 

@@ -36,9 +36,9 @@ from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.watchdog import LoopWatchdog
 from cronrace.settings import AgentSettings, is_embedded, load_settings
-from cronrace.stores.values import Owner
 from cronrace.stores.contract import Store
 from cronrace.stores.urls import open_store
+from cronrace.stores.values import Owner
 from cronrace.tick.loop import Scheduler
 from cronrace.tick.runner import Runner
 

@@ -25,9 +25,9 @@ from cronrace.operate.schedules import Schedules
 from cronrace.runtime.clock import Clock, SystemClock
 from cronrace.settings import AgentSettings
 from cronrace.specs.stored import ScheduleSpec
-from cronrace.stores.values import JobState
 from cronrace.stores.contract import Store
 from cronrace.stores.urls import open_store
+from cronrace.stores.values import JobState
 from cronrace.timing.schedule import Schedule
 
 log = logging.getLogger("cronrace.operate.client")

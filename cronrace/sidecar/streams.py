@@ -13,58 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cronrace.errors import StoreError, TargetError
 from cronrace.model.job import RunContext
 from cronrace.settings import redact_url
+from cronrace.specs.targets import StreamSpec
 from cronrace.stores.contract import RedisFeatures, Store
-from cronrace.stores.urls import REDIS_SCHEMES, check_store_url, open_redis, scheme_of
-
-#: Entry fields cronrace sets; a stream target's ``fields`` cannot override them.
-RESERVED_FIELDS = frozenset({"job", "tick", "fence", "node", "idempotency_key", "trigger_id"})
-
-
-class StreamSpec(BaseModel):
-    """``[jobs.stream]``: one stream entry per tick, the hand-off to a worker queue.
-
-    Attributes:
-        key: the stream's key.
-        redis_url: the Redis holding it; default: the agent's own Redis.
-        maxlen: trim the stream to about this many entries; default: never trim.
-        fields: extra fields of every entry.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    key: str = Field(min_length=1, max_length=512)
-    redis_url: str | None = None
-    maxlen: int | None = Field(default=None, ge=1)
-    fields: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("key")
-    @classmethod
-    def _check_key(cls, value: str) -> str:
-        if not value.isprintable() or value != value.strip():
-            raise ValueError("use printable characters without surrounding spaces")
-        return value
-
-    @field_validator("redis_url")
-    @classmethod
-    def _check_url(cls, value: str | None) -> str | None:
-        if value is not None:
-            if scheme_of(value) not in REDIS_SCHEMES:
-                raise ValueError("a stream target writes to Redis: give a redis:// URL")
-            check_store_url(value)
-        return value
-
-    @field_validator("fields")
-    @classmethod
-    def _check_fields(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if name in RESERVED_FIELDS:
-                raise ValueError(f"field {name!r} is set by cronrace and cannot be overridden")
-        return value
+from cronrace.stores.urls import open_redis
 
 
 class OtherRedis:

@@ -34,8 +34,7 @@ from cronrace.model.job import (
 )
 from cronrace.model.policies import Catchup, Overlap
 from cronrace.settings import settings_problems, short_repr
-from cronrace.sidecar.streams import StreamSpec
-from cronrace.sidecar.targets import CommandSpec, HttpSpec
+from cronrace.specs.targets import CommandSpec, HttpSpec, StreamSpec
 from cronrace.timing.schedule import Schedule
 
 #: The target tables a job may have; exactly one of them.

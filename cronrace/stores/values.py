@@ -17,6 +17,7 @@ from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
 
+
 class NotReplicatedError(StoreError):
     """Claims were won, but fewer replicas than asked confirmed them in time."""
 

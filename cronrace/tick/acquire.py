@@ -17,8 +17,8 @@ from cronrace.errors import CronraceError, RedisUnavailableError
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import BACKOFF, Backoff, Retry
-from cronrace.stores.values import AcquireReply, AcquireRequest
 from cronrace.stores.contract import Store
+from cronrace.stores.values import AcquireReply, AcquireRequest
 
 log = logging.getLogger("cronrace.tick.loop")
 

@@ -22,8 +22,8 @@ from anyio.abc import TaskGroup
 from cronrace.errors import StoreError
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
-from cronrace.stores.values import Renewal
 from cronrace.stores.contract import Store
+from cronrace.stores.values import Renewal
 
 log = logging.getLogger("cronrace.tick.lease")
 

@@ -28,8 +28,8 @@ from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import Retry, backoff_s
 from cronrace.settings import AgentSettings
-from cronrace.stores.values import Owner
 from cronrace.stores.contract import Store
+from cronrace.stores.values import Owner
 from cronrace.tick.decisions import EXPIRED_COUNT_CAP, Proposal
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.race import TickRace

@@ -23,8 +23,8 @@ from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import BACKOFF, Backoff
 from cronrace.settings import AgentSettings
-from cronrace.stores.values import Claim, ClaimOutcome, ClaimReply, Owner
 from cronrace.stores.contract import Store
+from cronrace.stores.values import Claim, ClaimOutcome, ClaimReply, Owner
 from cronrace.tick.acquire import acquire_retrying
 from cronrace.tick.decisions import (
     RAN_OUT,

@@ -29,8 +29,8 @@ from cronrace.model.job import Job
 from cronrace.model.records import RunRecord
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.retry import Backoff
-from cronrace.stores.values import FinishRequest, Owner, ReleaseReply
 from cronrace.stores.contract import Store
+from cronrace.stores.values import FinishRequest, Owner, ReleaseReply
 from cronrace.tick.outbox import Outbox
 
 log = logging.getLogger("cronrace.run")

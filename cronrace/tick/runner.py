@@ -24,8 +24,14 @@ from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
-from cronrace.stores.values import AcquireDecision, AcquireReply, Owner, ReleaseDecision, ReleaseReply
 from cronrace.stores.contract import RedisFeatures, Store
+from cronrace.stores.values import (
+    AcquireDecision,
+    AcquireReply,
+    Owner,
+    ReleaseDecision,
+    ReleaseReply,
+)
 from cronrace.tick.decisions import further_tick_request
 from cronrace.tick.lease import Lease, Renewals
 from cronrace.tick.outbox import Outbox

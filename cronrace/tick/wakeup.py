@@ -25,8 +25,8 @@ from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
 from cronrace.runtime.clock import Clock
-from cronrace.stores.values import Claim, Owner
 from cronrace.stores.contract import Store
+from cronrace.stores.values import Claim, Owner
 from cronrace.tick.decisions import Proposal
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.runner import Runner

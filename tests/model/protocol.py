@@ -41,8 +41,8 @@ from hypothesis.stateful import (
 
 from cronrace.model.policies import Catchup, Outcome, TickPlan, plan_ticks
 from cronrace.model.records import RunRecord
-from cronrace.stores.values import AcquireReply, AcquireRequest, Claim
 from cronrace.stores.redis import Store
+from cronrace.stores.values import AcquireReply, AcquireRequest, Claim
 from tests.model import redis_state
 from tests.model.mutations import apply_mutation
 

@@ -15,8 +15,9 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from cronrace.errors import TargetError
-from cronrace.sidecar.streams import OtherRedis, StreamSpec, StreamTarget
-from cronrace.sidecar.targets import CommandSpec, CommandTarget, HttpSpec, HttpTarget, is_loopback
+from cronrace.sidecar.streams import OtherRedis, StreamTarget
+from cronrace.sidecar.targets import CommandTarget, HttpTarget
+from cronrace.specs.targets import CommandSpec, HttpSpec, StreamSpec, is_loopback
 from cronrace.stores.redis import Store
 from tests.helpers import wait_for
 from tests.redis_server import RedisServer, free_port

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from cronrace.stores.values import AcquireReply, AcquireRequest, Claim
 from cronrace.stores.redis import Store
+from cronrace.stores.values import AcquireReply, AcquireRequest, Claim
 
 
 def request(

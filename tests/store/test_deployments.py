@@ -15,9 +15,9 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cronrace.errors import RedisUnavailableError, StoreError
-from cronrace.stores.values import Claim, ClaimOutcome
 from cronrace.stores.redis import Store
 from cronrace.stores.redis.keys import fence_key, hash_tag
+from cronrace.stores.values import Claim, ClaimOutcome
 from tests.store.test_scripts import request
 from tests.topology import ClusterSet, SentinelSet, client
 

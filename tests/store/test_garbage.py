@@ -17,8 +17,8 @@ import pytest
 from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
-from cronrace.stores.values import AcquireRequest, Claim
 from cronrace.stores.redis import Store
+from cronrace.stores.values import AcquireRequest, Claim
 from tests.topology import keys_matching
 
 Writer = Callable[[Any, str], Awaitable[Any]]

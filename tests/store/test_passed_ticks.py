@@ -15,8 +15,15 @@ Each test runs on fakeredis, a real redis-server and a real Cluster.
 from __future__ import annotations
 
 from cronrace.model.policies import Overlap
-from cronrace.stores.values import AcquireDecision, AcquireMode, AcquireReply, AcquireRequest, Claim, Owner
 from cronrace.stores.redis import Store
+from cronrace.stores.values import (
+    AcquireDecision,
+    AcquireMode,
+    AcquireReply,
+    AcquireRequest,
+    Claim,
+    Owner,
+)
 
 A, B, C = Owner.parse("a:1"), Owner.parse("b:2"), Owner.parse("c:3")
 

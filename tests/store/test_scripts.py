@@ -6,8 +6,8 @@ import pytest
 
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
-from cronrace.stores.values import AcquireRequest, Claim, Owner
 from cronrace.stores.redis import Store
+from cronrace.stores.values import AcquireRequest, Claim, Owner
 
 
 def request(

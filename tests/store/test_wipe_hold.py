@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from cronrace.stores.values import AcquireReply, AcquireRequest, Claim
 from cronrace.stores.redis import Store, make_client
+from cronrace.stores.values import AcquireReply, AcquireRequest, Claim
 
 
 def request(

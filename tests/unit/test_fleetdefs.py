@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from cronrace.fleet.definitions import NodeDetails, disagreements, job_definition, stored_problems
 from cronrace.model.job import Job
-from cronrace.sidecar.targets import HttpSpec, HttpTarget
+from cronrace.sidecar.targets import HttpTarget
 from cronrace.specs.stored import ScheduleSpec
+from cronrace.specs.targets import HttpSpec
 
 
 async def handler(ctx: object) -> None:

@@ -1,124 +1,193 @@
-"""The store is the only layer that speaks redis-py (DESIGN.md section 7)."""
+"""The layering of DESIGN.md section 7, as a test: no import runs up or sideways, no cycle.
+
+Every import counts, wherever it is written: at the top, inside a function, or under
+``if TYPE_CHECKING`` (a cycle hidden there is still a cycle a reader has to untangle).
+"""
 
 from __future__ import annotations
 
 import ast
-import inspect
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis.exceptions import (
-    AuthenticationError,
-    BusyLoadingError,
-    ClusterDownError,
-    DataError,
-    InvalidResponse,
-    NoPermissionError,
-    ReadOnlyError,
-    RedisClusterException,
-    ResponseError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import cronrace
-from cronrace.errors import (
-    RedisAmbiguousError,
-    RedisAuthError,
-    RedisDataError,
-    RedisPermissionError,
-    RedisUnavailableError,
-    StoreError,
-)
-from cronrace.stores.redis import Store
-from cronrace.stores.redis.errors import translate
-from cronrace.stores.redis.fleet import FleetCommands
-from cronrace.stores.redis.schedules import ScheduleCommands
 
 PACKAGE = Path(cronrace.__file__).parent
 
+#: DESIGN.md section 7, top line first. A module imports its own part and anything on a
+#: lower line; the parts of one line are siblings and never import each other. The root
+#: ``__init__`` and ``__main__`` are the public API above all of them.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("cli",),
+    ("sidecar",),
+    ("web", "testing"),
+    ("agent",),
+    ("tick", "operate"),
+    ("specs",),
+    ("settings",),
+    ("fleet",),
+    ("runtime", "stores"),
+    ("model",),
+    ("timing",),
+    ("errors",),
+)
+LEVEL = {part: level for level, line in enumerate(LAYERS) for part in line}
+API = {"cronrace", "cronrace.__main__"}
 
-def imported_modules(path: Path) -> set[str]:
-    """Every module ``path`` imports, at any depth of its code (``if TYPE_CHECKING`` too)."""
-    found: set[str] = set()
+#: Third-party packages a backend's driver brings, and the one store package that may
+#: import each.
+DRIVERS = {"redis": "cronrace.stores.redis", "fakeredis": "cronrace.stores.redis"}
+DRIVERS |= {"psycopg": "cronrace.stores.postgres", "psycopg_pool": "cronrace.stores.postgres"}
+BACKENDS = ("cronrace.stores.redis", "cronrace.stores.postgres")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(module: str) -> Iterator[str]:
+    """Every module ``module`` imports, at any depth of its code, resolved to a module of
+    ours where ``from package import submodule`` names one."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module)
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            yield target
+            for alias in node.names:
+                if f"{target}.{alias.name}" in MODULES:
+                    yield f"{target}.{alias.name}"
+
+
+def ours(name: str) -> bool:
+    return name == "cronrace" or name.startswith("cronrace.")
+
+
+def part_of(module: str) -> str:
+    """The layer part a module of ours belongs to: its package, or its root module."""
+    return module.split(".")[1] if module.count(".") >= 1 else module
+
+
+GRAPH = {
+    module: sorted({name for name in imports_of(module) if ours(name) and name != module})
+    for module in MODULES
+}
+
+
+def test_the_table_names_every_part_of_the_package() -> None:
+    parts = {part_of(module) for module in MODULES if module not in API}
+    assert parts == set(LEVEL), "a part of the package is missing from LAYERS, or is extra"
+
+
+def test_no_import_runs_up_or_sideways() -> None:
+    wrong = []
+    for module, targets in GRAPH.items():
+        if module in API:
+            continue
+        here = part_of(module)
+        for target in targets:
+            if target in API:
+                wrong.append(f"{module} -> {target} (the public API imports everything)")
+                continue
+            there = part_of(target)
+            if there != here and LEVEL[there] <= LEVEL[here]:
+                how = "sideways" if LEVEL[there] == LEVEL[here] else "up"
+                wrong.append(f"{module} -> {target} ({how}: {here} -> {there})")
+    assert wrong == []
+
+
+def find_cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), or a module
+    importing itself."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in graph:
+                continue
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
     return found
 
 
-def test_nothing_above_the_store_imports_redis() -> None:
-    above = [
-        path for path in PACKAGE.rglob("*.py") if PACKAGE / "stores" / "redis" not in path.parents
+def test_no_import_cycle_type_checking_imports_included() -> None:
+    assert find_cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_sees_a_cycle() -> None:
+    """The check above would fail on a cycle: shown on a small graph that has two."""
+    graph = {"a": ["b"], "b": ["c"], "c": ["a"], "d": ["e"], "e": ["d"], "f": ["a"]}
+    assert find_cycles(graph) == [["d", "e"], ["a", "b", "c"]] or find_cycles(graph) == [
+        ["a", "b", "c"],
+        ["d", "e"],
     ]
-    assert len(above) > 20  # the walk found the package
-    leaks = {
-        str(path.relative_to(PACKAGE)): sorted(
-            name for name in imported_modules(path) if name.split(".")[0] == "redis"
-        )
-        for path in above
-    }
-    assert {path: names for path, names in leaks.items() if names} == {}
 
 
-def test_the_store_itself_is_seen_importing_redis() -> None:
-    """The walk above would find an import: the store's own modules show it does."""
-    assert "redis.exceptions" in imported_modules(PACKAGE / "stores" / "redis" / "errors.py")
+def test_a_type_checking_import_is_seen(tmp_path: Path) -> None:
+    """Imports under ``if TYPE_CHECKING`` count: the walk finds the one in lifecycle.py."""
+    assert "cronrace.fleet.heartbeat" in GRAPH["cronrace.agent.lifecycle"]
 
 
-@pytest.mark.parametrize(
-    ("raised", "expected"),
-    [
-        (RedisConnectionError("Connection reset by peer"), RedisAmbiguousError),
-        (RedisTimeoutError("Timeout reading from socket"), RedisAmbiguousError),
-        (ConnectionResetError(104, "reset"), RedisAmbiguousError),
-        (InvalidResponse("Protocol error"), RedisAmbiguousError),
-        (BusyLoadingError("LOADING"), RedisAmbiguousError),
-        (ReadOnlyError("READONLY You can't write against a read only replica."), None),
-        (ClusterDownError("CLUSTERDOWN The cluster is down"), None),
-        (TryAgainError("TRYAGAIN"), None),
-        (RedisClusterException("slots not covered"), None),
-        (ResponseError("WRONGTYPE Operation against a key"), RedisDataError),
-        (DataError("Invalid input of type: 'dict'"), RedisDataError),
-        (AuthenticationError("invalid username-password pair"), RedisAuthError),
-        (NoPermissionError("NOPERM this user has no permissions"), RedisPermissionError),
-    ],
-)
-def test_redis_py_errors_are_translated_into_store_errors(
-    raised: Exception, expected: type[StoreError] | None
-) -> None:
-    translated = translate(raised)
-    if expected is None:  # transient, but the call did not run: not ambiguous
-        assert type(translated) is RedisUnavailableError
-    else:
-        assert isinstance(translated, expected)
-    assert translated.__cause__ is raised
-    assert str(raised) in str(translated)
+@pytest.mark.parametrize("driver", sorted(DRIVERS))
+def test_a_driver_is_imported_only_by_its_store_package(driver: str) -> None:
+    home = DRIVERS[driver]
+    leaks = sorted(
+        module
+        for module in MODULES
+        if not (module == home or module.startswith(home + "."))
+        and any(name.split(".")[0] == driver for name in imports_of(module))
+    )
+    assert leaks == []
 
 
-def test_a_store_error_passes_through_translation_unchanged() -> None:
-    error = RedisUnavailableError("claim failed")
-    assert translate(error) is error
+def test_the_redis_store_itself_is_seen_importing_redis() -> None:
+    """The walk above would find an import: the Redis store's own modules show it does."""
+    assert "redis.exceptions" in set(imports_of("cronrace.stores.redis.errors"))
 
 
-@pytest.mark.parametrize("cls", [Store, FleetCommands, ScheduleCommands])
-def test_every_public_store_coroutine_translates(cls: type) -> None:
-    untranslated = [
-        name
-        for name, method in inspect.getmembers(cls, inspect.iscoroutinefunction)
-        if not name.startswith("_") and not hasattr(method, "__wrapped__")
-    ]
-    assert untranslated == []
-
-
-async def test_a_dropped_connection_reaches_the_caller_as_a_store_error() -> None:
-    store = Store.from_url("redis://127.0.0.1:1/0", timeout_s=0.5)
-    try:
-        with pytest.raises(RedisAmbiguousError) as caught:
-            await store.watermarks(["job"])
-    finally:
-        await store.aclose()
-    assert isinstance(caught.value.__cause__, (RedisConnectionError, OSError))
+def test_nothing_above_the_stores_names_a_backend() -> None:
+    """Above ``stores/`` a backend is chosen by a URL's scheme (``stores/urls.py``)."""
+    leaks = sorted(
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        if part_of(module) != "stores"
+        for target in targets
+        if any(target == b or target.startswith(b + ".") for b in BACKENDS)
+    )
+    assert leaks == []

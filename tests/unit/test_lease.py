@@ -18,8 +18,8 @@ import anyio
 import pytest
 
 from cronrace.errors import RedisUnavailableError
-from cronrace.stores.values import Renewal
 from cronrace.stores.redis import Store
+from cronrace.stores.values import Renewal
 from cronrace.testing import FakeClock
 from cronrace.tick.lease import SAFETY_MARGIN, Lease
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from cronrace.errors import ConfigError
 from cronrace.settings import load_settings
-from cronrace.sidecar.streams import StreamSpec
+from cronrace.specs.targets import StreamSpec
 from cronrace.stores.redis.urls import Deployment, parse_redis_url
 from cronrace.stores.urls import redact_url
 

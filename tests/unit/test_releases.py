@@ -12,8 +12,16 @@ from cronrace.model.job import Job
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
 from cronrace.runtime.clock import SystemClock
-from cronrace.stores.values import AcquireDecision, AcquireMode, AcquireRequest, FinishRequest, Owner, ReleaseDecision, ReleaseReply
 from cronrace.stores.redis import Store
+from cronrace.stores.values import (
+    AcquireDecision,
+    AcquireMode,
+    AcquireRequest,
+    FinishRequest,
+    Owner,
+    ReleaseDecision,
+    ReleaseReply,
+)
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.releases import Releases
 

@@ -6,8 +6,13 @@ import pytest
 
 from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
+from cronrace.stores.redis.replies import (
+    decode_acquire,
+    decode_claim_owner,
+    decode_release,
+    decode_renewal,
+)
 from cronrace.stores.values import AcquireDecision, Owner, ReleaseDecision, Renewal
-from cronrace.stores.redis.replies import decode_acquire, decode_claim_owner, decode_release, decode_renewal
 
 
 def acquire_reply(decision: bytes, *, holder: bytes = b"", abandoned: bytes = b"") -> list[object]:

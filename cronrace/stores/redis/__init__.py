@@ -9,7 +9,24 @@ connection pools, ``errors`` the translation of redis-py's exceptions into cronr
 from cronrace.stores.redis.client import make_client
 from cronrace.stores.redis.commands import Store
 from cronrace.stores.redis.keys import Keys
-from cronrace.stores.values import AcquireDecision, AcquireMode, AcquireReply, AcquireRequest, Claim, ClaimOutcome, ClaimReply, FinishRequest, HeartbeatReply, JobState, LeaseInfo, NotReplicatedError, Owner, ReleaseDecision, ReleaseReply, Renewal
+from cronrace.stores.values import (
+    AcquireDecision,
+    AcquireMode,
+    AcquireReply,
+    AcquireRequest,
+    Claim,
+    ClaimOutcome,
+    ClaimReply,
+    FinishRequest,
+    HeartbeatReply,
+    JobState,
+    LeaseInfo,
+    NotReplicatedError,
+    Owner,
+    ReleaseDecision,
+    ReleaseReply,
+    Renewal,
+)
 
 __all__ = [
     "AcquireDecision",

@@ -23,11 +23,26 @@ from cronrace.stores.redis.garbage import (
     report_quarantined,
 )
 from cronrace.stores.redis.keys import fence_key
-from cronrace.stores.values import AcquireReply, AcquireRequest, Claim, ClaimOutcome, ClaimReply, HeartbeatReply, NotReplicatedError, Owner
-from cronrace.stores.redis.replies import decode_acquire, decode_claim_owner, decode_quarantined, decode_text, int_or_none
+from cronrace.stores.redis.replies import (
+    decode_acquire,
+    decode_claim_owner,
+    decode_quarantined,
+    decode_text,
+    int_or_none,
+)
 from cronrace.stores.redis.runs import RunCommands
 from cronrace.stores.redis.scripts import locate_lines
 from cronrace.stores.redis.shards import TRANSIENT_ERRORS, per_shard
+from cronrace.stores.values import (
+    AcquireReply,
+    AcquireRequest,
+    Claim,
+    ClaimOutcome,
+    ClaimReply,
+    HeartbeatReply,
+    NotReplicatedError,
+    Owner,
+)
 
 log = logging.getLogger("cronrace.stores.redis")
 

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from cronrace.stores.values import FleetReply
 from cronrace.stores.contract import FleetStore
 from cronrace.stores.redis.errors import translating
 from cronrace.stores.redis.garbage import is_wrong_type
 from cronrace.stores.redis.keys import Keys
 from cronrace.stores.redis.replies import decode_text, int_or_none
 from cronrace.stores.redis.schedules import VERSION_FIELD
+from cronrace.stores.values import FleetReply
 
 log = logging.getLogger("cronrace.stores.redis")
 

@@ -23,9 +23,9 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from cronrace.stores.values import Quarantined
 from cronrace.stores.redis.replies import decode_quarantined
 from cronrace.stores.redis.scripts import Scripts
+from cronrace.stores.values import Quarantined
 
 log = logging.getLogger("cronrace.stores.redis")
 

@@ -16,8 +16,13 @@ from cronrace.model.records import NodeInfo, RunRecord
 from cronrace.stores.redis.base import StoreBase
 from cronrace.stores.redis.errors import translating
 from cronrace.stores.redis.garbage import is_wrong_type, quarantine
+from cronrace.stores.redis.replies import (
+    decode_claim_owner,
+    decode_job_state,
+    decode_run_entries,
+    decode_text,
+)
 from cronrace.stores.values import JobState
-from cronrace.stores.redis.replies import decode_claim_owner, decode_job_state, decode_run_entries, decode_text
 
 log = logging.getLogger("cronrace.stores.redis")
 

@@ -9,16 +9,22 @@ by the caller, never a crash in decoding.
 
 from __future__ import annotations
 
-import enum
 import logging
-import secrets
-from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
-from cronrace.stores.values import AcquireDecision, AcquireReply, JobState, LeaseInfo, Owner, Quarantined, ReleaseDecision, ReleaseReply, Renewal
 from cronrace.errors import StoreError
-from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
+from cronrace.stores.values import (
+    AcquireDecision,
+    AcquireReply,
+    JobState,
+    LeaseInfo,
+    Owner,
+    Quarantined,
+    ReleaseDecision,
+    ReleaseReply,
+    Renewal,
+)
 
 log = logging.getLogger("cronrace.stores.redis")
 

@@ -18,9 +18,14 @@ from cronrace.model.records import RunRecord
 from cronrace.stores.redis.errors import RAW_FAILURES, translate, translating
 from cronrace.stores.redis.garbage import Command, is_wrong_type, report_quarantined
 from cronrace.stores.redis.operator import OperatorCommands
-from cronrace.stores.values import FinishRequest, Owner, ReleaseDecision, ReleaseReply, Renewal
-from cronrace.stores.redis.replies import decode_quarantined, decode_release, decode_renewal, decode_run_entries
+from cronrace.stores.redis.replies import (
+    decode_quarantined,
+    decode_release,
+    decode_renewal,
+    decode_run_entries,
+)
 from cronrace.stores.redis.scripts import locate_lines
+from cronrace.stores.values import FinishRequest, Owner, ReleaseDecision, ReleaseReply, Renewal
 
 
 @translating

@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import ResponseError
 
-from cronrace.stores.values import ScheduleChange, ScheduleSet, WriteReply
 from cronrace.stores.contract import ScheduleStore
 from cronrace.stores.redis.errors import translating
 from cronrace.stores.redis.garbage import is_wrong_type, report_quarantined
 from cronrace.stores.redis.keys import Keys
 from cronrace.stores.redis.replies import decode_quarantined, decode_text, int_or_none
 from cronrace.stores.redis.scripts import Scripts
+from cronrace.stores.values import ScheduleChange, ScheduleSet, WriteReply
 
 log = logging.getLogger("cronrace.stores.redis")
 

@@ -1,0 +1,89 @@
+"""redis-py's errors become cronrace's own, once, where they leave the Redis store."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from redis.exceptions import (
+    AuthenticationError,
+    BusyLoadingError,
+    ClusterDownError,
+    DataError,
+    InvalidResponse,
+    NoPermissionError,
+    ReadOnlyError,
+    RedisClusterException,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from cronrace.errors import (
+    RedisAmbiguousError,
+    RedisAuthError,
+    RedisDataError,
+    RedisPermissionError,
+    RedisUnavailableError,
+    StoreError,
+)
+from cronrace.stores.redis import Store
+from cronrace.stores.redis.errors import translate
+from cronrace.stores.redis.fleet import FleetCommands
+from cronrace.stores.redis.schedules import ScheduleCommands
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (RedisConnectionError("Connection reset by peer"), RedisAmbiguousError),
+        (RedisTimeoutError("Timeout reading from socket"), RedisAmbiguousError),
+        (ConnectionResetError(104, "reset"), RedisAmbiguousError),
+        (InvalidResponse("Protocol error"), RedisAmbiguousError),
+        (BusyLoadingError("LOADING"), RedisAmbiguousError),
+        (ReadOnlyError("READONLY You can't write against a read only replica."), None),
+        (ClusterDownError("CLUSTERDOWN The cluster is down"), None),
+        (TryAgainError("TRYAGAIN"), None),
+        (RedisClusterException("slots not covered"), None),
+        (ResponseError("WRONGTYPE Operation against a key"), RedisDataError),
+        (DataError("Invalid input of type: 'dict'"), RedisDataError),
+        (AuthenticationError("invalid username-password pair"), RedisAuthError),
+        (NoPermissionError("NOPERM this user has no permissions"), RedisPermissionError),
+    ],
+)
+def test_redis_py_errors_are_translated_into_store_errors(
+    raised: Exception, expected: type[StoreError] | None
+) -> None:
+    translated = translate(raised)
+    if expected is None:  # transient, but the call did not run: not ambiguous
+        assert type(translated) is RedisUnavailableError
+    else:
+        assert isinstance(translated, expected)
+    assert translated.__cause__ is raised
+    assert str(raised) in str(translated)
+
+
+def test_a_store_error_passes_through_translation_unchanged() -> None:
+    error = RedisUnavailableError("claim failed")
+    assert translate(error) is error
+
+
+@pytest.mark.parametrize("cls", [Store, FleetCommands, ScheduleCommands])
+def test_every_public_store_coroutine_translates(cls: type) -> None:
+    untranslated = [
+        name
+        for name, method in inspect.getmembers(cls, inspect.iscoroutinefunction)
+        if not name.startswith("_") and not hasattr(method, "__wrapped__")
+    ]
+    assert untranslated == []
+
+
+async def test_a_dropped_connection_reaches_the_caller_as_a_store_error() -> None:
+    store = Store.from_url("redis://127.0.0.1:1/0", timeout_s=0.5)
+    try:
+        with pytest.raises(RedisAmbiguousError) as caught:
+            await store.watermarks(["job"])
+    finally:
+        await store.aclose()
+    assert isinstance(caught.value.__cause__, (RedisConnectionError, OSError))
