@@ -375,7 +375,7 @@ class Runner:
             )
         self.observer.run_started(job.name, lag_s)
         try:
-            outcome, error, detail = await self._handle(job, ctx, lease, renew=renew)
+            outcome, error, detail, held_ms = await self._handle(job, ctx, lease, renew=renew)
         except anyio.get_cancelled_exc_class():
             ctx._lost.set()
             record = self._make_record(
@@ -400,13 +400,19 @@ class Runner:
                     "slowest_ms": round(lease.slowest_renewal_s * 1000, 1),
                 },
             )
-        return self._make_record(job, ctx, outcome, started_ms, error, detail)
+        # A held run started when its hold ended: the hold is no part of its duration
+        # (it would read as an overrun).
+        return self._make_record(job, ctx, outcome, started_ms + held_ms, error, detail)
 
     async def _handle(
         self, job: Job, ctx: RunContext, lease: Lease, *, renew: bool
-    ) -> tuple[Outcome, str | None, Any]:
-        """Call the handler under its lease (renewed beside it once due); outcome, error, detail."""
-        outcome, error, detail = Outcome.OK, None, None
+    ) -> tuple[Outcome, str | None, Any, int]:
+        """Call the handler under its lease (renewed beside it once due).
+
+        Returns the outcome, the error, the detail, and how long (ms) the run was held
+        before its handler started (Redis lost the job's data).
+        """
+        outcome, error, detail, held_ms = Outcome.OK, None, None, 0
         handler_scope = anyio.CancelScope()
         held = self.renewals.hold(lease, handler_scope, ctx._lost) if renew else None
         try:
@@ -417,7 +423,9 @@ class Runner:
                         "holding a new run: Redis lost its data, older runs may be alive",
                         extra={"job": job.name, "tick": ctx.tick_s, "hold_s": round(hold_s, 1)},
                     )
+                    held_from_ms = self._now_ms()
                     await self.clock.sleep(hold_s)
+                    held_ms = self._now_ms() - held_from_ms
                 try:
                     detail = await self._call(job, ctx)
                 except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's outcome
@@ -434,7 +442,7 @@ class Runner:
         if renew and lease.check_deadline():
             ctx._lost.set()
             outcome, error = Outcome.LEASE_LOST, lease.lost_reason
-        return outcome, error, detail
+        return outcome, error, detail, held_ms
 
     def _make_record(
         self,

@@ -56,6 +56,25 @@ async def test_garbage_under_one_jobs_keys_is_reported_and_other_jobs_keep_firin
     assert all(getattr(r, "moved_to", "").startswith(keys.quarantine("dirty")) for r in garbage)
 
 
+async def test_a_held_run_counts_its_handler_not_its_hold_as_its_duration(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock(start_s=T0 - 0.5)
+    agent = memory_agent(clock)
+    agent.add_job(lambda ctx: None, "*/5 * * * * *", name="job", lease_ttl=3.0)
+    keys = agent.store.keys
+    async with running(agent):
+        await clock.advance(1.0)  # tick 0 runs
+        await agent.store.client.delete(keys.lease("job"), keys.fence("job"))  # a wipe
+        await clock.advance(9.0)  # tick 5: granted, held 3 s, run
+        history = await agent.history("job", 10)
+    held = [r for r in history if r.tick_s == T0 + 5]
+    assert [r.outcome for r in held] == ["ok"], history
+    assert held[0].started_ms >= (T0 + 5 + 3) * 1000 - 10, "it started when the hold ended"
+    assert held[0].finished_ms - held[0].started_ms < 100, "the hold is no part of its duration"
+    assert not [r for r in caplog.records if "overrunning" in r.getMessage()]
+
+
 @pytest.mark.redis
 @pytest.mark.timeout(60)
 async def test_wiped_redis_reseeds_fences_upward_and_holds_new_runs_one_lease(

@@ -2,8 +2,8 @@
 
 Inside Redis the two look the same (every key missing). The difference is the node's
 evidence, sent with each acquire: the highest fence it has seen for the job (its own
-grants, every acquire and release answer, the counter read at start-up, a claim lost to
-another node). Each test runs on fakeredis and on a real redis-server.
+grants, every acquire and release answer, the counter read at start-up or with a claim;
+a lost claim alone is none). Each test runs on fakeredis and on a real redis-server.
 """
 
 from __future__ import annotations
@@ -80,16 +80,41 @@ async def test_a_hand_on_during_the_hold_waits_too(store: Store) -> None:
     assert handed.hold_ms > 3000
 
 
-async def test_a_node_that_only_lost_claims_knows_the_job_is_not_new(
+async def test_a_claim_lost_after_the_winner_decided_reads_its_fence(
     store: Store, other_node: Store
 ) -> None:
     assert await store.claim([Claim("j", 100, 5000)], "n1:x") == [True]
-    assert await other_node.claim([Claim("j", 100, 5000)], "n2:y") == [False]
     await acquire(store, request(100))
+    assert await other_node.claim([Claim("j", 100, 5000)], "n2:y") == [False]
     await wipe(store)
     reply = await acquire(other_node, request(101, owner="n2:y"))
     assert reply.data_lost
     assert reply.hold_ms > 0
+
+
+async def test_a_claim_lost_to_an_undecided_winner_is_no_evidence(
+    store: Store, other_node: Store
+) -> None:
+    """The winner's acquire has not reached Redis yet, or the winner died: the job may
+    have no fence at all, and the next winner finding no counter is no wipe."""
+    assert await store.claim([Claim("j", 100, 5000)], "n1:x") == [True]
+    assert await other_node.claim([Claim("j", 100, 5000)], "n2:y") == [False]
+    assert other_node.known_fence("j") == 0
+    reply = await acquire(other_node, request(101, owner="n2:y"))
+    assert (reply.decision, reply.data_lost, reply.hold_ms) == ("run", False, 0)
+    assert await store.client.exists(store.keys.hold("j")) == 0
+
+
+async def test_garbage_under_the_counter_read_with_a_claim_is_no_evidence(
+    store: Store, other_node: Store
+) -> None:
+    await store.client.set(store.keys.fence("j"), "garbage")
+    assert await other_node.claim([Claim("j", 100, 5000)], "n2:y") == [True]
+    assert other_node.known_fence("j") == 0
+    await store.client.delete(store.keys.fence("j"))
+    await store.client.hset(store.keys.fence("j"), "a", "b")
+    assert await other_node.claim([Claim("j", 101, 5000)], "n2:y") == [True]
+    assert other_node.known_fence("j") == 0
 
 
 async def test_the_counter_read_at_start_up_is_evidence(store: Store, other_node: Store) -> None:

@@ -81,10 +81,14 @@ class StoreBase(contract.Store):
     # -- what this node has seen of each job's fences -----------------------------------
 
     def known_fence(self, job: str) -> int:
-        """The highest fence this store has seen for ``job`` (0: none; 1: only a lost claim).
+        """The highest fence this store has seen for ``job`` (0: none).
 
         Sent with every acquire: a fence counter missing although a fence is known means
         Redis lost the job's data, not that the job is new (README, "A wiped Redis").
+        Only a fence seen counts: in an acquire's or a release's answer, in the counter
+        read at start-up or with a claim. A lost claim alone is none (its winner's
+        acquire may not have reached Redis yet, or the winner died); the heartbeat's
+        epoch check is the second line.
         """
         return self._fences_seen.get(job, 0)
 

@@ -94,11 +94,19 @@ class Store(RunCommands):
         """
         keys = [self._claim_key(claim) for claim in claims]
         value = str(owner)
+        # Until this node has seen a fence of a job, each of its claims reads the job's
+        # counter too: a claim lost to a winner whose acquire has not reached Redis yet
+        # (a loaded machine), or whose winner died, is no evidence that the job has a
+        # fence; only a fence seen is (``known_fence``). One GET per job, at start-up.
+        probes = [self.known_fence(claim.job) == 0 for claim in claims]
+        claim_replies = 2 if read_back else 1
 
         def add(pipe: Any, index: int) -> None:
             pipe.set(keys[index], value, nx=True, px=claims[index].ttl_ms)
             if read_back:
                 pipe.get(keys[index])
+            if probes[index]:
+                pipe.get(self.keys.fence(claims[index].job))
 
         replies = await per_shard(
             self.client, keys, add, wait_replicas=wait_replicas, wait_ms=wait_ms
@@ -107,6 +115,11 @@ class Store(RunCommands):
         errors: list[BaseException] = []
         for claim, reply in zip(claims, replies, strict=True):
             answers = reply.replies
+            if isinstance(answers, list) and len(answers) > claim_replies:
+                # The fence probe: garbage there (or an error reply) is no evidence, and
+                # the job's next acquire moves it aside.
+                self._saw_fence(claim.job, int_or_none(answers[claim_replies]) or 0)
+                answers = answers[:claim_replies]
             failed = next((a for a in _as_list(answers) if isinstance(a, BaseException)), None)
             if failed is not None:
                 errors.append(failed)
@@ -117,9 +130,6 @@ class Store(RunCommands):
             # already decided still reads as won.
             won = str(decode_claim_owner(answers[1])) == value if read_back else bool(answers[0])
             if not won:
-                # Lost to another node: the job has been decided, almost always with a
-                # fence: evidence (1) that a missing counter is a wipe, not a new job.
-                self._saw_fence(claim.job, 1)
                 out.append(ClaimReply(ClaimOutcome.LOST, reply.acked))
             elif wait_replicas > 0 and reply.acked < wait_replicas:
                 out.append(ClaimReply(ClaimOutcome.NOT_REPLICATED, reply.acked))
