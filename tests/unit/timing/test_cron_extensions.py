@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from cronrace.errors import ScheduleError
 from cronrace.timing.schedule import Schedule
-from tests.unit.cron_reference import day_matches, expand, reference_ticks
-from tests.unit.test_schedule import ZONES, starts
+from tests.unit.timing.cron_reference import day_matches, expand, reference_ticks
+from tests.unit.timing.test_schedule import ZONES, starts
 
 FAR_S = 10**10
 JUNE_2024_S = int(datetime(2024, 6, 1, tzinfo=UTC).timestamp())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cronrace.stores.redis.acl import COMMANDS, SCRIPT_COMMANDS, acl_setuser
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[4] / "README.md"
 
 
 def test_acl_lists_exactly_the_commands_the_lua_scripts_call() -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cronrace.errors import ScheduleError
 from cronrace.timing.schedule import Schedule
-from tests.unit.cron_reference import reference_ticks
+from tests.unit.timing.cron_reference import reference_ticks
 
 FAR_S = 10**10  # an until_s beyond every test window
 
