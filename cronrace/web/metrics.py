@@ -57,9 +57,10 @@ class _JobSeries:
     run_duration: Any
     interval_ratio: Any
     last_interval_ratio: Any
-    last_success: Any
     lease_losses: Any
     runs: dict[Outcome, Any] = field(default_factory=dict)
+    #: Looked up at the first success: a label child exists (at 0) as soon as it is made.
+    last_success: Any = None
 
 
 class PrometheusObserver(Observer):
@@ -200,9 +201,16 @@ class PrometheusObserver(Observer):
         )
         self.last_success = Gauge(
             "cronrace_last_success_timestamp_seconds",
-            "When a run of the job last ended ok (UTC epoch seconds). At start-up: the "
-            "fleet's last ok run in the job's history, else the oldest record read, else "
-            "this node's start (no success since then, at least).",
+            "When a run of the job last ended ok (UTC epoch seconds), once one is known: "
+            "read from the job's history at start-up, or a run of this node. Absent while "
+            "none is (see cronrace_watched_since_timestamp_seconds).",
+            ["job"],
+            registry=registry,
+        )
+        self.watched_since = Gauge(
+            "cronrace_watched_since_timestamp_seconds",
+            "Since when this node has scheduled the job (UTC epoch seconds): with no success "
+            "known, the alerts count the intervals from here.",
             ["job"],
             registry=registry,
         )
@@ -216,26 +224,30 @@ class PrometheusObserver(Observer):
         self.registry.register(ScheduleCollector(agent))
 
     async def seed_last_success(self, agent: Agent) -> None:
-        """Start each job's last success from Redis (an agent service, run once at start).
+        """Start watching each job, and read its last success from the store.
 
-        A node that just started has seen no success: without a value, "no success in two
-        intervals" could not fire for a job that broke with the deploy. The newest ``ok``
-        record among the last :data:`SEED_RECORDS` is the value; when there is none, the
-        oldest record read (no success since then, at least); when the job has no record
-        at all, this moment.
+        An agent service, run once the agent is connected. Each job's watch starts now
+        (``cronrace_watched_since_timestamp_seconds``), before the store is read, so a job
+        that never succeeded still alerts when that read fails. The last success is the
+        newest ``ok`` record among the last :data:`SEED_RECORDS`, so a job that broke with
+        the deploy that restarted this node still alerts; with none among them no success
+        is known, and the gauge stays absent: it never reports a success that did not happen.
         """
         started_s = agent.clock.time()
+        for name in agent.jobs:
+            self.watched_since.labels(job=name).set(started_s)
         found = await agent.store.histories(list(agent.jobs), SEED_RECORDS)  # one round trip
         for name, records in found.items():
             ok = [
                 r.finished_ms / 1000 for r in records if r.outcome is Outcome.OK and r.finished_ms
             ]
-            since_s = max(ok) if ok else min((r.tick_s for r in records), default=started_s)
+            if not ok:
+                continue
             current = self.registry.get_sample_value(
                 "cronrace_last_success_timestamp_seconds", {"job": name}
             )
             if current is None:  # a run may have ended ok meanwhile: it knows better
-                self.last_success.labels(job=name).set(since_s)
+                self.last_success.labels(job=name).set(max(ok))
 
     # -- Observer hooks ------------------------------------------------------------------
 
@@ -268,7 +280,6 @@ class PrometheusObserver(Observer):
                 run_duration=self.run_duration.labels(job=job),
                 interval_ratio=self.interval_ratio.labels(job=job),
                 last_interval_ratio=self.last_interval_ratio.labels(job=job),
-                last_success=self.last_success.labels(job=job),
                 lease_losses=self.lease_losses_total.labels(job=job),
             )
         return series
@@ -288,6 +299,8 @@ class PrometheusObserver(Observer):
         series.interval_ratio.observe(ratio)
         series.last_interval_ratio.set(ratio)
         if outcome is Outcome.OK:
+            if series.last_success is None:
+                series.last_success = self.last_success.labels(job=job)
             series.last_success.set_to_current_time()
         if outcome is Outcome.LEASE_LOST:
             series.lease_losses.inc()

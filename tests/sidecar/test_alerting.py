@@ -99,16 +99,40 @@ async def test_metrics_give_last_success_next_tick_and_interval_and_no_created_s
         await wait_for(ticked_ok, timeout_s=10, what="a successful run counted")
         text = await scraped()
         sidecar.stop()
-    last = "cronrace_last_success_timestamp_seconds"
+    last, since = (
+        "cronrace_last_success_timestamp_seconds",
+        "cronrace_watched_since_timestamp_seconds",
+    )
     assert started_s <= (_sample(text, last, "tick") or 0) <= time.time()
     assert _sample(text, last, "old") == 1_700_000_002.5  # the newest ok in the history
-    assert _sample(text, last, "broken") == 1_700_003_600  # no ok: since the oldest record
-    assert started_s - 5 <= (_sample(text, last, "new") or 0) <= time.time()  # no record
+    assert _sample(text, last, "broken") is None  # records, none ok: no success is known
+    assert _sample(text, last, "new") is None  # no record at all
+    for job in ("tick", "old", "broken", "new"):  # watched from this node's start on
+        assert started_s <= (_sample(text, since, job) or 0) <= time.time()
     assert (_sample(text, "cronrace_next_tick_timestamp_seconds", "tick") or 0) >= started_s
     assert _sample(text, "cronrace_schedule_interval_seconds", "tick") == 1
     assert _sample(text, "cronrace_schedule_interval_seconds", "old") == 600
     assert _sample(text, "cronrace_schedule_interval_seconds", "new") == 86_400
     assert "_created" not in text
+
+
+def test_a_last_success_exists_only_once_a_run_ended_ok() -> None:
+    from cronrace.web.metrics import PrometheusObserver
+
+    observer = PrometheusObserver()
+
+    def last_success() -> float | None:
+        return observer.registry.get_sample_value(
+            "cronrace_last_success_timestamp_seconds", {"job": "nightly"}
+        )
+
+    observer.run_started("nightly", 0.01)
+    observer.run_finished("nightly", Outcome.ERROR, 1.0, 0.1)
+    assert last_success() is None  # not 0, not "now": no success happened
+    began = time.time()
+    observer.run_started("nightly", 0.01)
+    observer.run_finished("nightly", Outcome.OK, 1.0, 0.1)
+    assert began <= (last_success() or 0) <= time.time()
 
 
 def _metric_names_in(text: str) -> set[str]:
