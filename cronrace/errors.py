@@ -107,6 +107,19 @@ class RedisTLSError(RedisAccessError):
     cause = "tls"
 
 
+class StoreSchemaError(RedisAccessError):
+    """The PostgreSQL schema is missing or older than this cronrace needs.
+
+    Waiting will not fix it: ``cronrace db upgrade`` (or a DBA running ``cronrace db sql``)
+    does, and the message says so.
+    """
+
+    cause = "schema"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, command="schema")
+
+
 class NoLiveNodeError(CronraceError):
     """An operator asked the fleet for something and no node of the namespace is alive."""
 

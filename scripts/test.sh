@@ -33,6 +33,28 @@ if ! command -v redis-server >/dev/null 2>&1; then
   fi
 fi
 
+# PostgreSQL-store tests need initdb and postgres (they start their own servers, as
+# unprivileged users, on free ports). Install Debian's package when we can; its service
+# must not start (policy-rc.d again): the tests never use the machine's own.
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && ! command -v postgres >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "PostgreSQL not found: installing Debian's postgresql package"
+    cleanup_policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+      cleanup_policy=1
+    fi
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql) >/dev/null
+    if [ -n "$cleanup_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
+    ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { echo "installing postgresql failed" >&2; exit 1; }
+  elif [ -n "${CI:-}" ]; then
+    echo "CI=true but PostgreSQL is missing and cannot be installed" >&2
+    exit 1
+  else
+    echo "warning: PostgreSQL not found; tests marked 'postgres' will be skipped" >&2
+  fi
+fi
+
 # Optional tools: headless Chromium (the status page's browser test) and promtool (the
 # alert rules). About 20 s to install once as root; without them those tests skip and say why.
 # CRONRACE_TEST_SKIP_APT=1 leaves them out.

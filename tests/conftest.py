@@ -13,6 +13,7 @@ import pytest
 from hypothesis import settings
 
 from cronrace.stores.redis import Store, make_client
+from tests.postgres_server import PostgresServer, postgres_available, require_postgres_in_ci
 from tests.redis_server import RedisServer, redis_available, require_redis_in_ci
 from tests.topology import REDIS_CLI, ClusterSet
 
@@ -41,6 +42,7 @@ def _cronrace_logging_as_found() -> Iterator[None]:
 
 def pytest_configure(config: pytest.Config) -> None:
     require_redis_in_ci()
+    require_postgres_in_ci()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -50,6 +52,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "model" in item.keywords:
                 item.add_marker(pytest.mark.timeout(0))
+    if not postgres_available():
+        skip_pg = pytest.mark.skip(reason="PostgreSQL not installed (CI installs it)")
+        for item in items:
+            if "postgres" in item.keywords:
+                item.add_marker(skip_pg)
     if redis_available():
         return
     skip = pytest.mark.skip(reason="redis-server not installed (CI installs it)")
@@ -67,6 +74,39 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server per test process, its schema created; tests isolate by
+    namespace (a column), as they do on one Redis."""
+    if not postgres_available():
+        pytest.skip("PostgreSQL not installed")
+    server = PostgresServer()
+    try:
+        server.start()
+        upgrade_schema(server.url)
+        yield server
+    finally:
+        server.cleanup()
+
+
+def upgrade_schema(url: str) -> None:
+    """Create or upgrade cronrace's schema at ``url`` (what `cronrace db upgrade` does)."""
+    import anyio
+
+    from cronrace.stores.postgres import schema
+    from cronrace.stores.postgres.database import Database
+    from cronrace.stores.postgres.urls import parse_postgres_url
+
+    async def run() -> None:
+        db = Database(parse_postgres_url(url))
+        try:
+            await schema.upgrade(db)
+        finally:
+            await db.aclose()
+
+    anyio.run(run)
 
 
 @pytest.fixture

@@ -24,6 +24,9 @@ REDIS_SCHEMES = (
     "rediss+cluster",
     "memory",
 )
+#: The schemes of the PostgreSQL store (libpq URLs).
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+POSTGRES_EXTRA = "pip install 'cronrace[postgres]'"
 
 
 def scheme_of(url: str) -> str:
@@ -71,7 +74,12 @@ def check_store_url(url: str) -> None:
 
         parse_redis_url(url)
         return
-    schemes = ", ".join(f"{name}://" for name in REDIS_SCHEMES)
+    if scheme in POSTGRES_SCHEMES:
+        from cronrace.stores.postgres.urls import parse_postgres_url
+
+        parse_postgres_url(url)
+        return
+    schemes = ", ".join(f"{name}://" for name in (*REDIS_SCHEMES, *POSTGRES_SCHEMES))
     if not scheme:
         raise ValueError(f"is not a URL: use one of {schemes}")
     raise ValueError(f"unknown scheme {scheme + '://'!r}: use one of {schemes}")
@@ -92,9 +100,23 @@ def open_store(url: str, namespace: str = "cronrace", **options: Any) -> Store:
         check_store_url(url)
     except ValueError as exc:
         raise ConfigError(f"store URL: {exc}") from None
+    if scheme_of(url) in POSTGRES_SCHEMES:
+        return _open_postgres(url, namespace, **options)
     from cronrace.stores.redis import Store as RedisStore
 
     return RedisStore.from_url(url, namespace, **options)
+
+
+def _open_postgres(url: str, namespace: str, **options: Any) -> Store:
+    try:
+        from cronrace.stores.postgres import PostgresStore
+    except ImportError as exc:
+        if exc.name is not None and exc.name.split(".")[0] in ("psycopg", "psycopg_pool"):
+            raise ConfigError(
+                f"store URL {redact_url(url)!r} needs the PostgreSQL driver: {POSTGRES_EXTRA}"
+            ) from None
+        raise
+    return PostgresStore.from_url(url, namespace, **options)
 
 
 def open_redis(url: str, **options: Any) -> RedisFeatures:

@@ -1,0 +1,105 @@
+"""psycopg's exceptions into cronrace's own, once, where they leave the store.
+
+The one table of this store (DESIGN.md, STYLE.md "Boundaries"), used by every path:
+
+- a refusal (a wrong password, a missing grant, a certificate, a missing or older
+  schema): ``RedisAccessError`` and its family, translated by ``access.py``; never retried;
+- the statement certainly did not run to its commit: a serialization failure or deadlock,
+  a lock not available, a statement cancelled (``statement_timeout``), a read-only
+  (standby) server, a server starting up or out of connections, the pool exhausted:
+  ``RedisUnavailableError``; it passes, retry;
+- the connection broke or timed out with the statement in flight (``OperationalError``
+  without one of those codes, a killed backend, the client's own timeout): the commit may
+  or may not have happened: ``RedisAmbiguousError``; read back before deciding anything;
+- anything else the server answered (a function's error, bad data): ``RedisDataError``.
+
+The error classes keep their historical Redis names: they are the store errors of every
+backend, and the layers above catch them alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+
+from cronrace.errors import (
+    RedisAmbiguousError,
+    RedisDataError,
+    RedisUnavailableError,
+    StoreError,
+)
+
+#: SQLSTATEs after which the statement's transaction was certainly rolled back.
+DID_NOT_RUN = frozenset(
+    {
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+        "55P03",  # lock_not_available
+        "57014",  # query_canceled (statement_timeout, lock_timeout)
+        "25006",  # read_only_sql_transaction: a standby, or a primary being demoted
+        "57P03",  # cannot_connect_now: starting up, shutting down, in recovery
+        "53300",  # too_many_connections
+        "53400",  # configuration_limit_exceeded
+        "53200",  # out_of_memory
+        "53100",  # disk_full
+    }
+)
+
+#: What a call into psycopg may raise; the wrapped methods let nothing else of it out.
+RAW_FAILURES: tuple[type[BaseException], ...] = (psycopg.Error, OSError, TimeoutError)
+
+_T = TypeVar("_T")
+_C = TypeVar("_C", bound=type)
+
+
+def translate(exc: BaseException) -> StoreError:
+    """Return cronrace's error for a failed call (``exc`` itself if it is one already)."""
+    if isinstance(exc, StoreError):
+        return exc
+    text = str(exc).strip() or type(exc).__name__
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    translated: StoreError
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        translated = RedisUnavailableError(f"no connection to PostgreSQL: {text}")
+    elif sqlstate in DID_NOT_RUN:
+        translated = RedisUnavailableError(text)
+    elif isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)):
+        translated = RedisAmbiguousError(text)
+    elif isinstance(exc, TimeoutError):
+        translated = RedisAmbiguousError(f"PostgreSQL did not answer in time: {text}")
+    else:
+        translated = RedisDataError(text)
+    translated.__cause__ = exc
+    return translated
+
+
+def reply_error(job: str, what: str, error: str, sqlstate: str) -> StoreError:
+    """The error for one request of a batch that failed inside its function."""
+    message = f"{what} failed for job {job!r}: {error} (SQLSTATE {sqlstate})"
+    if sqlstate in DID_NOT_RUN:
+        return RedisUnavailableError(message)
+    return StoreError(message)
+
+
+def _translated(method: Callable[..., Awaitable[_T]]) -> Callable[..., Awaitable[_T]]:
+    @functools.wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> _T:
+        try:
+            return await method(*args, **kwargs)
+        except RAW_FAILURES as exc:
+            raise translate(exc) from exc
+
+    return call
+
+
+def translating(cls: _C) -> _C:
+    """Wrap every public coroutine method ``cls`` defines so it raises only store errors."""
+    for name, attr in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.iscoroutinefunction(attr):
+            setattr(cls, name, _translated(attr))
+    return cls

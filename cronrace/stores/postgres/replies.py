@@ -1,0 +1,156 @@
+"""The PostgreSQL functions' answers, decoded once into the values every store speaks.
+
+The functions answer JSON objects (``jsonb``, decoded by psycopg into dicts) whose fields
+are the ones the Redis scripts answer; rows of the operator reads are typed columns. A
+field missing or of the wrong type (a function of another version) is a
+:class:`~cronrace.errors.StoreError`, never a crash in decoding.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cronrace.errors import StoreError
+from cronrace.model.records import RunRecord
+from cronrace.stores.values import (
+    AcquireDecision,
+    AcquireReply,
+    JobState,
+    LeaseInfo,
+    Owner,
+    Quarantined,
+    ReleaseDecision,
+    ReleaseReply,
+    Renewal,
+)
+
+log = logging.getLogger("cronrace.stores.postgres")
+
+COUNTERS = ("skipped_overlap", "skipped_paused", "missed", "queued", "abandoned")
+
+
+def owner_or_none(text: Any) -> Owner | None:
+    return Owner.parse(str(text)) if text else None
+
+
+def decode_quarantined(raw: Any) -> tuple[Quarantined, ...]:
+    """A function's ``warnings``: ``kind|where|moved_to`` items, comma-separated."""
+    out = []
+    for item in str(raw or "").split(","):
+        kind, _, rest = item.partition("|")
+        where, _, moved_to = rest.partition("|")
+        if kind:
+            out.append(Quarantined(kind, where, moved_to))
+    return tuple(out)
+
+
+def decode_acquire(reply: Mapping[str, Any]) -> AcquireReply:
+    """Decode one ``acquire()`` answer (a fresh one or a remembered one).
+
+    Raises:
+        StoreError: not an answer ``acquire()`` gives.
+    """
+    try:
+        decision = AcquireDecision(str(reply["decision"]))
+        prev = int(reply["prev_watermark"])
+        quarantined = decode_quarantined(reply.get("warnings"))
+        return AcquireReply(
+            decision=decision,
+            fence=int(reply["fence"]),
+            prev_watermark_s=None if prev < 0 else prev,
+            holder_fence=int(reply["holder_fence"]),
+            holder_owner=owner_or_none(reply.get("holder_owner")),
+            abandoned_tick_s=int(reply["abandoned_tick"]),
+            abandoned_fence=int(reply["abandoned_fence"]),
+            abandoned_owner=owner_or_none(reply.get("abandoned_owner")),
+            warnings=tuple(q.kind for q in quarantined),
+            superseded_tick_s=int(reply["superseded_tick"]),
+            hold_ms=int(reply["hold_ms"]),
+            data_lost=bool(reply["data_lost"]),
+            superseded_trigger_id=str(reply.get("superseded_trigger") or "") or None,
+            replayed=bool(reply.get("replayed")),
+            renewed=bool(reply.get("renewed")),
+            quarantined=quarantined,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"acquire() answered {dict(reply)!r}: {exc}") from None
+
+
+def decode_release(reply: Mapping[str, Any]) -> ReleaseReply:
+    """Decode one ``release()`` answer.
+
+    Raises:
+        StoreError: not an answer ``release()`` gives.
+    """
+    try:
+        quarantined = decode_quarantined(reply.get("warnings"))
+        return ReleaseReply(
+            decision=ReleaseDecision(str(reply["decision"])),
+            fence=int(reply["fence"]),
+            tick_s=int(reply["tick"]),
+            warnings=tuple(q.kind for q in quarantined),
+            hold_ms=int(reply["hold_ms"]),
+            quarantined=quarantined,
+            trigger_id=str(reply.get("trigger") or "") or None,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"release() answered {dict(reply)!r}: {exc}") from None
+
+
+def decode_renewal(reply: Mapping[str, Any]) -> tuple[Renewal, tuple[Quarantined, ...]]:
+    """Decode ``renew()``'s answer and what it moved aside.
+
+    Raises:
+        StoreError: not an answer ``renew()`` gives.
+    """
+    try:
+        return Renewal(int(reply["answer"])), decode_quarantined(reply.get("warnings"))
+    except (KeyError, TypeError, ValueError):
+        raise StoreError(f"renew() answered {dict(reply)!r}") from None
+
+
+def decode_job_state(row: Sequence[Any]) -> JobState:
+    """A row of ``job_states.sql``; a lease whose owner or fence is unusable reads as none."""
+    (job, watermark, fence, owner, lease_fence, lease_tick, started_ms, left_ms, paused) = row[:9]
+    counters = {
+        name: int(value)
+        for name, value in zip(COUNTERS, row[9:14], strict=True)
+        if value is not None
+    }
+    spec_raw = row[14] if isinstance(row[14], dict) else {}
+    lease = None
+    if lease_fence is not None and left_ms is not None and owner:
+        lease = LeaseInfo(
+            owner=Owner.parse(owner),
+            fence=int(lease_fence),
+            tick_s=int(lease_tick or 0),
+            started_ms=int(started_ms or 0),
+            ttl_ms=int(left_ms),
+        )
+    return JobState(
+        job=str(job),
+        watermark_s=None if watermark is None or watermark < 0 else int(watermark),
+        lease=lease,
+        paused=bool(paused),
+        counters=counters,
+        spec={str(k): str(v) for k, v in spec_raw.items()},
+        last_fence=None if fence is None else int(fence),
+    )
+
+
+def decode_records(job: str, rows: Sequence[Sequence[Any]]) -> list[RunRecord]:
+    """Rows ``(id, written_ms, record text)`` as run records; an unreadable one is logged
+    and skipped. A record's id is ``<written_ms>-<id>``, like a Redis stream entry's."""
+    out = []
+    for record_id, written_ms, text in rows:
+        name = f"{written_ms}-{record_id}"
+        try:
+            out.append(RunRecord.from_json(text or "", record_id=name))
+        except ValueError as exc:
+            log.warning(
+                "unreadable run record skipped",
+                extra={"job": job, "record_id": name, "error": str(exc)},
+            )
+    return out

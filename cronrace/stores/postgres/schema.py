@@ -1,0 +1,117 @@
+"""The schema's versions: create and upgrade it (``cronrace db upgrade``), print it
+(``cronrace db sql``), and check it before an agent starts.
+
+A version is a migration file, ``sql/migrations/NNNN_name.sql``, applied once, in order,
+all pending ones and then every function (``CREATE OR REPLACE``) in one transaction under
+a transaction-level advisory lock: idempotent, and safe while other nodes run (they go on
+with the functions they had until the commit, and with the new ones after it). Migrations
+are written to be idempotent too (``IF NOT EXISTS``), so the script ``cronrace db sql``
+prints for a DBA can be run on a schema at any version.
+
+A change to a function is a new version: :data:`FUNCTION_DIGESTS` pins each version's
+functions, and a test fails until a changed function comes with a new migration file.
+An agent refuses a schema older than its own version, naming the command to run; a newer
+one (a newer cronrace upgraded it during a rolling deploy) is used with a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+from cronrace.errors import StoreSchemaError
+from cronrace.stores.postgres.access import UPGRADE_HINT
+from cronrace.stores.postgres.database import Database
+from cronrace.stores.postgres.queries import (
+    bind_schema,
+    functions_digest,
+    functions_text,
+    latest_version,
+    migrations,
+    read_sql,
+)
+
+log = logging.getLogger("cronrace.stores.postgres")
+
+#: The digest of the functions of each schema version (queries.functions_digest).
+FUNCTION_DIGESTS = {1: "see test_schema"}
+
+
+def upgrade_lock(schema: str) -> int:
+    """The advisory lock number of ``schema``'s upgrades (a signed 64-bit integer)."""
+    digest = hashlib.blake2b(f"cronrace.upgrade:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def upgrade_sql(schema: str, from_version: int = 0) -> str:
+    """The script that brings ``schema`` from ``from_version`` to the newest version."""
+    parts = [read_sql("upgrade_begin.sql").replace("@lock@", str(upgrade_lock(schema)))]
+    for version, name, text in migrations():
+        if version > from_version:
+            parts.append(f"-- ==== migration {name} ====\n{text}")
+    parts.append(f"-- ==== functions ====\n{functions_text()}")
+    end = read_sql("upgrade_end.sql")
+    end = end.replace("@version@", str(latest_version()))
+    parts.append(end.replace("@functions@", functions_digest()))
+    return bind_schema("\n".join(parts), schema)
+
+
+async def current_version(db: Database) -> tuple[int, str] | None:
+    """The schema's version and functions digest; None when it has no cronrace schema."""
+    try:
+        found = await db.row("schema_version")
+    except StoreSchemaError:
+        return None
+    if found is None:
+        return None
+    return int(found[0]), str(found[1])
+
+
+async def upgrade(db: Database) -> tuple[int, int]:
+    """Create or upgrade the schema; return the versions before and after (0: none).
+
+    Raises:
+        StoreError: translated; a refusal (no CREATE privilege ...) names what is missing.
+    """
+    found = await current_version(db)
+    before = found[0] if found else 0
+    await db.script(upgrade_sql(db.target.schema, before))
+    db.access.schema_fixed()
+    return before, latest_version()
+
+
+async def check(db: Database) -> None:
+    """Refuse a schema that is missing or older than this cronrace's (one line, naming the
+    command); warn about a newer one.
+
+    Raises:
+        StoreSchemaError: missing or older.
+    """
+    schema = db.target.schema
+    found = await current_version(db)
+    needed = latest_version()
+    if found is None:
+        error = StoreSchemaError(
+            f"the PostgreSQL database has no cronrace schema {schema!r}: {UPGRADE_HINT}"
+        )
+        db.access.refuse("schema", error)
+        raise error
+    version, digest = found
+    if version < needed:
+        error = StoreSchemaError(
+            f"the PostgreSQL schema {schema!r} is at version {version}, this cronrace needs "
+            f"{needed}: {UPGRADE_HINT}"
+        )
+        db.access.refuse("schema", error)
+        raise error
+    if version > needed:
+        log.warning(
+            "the PostgreSQL schema is newer than this cronrace; running with it",
+            extra={"schema": schema, "version": version, "needed": needed},
+        )
+    elif digest != functions_digest():
+        log.warning(
+            "the PostgreSQL schema's functions differ from this cronrace's at the same version",
+            extra={"schema": schema, "version": version},
+        )
+    db.access.schema_fixed()

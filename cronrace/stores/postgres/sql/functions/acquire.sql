@@ -1,0 +1,296 @@
+-- acquire.sql: decide a won tick (or a manual trigger) against the watermark and the lease.
+-- The PostgreSQL form of the Redis store's acquire.lua: the same inputs, the same answers.
+--
+-- acquire(p_ns, p_job, p_decide_tick, p_mark_tick, p_run_tick, p_owner, p_ttl_ms,
+--         p_overlap, p_mode, p_request_id, p_known_fence, p_trigger_id, p_prior_tick,
+--         p_late_ok) -> jsonb
+--
+-- Inputs:
+--   p_decide_tick  refused as stale when <= watermark (ignored for triggers)
+--   p_mark_tick    the watermark to set (>= decide_tick)
+--   p_run_tick     the tick the run is for (written in the lease)
+--   p_owner        "<node_id>:<nonce>"
+--   p_ttl_ms       the lease's time to live
+--   p_overlap      skip | queue_one | replace | allow
+--   p_mode         run | mark (decide, run nothing) | trigger (leave the watermark alone)
+--   p_request_id   names this decision for retries ("<mode>:<tick>", "trigger:<id>");
+--                  '' when the caller never retries it (nothing is remembered)
+--   p_known_fence  the highest fence the caller has seen for this job (0: none)
+--   p_trigger_id   the manual trigger decided ('' for a tick): its claim is (tick 0, id);
+--                  a trigger that has to wait (queue_one) stays one, as pending_trigger
+--   p_prior_tick   the tick before those this decision covers (0: none). Deciding past it
+--                  while its claim is won but undecided notes it in jobs.passed: no one
+--                  else will decide it, so its winner still may, late
+--   p_late_ok      a passed tick decided late runs (catchup = all), under the overlap
+--                  policy; otherwise it is answered 'missed'
+--
+-- Reply: a JSON object {decision, fence, prev_watermark, holder_fence, holder_owner,
+--   abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick, hold_ms,
+--   data_lost, superseded_trigger, replayed, renewed}, each as acquire.lua answers it:
+--   decision: run | stale | marked | skipped:paused | skipped:overlap | queued | missed
+--   prev_watermark: -1 when there was none; holder_*: the live lease met (0 / '')
+--   abandoned_*: a run whose lease expired without release (0 / '')
+--   warnings: garbage moved to the quarantine table, "kind|where|quarantine" items
+--   superseded_tick / superseded_trigger: a queued tick (trigger) dropped by this decision
+--   hold_ms: a granted run must wait this long before its handler starts (the wipe hold)
+--   data_lost: this call found the job's fence counter lost (and started the hold)
+--   replayed: the remembered answer of an earlier call with this owner and request_id
+--   renewed: a replayed run's lease still held its fence and was extended by this call
+--
+-- Atomic: the job's row is locked first (every decision, renewal and release of the job
+-- waits for it), and the function runs in its caller's one transaction.
+
+CREATE OR REPLACE FUNCTION @schema@.acquire(
+  p_ns text, p_job text, p_decide_tick bigint, p_mark_tick bigint, p_run_tick bigint,
+  p_owner text, p_ttl_ms bigint, p_overlap text, p_mode text, p_request_id text,
+  p_known_fence bigint, p_trigger_id text, p_prior_tick bigint, p_late_ok boolean
+) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  j @schema@.jobs%ROWTYPE;
+  c record;
+  t_now bigint := @schema@.now_us();
+  v_mode text := p_mode;
+  claim_tick bigint := CASE WHEN p_trigger_id <> '' THEN 0 ELSE p_decide_tick END;
+  prev bigint := -1;
+  holder_fence bigint := 0;
+  holder_owner text := '';
+  ab_tick bigint := 0;
+  ab_fence bigint := 0;
+  ab_owner text := '';
+  superseded bigint := 0;
+  superseded_trigger text := '';
+  hold_ms bigint := 0;
+  data_lost boolean := false;
+  warnings text[] := '{}';
+  fence_garbled boolean := false;
+  remember boolean := false;
+  late boolean := false;
+  alive boolean;
+  decision text;
+  v_fence bigint := 0;
+  take_lease boolean := false;
+  nf record;
+  queued_tick bigint;
+  renewed boolean;
+  reply jsonb;
+BEGIN
+  INSERT INTO @schema@.jobs (ns, job) VALUES (p_ns, p_job) ON CONFLICT DO NOTHING;
+  SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = p_job FOR UPDATE;
+
+  -- Garbage (an operator's edit): moved aside and reported, before anything is decided.
+  IF @schema@.lease_garbled(j) THEN
+    warnings := warnings || @schema@.quarantine(p_ns, p_job, 'lease',
+      concat_ws(' ', j.lease_owner, j.lease_fence, j.lease_tick, j.lease_expires_us), t_now);
+    j.lease_owner := NULL; j.lease_fence := NULL; j.lease_tick := NULL;
+    j.lease_started_ms := NULL; j.lease_expires_us := NULL;
+    -- Whether a run held the garbled lease is unknown: hold as after a wipe.
+    IF coalesce(j.hold_until_us, 0) < t_now + p_ttl_ms * 1000 THEN
+      j.hold_until_us := t_now + p_ttl_ms * 1000;
+    END IF;
+  END IF;
+  IF j.fence IS NOT NULL AND j.fence <= 0 THEN
+    -- Re-seeded like a lost counter, but no sign of lost data.
+    warnings := warnings || @schema@.quarantine(p_ns, p_job, 'fence', j.fence::text, t_now);
+    j.fence := NULL;
+    fence_garbled := true;
+  END IF;
+  IF j.watermark < 0 THEN
+    warnings := warnings || @schema@.quarantine(p_ns, p_job, 'watermark', j.watermark::text, t_now);
+    j.watermark := NULL;
+  END IF;
+  IF j.pending_tick < 0 THEN
+    warnings := warnings || @schema@.quarantine(p_ns, p_job, 'pending', j.pending_tick::text, t_now);
+    j.pending_tick := NULL;
+    j.pending_trigger := NULL;
+  END IF;
+  alive := j.lease_fence IS NOT NULL AND j.lease_expires_us > t_now;
+
+  -- A retry of a decision already made (its answer was lost) gets that answer again.
+  IF p_request_id <> '' THEN
+    SELECT cl.owner, cl.request_id, cl.memo INTO c FROM @schema@.claims cl
+    WHERE cl.ns = p_ns AND cl.job = p_job AND cl.tick = claim_tick
+      AND cl.trigger_id = p_trigger_id;
+    IF FOUND AND c.owner = p_owner THEN
+      remember := c.memo IS NULL;
+      IF c.memo IS NOT NULL AND c.request_id = p_request_id THEN
+        IF c.memo->>'decision' <> 'run' OR p_overlap = 'allow' OR alive THEN
+          -- A granted run whose lease still holds its fence may start now: extend the
+          -- lease from now. Held by another fence, it lost its lease before it could start.
+          renewed := c.memo->>'decision' = 'run' AND alive
+                     AND j.lease_fence = (c.memo->>'fence')::bigint;
+          IF renewed THEN
+            j.lease_expires_us := t_now + p_ttl_ms * 1000;
+          END IF;
+          UPDATE @schema@.jobs SET
+            lease_owner = j.lease_owner, lease_fence = j.lease_fence, lease_tick = j.lease_tick,
+            lease_started_ms = j.lease_started_ms, lease_expires_us = j.lease_expires_us,
+            fence = j.fence, watermark = j.watermark, pending_tick = j.pending_tick,
+            pending_trigger = j.pending_trigger, hold_until_us = j.hold_until_us
+          WHERE ns = p_ns AND job = p_job;
+          RETURN c.memo || jsonb_build_object('replayed', true, 'renewed', renewed);
+        END IF;
+        -- The grant's lease ran out before its answer came back, so its run never
+        -- started: decide the tick again, late, under the overlap policy (the watermark
+        -- already counts it). The first fence is reported abandoned; this answer
+        -- replaces the memo.
+        v_mode := 'trigger';
+        prev := (c.memo->>'prev_watermark')::bigint;
+        remember := true;
+      END IF;
+    END IF;
+  END IF;
+
+  <<decide>>
+  BEGIN
+    IF v_mode <> 'trigger' THEN
+      prev := coalesce(j.watermark, -1);
+      IF prev >= p_decide_tick THEN
+        -- A later tick was decided first. Stale, unless that decision passed this tick
+        -- while this owner's claim on it was undecided: then no one else decided it, and
+        -- no one else can (the claim is ours), so it is decided now, late.
+        IF NOT (v_mode = 'run' AND remember AND p_decide_tick = ANY (j.passed)) THEN
+          decision := 'stale';
+          EXIT decide;
+        END IF;
+        j.passed := array_remove(j.passed, p_decide_tick);
+        IF NOT p_late_ok THEN
+          decision := 'missed';
+          EXIT decide;
+        END IF;
+        late := true;
+        v_mode := 'trigger';  -- decided like a trigger: the watermark stays where it is
+      ELSE
+        -- The claim of the tick before this decision's is won and undecided: note it.
+        IF p_prior_tick > prev AND p_prior_tick < p_decide_tick AND EXISTS (
+          SELECT 1 FROM @schema@.claims cl
+          WHERE cl.ns = p_ns AND cl.job = p_job AND cl.tick = p_prior_tick
+            AND cl.trigger_id = '' AND cl.memo IS NULL
+        ) THEN
+          j.passed := j.passed || p_prior_tick;
+          IF cardinality(j.passed) > 16 THEN
+            j.passed := j.passed[cardinality(j.passed) - 15:];
+          END IF;
+        END IF;
+        j.watermark := p_mark_tick;
+        IF v_mode = 'mark' THEN
+          decision := 'marked';
+          EXIT decide;
+        END IF;
+      END IF;
+    END IF;
+
+    IF j.paused THEN
+      j.skipped_paused := coalesce(j.skipped_paused, 0) + 1;
+      decision := 'skipped:paused';
+      EXIT decide;
+    END IF;
+
+    IF alive THEN
+      holder_fence := j.lease_fence;
+      holder_owner := j.lease_owner;
+    ELSE
+      IF j.run_fence IS NOT NULL THEN
+        ab_fence := j.run_fence;
+        ab_tick := coalesce(j.run_tick, 0);
+        ab_owner := coalesce(j.run_owner, '');
+        j.run_fence := NULL; j.run_tick := NULL; j.run_owner := NULL;
+        j.abandoned := coalesce(j.abandoned, 0) + 1;
+      END IF;
+      -- A tick queued behind a run that died is older than this one: this one supersedes it.
+      IF j.pending_tick IS NOT NULL THEN
+        superseded := j.pending_tick;
+        superseded_trigger := coalesce(j.pending_trigger, '');
+        j.pending_tick := NULL;
+        j.pending_trigger := NULL;
+      END IF;
+    END IF;
+
+    IF p_overlap = 'allow' THEN
+      decision := 'run';
+      EXIT decide;
+    END IF;
+
+    IF alive THEN
+      IF p_overlap = 'queue_one' THEN
+        IF j.pending_tick IS NOT NULL THEN
+          superseded := j.pending_tick;
+          superseded_trigger := coalesce(j.pending_trigger, '');
+        END IF;
+        -- A catch-up's first tick (run_tick) may be at or below the watermark: one the
+        -- holder is running already, as part of its own catch-up. Then its newest tick
+        -- waits instead, which no one has run.
+        queued_tick := p_run_tick;
+        IF v_mode <> 'trigger' AND queued_tick <= prev THEN
+          queued_tick := p_decide_tick;
+        END IF;
+        j.pending_tick := queued_tick;
+        -- A waiting trigger must run as that trigger (its id, its record), not as a tick.
+        j.pending_trigger := nullif(p_trigger_id, '');
+        j.queued := coalesce(j.queued, 0) + 1;
+        decision := 'queued';
+        EXIT decide;
+      ELSIF p_overlap <> 'replace' OR late THEN  -- an older tick never replaces a newer run
+        j.skipped_overlap := coalesce(j.skipped_overlap, 0) + 1;
+        decision := 'skipped:overlap';
+        EXIT decide;
+      END IF;
+    END IF;
+
+    decision := 'run';
+    take_lease := true;
+  END decide;
+
+  IF decision = 'run' THEN
+    SELECT * INTO nf FROM @schema@.next_fence(j.fence, j.lease_fence, p_known_fence, t_now);
+    v_fence := nf.fence;
+    j.fence := nf.fence;
+    IF nf.lost AND NOT fence_garbled THEN
+      data_lost := true;
+      IF coalesce(j.hold_until_us, 0) < t_now + p_ttl_ms * 1000 THEN
+        j.hold_until_us := t_now + p_ttl_ms * 1000;
+      END IF;
+    END IF;
+    hold_ms := greatest(0, coalesce(j.hold_until_us, 0) - t_now) / 1000;
+    IF take_lease THEN
+      j.lease_owner := p_owner;
+      j.lease_fence := v_fence;
+      j.lease_tick := p_run_tick;
+      j.lease_started_ms := t_now / 1000;
+      j.lease_expires_us := t_now + p_ttl_ms * 1000;
+      j.run_fence := v_fence;
+      j.run_tick := p_run_tick;
+      j.run_owner := p_owner;
+    END IF;
+  END IF;
+  IF NOT alive AND NOT take_lease THEN
+    -- An expired lease is gone, as its Redis key would be.
+    j.lease_owner := NULL; j.lease_fence := NULL; j.lease_tick := NULL;
+    j.lease_started_ms := NULL; j.lease_expires_us := NULL;
+  END IF;
+
+  UPDATE @schema@.jobs SET
+    watermark = j.watermark, fence = j.fence,
+    lease_owner = j.lease_owner, lease_fence = j.lease_fence, lease_tick = j.lease_tick,
+    lease_started_ms = j.lease_started_ms, lease_expires_us = j.lease_expires_us,
+    pending_tick = j.pending_tick, pending_trigger = j.pending_trigger,
+    run_fence = j.run_fence, run_tick = j.run_tick, run_owner = j.run_owner,
+    passed = j.passed, hold_until_us = j.hold_until_us,
+    skipped_overlap = j.skipped_overlap, skipped_paused = j.skipped_paused,
+    queued = j.queued, abandoned = j.abandoned
+  WHERE ns = p_ns AND job = p_job;
+
+  reply := jsonb_build_object(
+    'decision', decision, 'fence', v_fence, 'prev_watermark', prev,
+    'holder_fence', holder_fence, 'holder_owner', holder_owner,
+    'abandoned_tick', ab_tick, 'abandoned_fence', ab_fence, 'abandoned_owner', ab_owner,
+    'warnings', array_to_string(warnings, ','), 'superseded_tick', superseded,
+    'hold_ms', hold_ms, 'data_lost', data_lost, 'superseded_trigger', superseded_trigger);
+  IF remember THEN
+    -- Remembered under the claim (kept until its tick is below the watermark and expired).
+    UPDATE @schema@.claims SET request_id = p_request_id, memo = reply
+    WHERE ns = p_ns AND job = p_job AND tick = claim_tick AND trigger_id = p_trigger_id;
+  END IF;
+  RETURN reply || jsonb_build_object('replayed', false, 'renewed', false);
+END
+$$;

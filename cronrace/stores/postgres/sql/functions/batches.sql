@@ -1,0 +1,66 @@
+-- batches.sql: every decision (or release) of a wake-up in one statement and one commit.
+--
+-- acquire_many(p_ns, p_requests) -> TABLE (i integer, reply jsonb)
+--   p_requests: a JSON array of objects with acquire()'s inputs (acquire.sql): job,
+--   decide_tick, mark_tick, run_tick, owner, ttl_ms, overlap, mode, request_id,
+--   known_fence, trigger_id, prior_tick, late_ok.
+--
+-- release_many(p_ns, p_requests) -> TABLE (i integer, reply jsonb)
+--   p_requests: a JSON array of objects with release()'s inputs (lease.sql): job, fence,
+--   owner, ttl_ms, continue_tick, record (a JSON object or null), history.
+--
+-- Replies: one row per request, i its 0-based index; reply is the function's answer, or
+-- {error, sqlstate} when that request failed (its writes undone, the others' kept): a
+-- job whose row makes the function fail costs that job only, never the whole wake-up.
+-- Requests are handled in job order, so that two batches lock their jobs' rows in one
+-- order and never deadlock.
+
+CREATE OR REPLACE FUNCTION @schema@.acquire_many(p_ns text, p_requests jsonb)
+RETURNS TABLE (i integer, reply jsonb)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN
+    SELECT (e.ord - 1)::integer AS ord, e.req
+    FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e (req, ord)
+    ORDER BY e.req->>'job', e.ord
+  LOOP
+    i := r.ord;
+    BEGIN
+      reply := @schema@.acquire(p_ns, r.req->>'job', (r.req->>'decide_tick')::bigint,
+        (r.req->>'mark_tick')::bigint, (r.req->>'run_tick')::bigint, r.req->>'owner',
+        (r.req->>'ttl_ms')::bigint, r.req->>'overlap', r.req->>'mode',
+        r.req->>'request_id', (r.req->>'known_fence')::bigint, r.req->>'trigger_id',
+        (r.req->>'prior_tick')::bigint, (r.req->>'late_ok')::boolean);
+    EXCEPTION WHEN others THEN
+      reply := jsonb_build_object('error', SQLERRM, 'sqlstate', SQLSTATE);
+    END;
+    RETURN NEXT;
+  END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.release_many(p_ns text, p_requests jsonb)
+RETURNS TABLE (i integer, reply jsonb)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN
+    SELECT (e.ord - 1)::integer AS ord, e.req
+    FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e (req, ord)
+    ORDER BY e.req->>'job', e.ord
+  LOOP
+    i := r.ord;
+    BEGIN
+      reply := @schema@.release(p_ns, r.req->>'job', (r.req->>'fence')::bigint,
+        r.req->>'owner', (r.req->>'ttl_ms')::bigint, (r.req->>'continue_tick')::bigint,
+        nullif(r.req->'record', 'null'::jsonb), (r.req->>'history')::integer);
+    EXCEPTION WHEN others THEN
+      reply := jsonb_build_object('error', SQLERRM, 'sqlstate', SQLSTATE);
+    END;
+    RETURN NEXT;
+  END LOOP;
+END
+$$;

@@ -1,0 +1,87 @@
+-- lib.sql: helpers of the other functions (the PostgreSQL form of the Redis store's _lib.lua).
+--
+-- Inputs: @schema@ (substituted). Created or replaced by every `cronrace db upgrade`.
+--
+-- now_us() -> bigint
+--   The database clock in microseconds since the Unix epoch: clock_timestamp(), which moves
+--   within a transaction (now() is the transaction's start). Every node schedules on it.
+--
+-- next_fence(counter, lease_fence, known, now_us) -> (fence bigint, lost boolean)
+--   A new fence for a job whose counter is `counter` (NULL: missing), strictly above the
+--   counter, above `known` (the highest fence the caller has seen for the job, 0: none),
+--   and at least the clock in microseconds. A counter that is missing or behind although
+--   the caller knows a fence means the database lost the job's row (a restore, a failover
+--   to an asynchronous standby that lacked the last commits): `lost` is then true, and the
+--   caller holds new runs for one lease_ttl (the wipe hold). The clock floor keeps a
+--   counter that no node knows to be old from handing out a fence again: microseconds,
+--   since a grant, a loss and a new grant fit in one millisecond.
+--
+-- quarantine(ns, job, kind, value, now_us) -> text
+--   Keep a garbage value for inspection (7 days); return the warning item
+--   "kind|jobs.<column> of <job>|quarantine" that the store reports at ERROR.
+--
+-- prune(ns, now_us) -> integer
+--   Delete, in one bounded batch, what is no longer needed: claims that expired below
+--   their job's watermark (a claim above it, or one some node may still decide, is never
+--   deleted), expired trigger claims, expired nodes and fenced values, old quarantine.
+--   Rows another node is deleting are skipped (SKIP LOCKED). Returns how many went.
+
+CREATE OR REPLACE FUNCTION @schema@.now_us() RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+  SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.next_fence(
+  counter bigint, lease_fence bigint, known bigint, now_us bigint,
+  OUT fence bigint, OUT lost boolean
+) LANGUAGE sql IMMUTABLE AS $$
+  SELECT greatest(
+           coalesce(counter, greatest(now_us, coalesce(lease_fence, 0))),
+           known,
+           now_us
+         ) + 1,
+         (counter IS NULL AND known > 0) OR (counter IS NOT NULL AND counter < known)
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.quarantine(
+  p_ns text, p_job text, p_kind text, p_value text, p_now_us bigint
+) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+  INSERT INTO @schema@.quarantine (ns, job, kind, value, moved_us)
+  VALUES (p_ns, p_job, p_kind, p_value, p_now_us);
+  SELECT p_kind || '|jobs.' || p_kind || ' of ' || p_job || '|quarantine';
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.prune(p_ns text, p_now_us bigint) RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  gone integer := 0;
+  n integer;
+BEGIN
+  WITH doomed AS (
+    SELECT c.ctid FROM @schema@.claims c
+    LEFT JOIN @schema@.jobs j ON j.ns = c.ns AND j.job = c.job
+    WHERE c.ns = p_ns AND c.expires_us < p_now_us
+      AND (c.trigger_id <> ''
+           OR (j.watermark IS NOT NULL AND c.tick <= j.watermark AND NOT c.tick = ANY (j.passed))
+           -- a job no node schedules any more: nothing will move its watermark
+           OR c.expires_us < p_now_us - 86400 * 1000000::bigint)
+    LIMIT 5000
+    FOR UPDATE OF c SKIP LOCKED
+  )
+  DELETE FROM @schema@.claims WHERE ctid IN (SELECT ctid FROM doomed);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  gone := gone + n;
+  DELETE FROM @schema@.nodes WHERE ns = p_ns AND expires_ms < p_now_us / 1000;
+  GET DIAGNOSTICS n = ROW_COUNT;
+  gone := gone + n;
+  DELETE FROM @schema@.fenced_values
+  WHERE ns = p_ns AND expires_us IS NOT NULL AND expires_us < p_now_us;
+  GET DIAGNOSTICS n = ROW_COUNT;
+  gone := gone + n;
+  DELETE FROM @schema@.quarantine
+  WHERE ns = p_ns AND moved_us < p_now_us - 7 * 24 * 3600 * 1000000::bigint;
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN gone + n;
+END
+$$;

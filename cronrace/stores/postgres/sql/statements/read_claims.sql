@@ -1,0 +1,10 @@
+-- read_claims.sql: who holds each claim (without claiming).
+--
+-- Inputs: %(ns)s; %(jobs)s, %(ticks)s, %(triggers)s, one array element per claim.
+-- Replies: one row per claim, in input order: (i, owner) - owner NULL where none.
+SELECT w.i, c.owner
+FROM unnest(%(jobs)s::text[], %(ticks)s::bigint[], %(triggers)s::text[])
+  WITH ORDINALITY AS w (job, tick, trigger_id, i)
+LEFT JOIN @schema@.claims c
+  ON c.ns = %(ns)s AND c.job = w.job AND c.tick = w.tick AND c.trigger_id = w.trigger_id
+ORDER BY w.i

@@ -1,0 +1,502 @@
+"""The PostgreSQL store: the protocol of DESIGN.md sections 3-5 and 8 on one database.
+
+DESIGN.md section 14 maps each concept from Redis: a claim is a row inserted with
+``ON CONFLICT DO NOTHING`` (one statement per wake-up for every due job); decide, renew and
+release are PL/pgSQL functions that lock the job's row, so each is atomic as a Lua script
+is on its slot, and answer what the scripts answer; fences are a per-job counter floored
+at the database clock in microseconds; records are a table pruned per job to ``history``.
+A wake-up's decisions (and finished runs' releases) go in one statement and one commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Self
+
+import orjson
+
+from cronrace.errors import RedisAccessError, RedisUnavailableError, StoreError
+from cronrace.model.policies import Outcome
+from cronrace.model.records import RunRecord
+from cronrace.stores.contract import Store
+from cronrace.stores.postgres.database import Database
+from cronrace.stores.postgres.errors import RAW_FAILURES, reply_error, translate, translating
+from cronrace.stores.postgres.operator import OperatorSide
+from cronrace.stores.postgres.replies import (
+    decode_acquire,
+    decode_records,
+    decode_release,
+    decode_renewal,
+)
+from cronrace.stores.postgres.schema import check as check_schema
+from cronrace.stores.postgres.urls import parse_postgres_url
+from cronrace.stores.values import (
+    AcquireReply,
+    AcquireRequest,
+    Claim,
+    ClaimOutcome,
+    ClaimReply,
+    FinishRequest,
+    HeartbeatReply,
+    NotReplicatedError,
+    Owner,
+    Quarantined,
+    ReleaseDecision,
+    ReleaseReply,
+    Renewal,
+)
+
+log = logging.getLogger("cronrace.stores.postgres")
+
+
+def report_quarantined(quarantined: Sequence[Quarantined], **context: Any) -> None:
+    """Log, at ERROR, each garbage value a function moved to the quarantine table."""
+    for item in quarantined:
+        log.error(
+            "garbage in a row moved to the quarantine table",
+            extra={"kind": item.kind, "where": item.key, "moved_to": item.moved_to, **context},
+        )
+
+
+@translating
+class PostgresStore(OperatorSide, Store):
+    """One namespace of a PostgreSQL database (see the module doc)."""
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        namespace: str = "cronrace",
+        *,
+        max_connections: int = 16,
+        timeout_s: float = 5.0,
+        schema_name: str | None = None,
+    ) -> Self:
+        """Connect lazily to ``url``; nothing is sent until the first call.
+
+        Raises:
+            ValueError: the URL cannot be used (the message never contains a password).
+        """
+        target = parse_postgres_url(url, schema_name)
+        db = Database(target, max_connections=max_connections, timeout_s=timeout_s)
+        return cls(db, namespace)
+
+    async def prepare(self) -> None:
+        """Check the schema: missing or older than this cronrace is refused, naming the
+        command that fixes it (``cronrace db upgrade``)."""
+        await check_schema(self.db)
+
+    async def ping(self) -> bool:
+        """Return whether the database answers."""
+        try:
+            await self.db.rows("server_time")
+        except StoreError:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self.db.aclose()
+
+    # -- the race ------------------------------------------------------------------------
+
+    async def claim_each(
+        self,
+        claims: Sequence[Claim],
+        owner: Owner,
+        *,
+        read_back: bool = False,
+        wait_replicas: int = 0,
+        wait_ms: int = 0,
+    ) -> list[ClaimReply]:
+        """Race for every claim in one statement (claim.sql); a loser writes nothing.
+
+        ``wait_replicas`` has no meaning here: a commit is as durable as the server's
+        ``synchronous_commit`` and ``synchronous_standby_names`` make it (README, "Choosing
+        a store"), so every won claim is confirmed by that many replicas or by none.
+
+        Raises:
+            RedisUnavailableError: the database did not answer; every claim is ambiguous.
+        """
+        if not claims:
+            return []
+        try:
+            rows = await self.db.rows(
+                "claim",
+                {
+                    "ns": self.ns,
+                    "owner": str(owner),
+                    "jobs": [claim.job for claim in claims],
+                    "ticks": [0 if claim.trigger_id else claim.tick_s for claim in claims],
+                    "triggers": [claim.trigger_id or "" for claim in claims],
+                    "ttls_ms": [claim.ttl_ms for claim in claims],
+                    "read_back": read_back,
+                },
+            )
+        except RedisAccessError:
+            raise
+        except StoreError as exc:
+            raise RedisUnavailableError(f"claim failed: {exc}") from exc
+        out: list[ClaimReply] = []
+        for claim, (_index, won, fence) in zip(claims, rows, strict=True):
+            # The job's counter, read with the race, is this node's evidence that the job
+            # has had fences (known_fence); a garbage counter (<= 0) is none.
+            self._saw_fence(claim.job, max(0, int(fence or 0)))
+            outcome = ClaimOutcome.WON if won else ClaimOutcome.LOST
+            out.append(ClaimReply(outcome, wait_replicas))
+        return out
+
+    async def claim(
+        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
+    ) -> list[bool]:
+        """Race for every claim (see :meth:`claim_each`); True where this node won."""
+        replies = await self.claim_each(claims, owner, wait_replicas=wait_replicas, wait_ms=wait_ms)
+        return _won(replies)
+
+    async def resolve_claims(
+        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
+    ) -> list[bool]:
+        """Claim again and read each claim back: a claim whose reply was lost may have won."""
+        replies = await self.claim_each(
+            claims, owner, read_back=True, wait_replicas=wait_replicas, wait_ms=wait_ms
+        )
+        return _won(replies)
+
+    async def read_claims(self, claims: Sequence[Claim], owner: Owner) -> list[bool]:
+        """Read claims back without claiming: True where one holds ``owner`` (ours)."""
+        if not claims:
+            return []
+        rows = await self.db.rows(
+            "read_claims",
+            {
+                "ns": self.ns,
+                "jobs": [claim.job for claim in claims],
+                "ticks": [0 if claim.trigger_id else claim.tick_s for claim in claims],
+                "triggers": [claim.trigger_id or "" for claim in claims],
+            },
+        )
+        value = str(owner)
+        return [found == value for _index, found in rows]
+
+    async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
+        """Decide every won claim in one statement (acquire_many(), one commit).
+
+        Returns:
+            One reply per request, or its error: :class:`RedisUnavailableError` when that
+            request's function did not run to its end (retry), a :class:`StoreError` when
+            it failed.
+
+        Raises:
+            RedisUnavailableError: no answer; the decisions may or may not have been
+                committed. Sending the same requests again is safe: each returns its first
+                answer (``replayed``) when it had been.
+        """
+        if not requests:
+            return []
+        payload = [
+            {
+                "job": req.job,
+                "decide_tick": req.decide_tick_s,
+                "mark_tick": req.mark_tick_s,
+                "run_tick": req.run_tick_s,
+                "owner": str(req.owner),
+                "ttl_ms": req.lease_ttl_ms,
+                "overlap": str(req.overlap),
+                "mode": str(req.mode),
+                "request_id": req.request_id,
+                "known_fence": self.known_fence(req.job),
+                "trigger_id": req.trigger_id or "",
+                "prior_tick": req.prior_tick_s,
+                "late_ok": req.late_ok,
+            }
+            for req in requests
+        ]
+        try:
+            rows = await self.db.rows(
+                "acquire", {"ns": self.ns, "requests": orjson.dumps(payload).decode()}
+            )
+        except RedisAccessError:
+            raise
+        except StoreError as exc:
+            raise RedisUnavailableError(f"acquire failed: {exc}") from exc
+        out: list[AcquireReply | Exception] = []
+        for req, (_index, reply) in zip(requests, rows, strict=True):
+            if "error" in reply:
+                out.append(reply_error(req.job, "acquire()", reply["error"], reply["sqlstate"]))
+                continue
+            try:
+                decoded = decode_acquire(reply)
+            except StoreError as exc:
+                out.append(exc)
+                continue
+            self._saw_fence(req.job, decoded.fence, decoded.holder_fence, decoded.abandoned_fence)
+            report_quarantined(
+                decoded.quarantined, function="acquire", job=req.job, tick=req.decide_tick_s
+            )
+            out.append(decoded)
+        return out
+
+    async def watermarks(self, jobs: Sequence[str]) -> dict[str, int | None]:
+        """Read the watermark of each job; garbage reads as None and is logged.
+
+        The fence counters are read too: this node's first evidence that a job has had
+        fences (see :meth:`known_fence`).
+        """
+        if not jobs:
+            return {}
+        rows = await self.db.rows("watermarks", {"ns": self.ns, "jobs": list(jobs)})
+        out: dict[str, int | None] = dict.fromkeys(jobs)
+        for job, watermark, fence in rows:
+            self._saw_fence(str(job), int(fence or 0))
+            if watermark is not None and watermark < 0:
+                log.error(
+                    "garbage in a job's watermark; treating it as absent",
+                    extra={"job": job, "value": watermark},
+                )
+                continue
+            out[str(job)] = None if watermark is None else int(watermark)
+        return out
+
+    # -- runs: leases and records --------------------------------------------------------
+
+    async def renew(self, job: str, fence: int, ttl_ms: int) -> Renewal:
+        """Extend a lease held with ``fence``; say whether it was, or why not."""
+        reply = await self.db.value(
+            "renew", {"ns": self.ns, "job": job, "fence": fence, "ttl_ms": ttl_ms}
+        )
+        answer, quarantined = decode_renewal(reply)
+        report_quarantined(quarantined, function="renew", job=job, fence=fence)
+        return answer
+
+    async def release(
+        self,
+        job: str,
+        fence: int,
+        *,
+        owner: Owner,
+        lease_ttl_ms: int,
+        continue_tick_s: int = 0,
+        record: RunRecord | None = None,
+        history: int = 1000,
+    ) -> ReleaseReply:
+        """Release a lease, or hand it on to a queued or continued tick (release()).
+
+        ``record``, when given, is written in the same transaction, only if the fence still
+        matched: a retry after a lost reply cannot write it twice.
+        """
+        (reply,) = await self._release_many(
+            [(job, fence, owner, lease_ttl_ms, continue_tick_s, record, history)]
+        )
+        if isinstance(reply, StoreError):
+            raise reply
+        return reply
+
+    async def _release_many(
+        self,
+        calls: Sequence[tuple[str, int, Owner, int, int, RunRecord | None, int]],
+    ) -> list[ReleaseReply | StoreError]:
+        payload = [
+            {
+                "job": job,
+                "fence": fence,
+                "owner": str(owner),
+                "ttl_ms": ttl_ms,
+                "continue_tick": continue_tick,
+                "record": orjson.Fragment(record.to_json()) if record is not None else None,
+                "history": history,
+            }
+            for job, fence, owner, ttl_ms, continue_tick, record, history in calls
+        ]
+        rows = await self.db.rows(
+            "release", {"ns": self.ns, "requests": orjson.dumps(payload).decode()}
+        )
+        out: list[ReleaseReply | StoreError] = []
+        for (job, fence, *_rest), (_index, reply) in zip(calls, rows, strict=True):
+            if "error" in reply:
+                out.append(reply_error(job, "release()", reply["error"], reply["sqlstate"]))
+                continue
+            try:
+                decoded = decode_release(reply)
+            except StoreError as exc:
+                out.append(exc)
+                continue
+            report_quarantined(decoded.quarantined, function="release", job=job, fence=fence)
+            self._saw_fence(job, fence, decoded.fence)
+            out.append(decoded)
+        return out
+
+    async def finish(
+        self,
+        record: RunRecord,
+        *,
+        history: int,
+        release_fence: int | None,
+        owner: Owner,
+        lease_ttl_ms: int,
+        continue_tick_s: int = 0,
+        retried: bool = False,
+    ) -> ReleaseReply | None:
+        """Write a run's record and, when ``release_fence`` is set, release its lease.
+
+        Returns:
+            The release decision (None without release).
+        """
+        if release_fence is None:
+            await self.record([record], history=history)
+            return None
+        request = FinishRequest(
+            record, history, release_fence, owner, lease_ttl_ms, continue_tick_s, retried
+        )
+        (reply,) = await self.finish_many([request])
+        if isinstance(reply, StoreError):
+            raise reply
+        return reply
+
+    async def finish_many(
+        self, requests: Sequence[FinishRequest]
+    ) -> list[ReleaseReply | StoreError]:
+        """Write finished runs' records and release their leases, in one statement.
+
+        When the lease had moved on (``not_owner``) the record is written on its own; after
+        a retry (``retried``) only if the history does not show this fence yet, as the
+        first attempt may have written it.
+
+        Raises:
+            StoreError: no answer (every request failed alike).
+        """
+        if not requests:
+            return []
+        replies = await self._release_many(
+            [
+                (
+                    r.record.job,
+                    r.release_fence,
+                    r.owner,
+                    r.lease_ttl_ms,
+                    r.continue_tick_s,
+                    r.record,
+                    r.history,
+                )
+                for r in requests
+            ]
+        )
+        out: list[ReleaseReply | StoreError] = []
+        for request, reply in zip(requests, replies, strict=True):
+            if isinstance(reply, ReleaseReply) and reply.decision is ReleaseDecision.NOT_OWNER:
+                try:
+                    await self._record_alone(request)
+                except StoreError as exc:
+                    out.append(exc)
+                    continue
+                except RAW_FAILURES as exc:
+                    out.append(translate(exc))
+                    continue
+            out.append(reply)
+        return out
+
+    async def _record_alone(self, request: FinishRequest) -> None:
+        record = request.record
+        recent = await self.history(record.job, 20) if request.retried else []
+        if not any(r.fence == record.fence and r.node == record.node for r in recent):
+            await self.record([record], history=request.history)
+
+    async def record(self, records: Sequence[RunRecord], *, history: int) -> None:
+        """Append run records to their jobs' histories (one statement)."""
+        if not records:
+            return
+        ordered = sorted(records, key=lambda record: record.job)
+        await self.db.rows(
+            "record",
+            {
+                "ns": self.ns,
+                "jobs": [record.job for record in ordered],
+                "records": [record.to_json().decode() for record in ordered],
+                "missed": [
+                    record.count if record.outcome is Outcome.MISSED else 0 for record in ordered
+                ],
+                "history": history,
+            },
+        )
+
+    async def records_since(self, job: str, since_ms: int, limit: int) -> list[RunRecord]:
+        """Return up to ``limit`` records of ``job`` written since ``since_ms``, oldest first."""
+        rows = await self.db.rows(
+            "records_since",
+            {"ns": self.ns, "job": job, "since_ms": max(0, since_ms), "limit": limit},
+        )
+        return decode_records(job, rows)
+
+    # -- node bookkeeping ----------------------------------------------------------------
+
+    async def heartbeat(
+        self,
+        node_id: str,
+        *,
+        now_ms: int,
+        ttl_ms: int,
+        epoch_candidate: str,
+        prune: bool = True,
+    ) -> HeartbeatReply:
+        """Read the database clock and the epoch, and refresh this node's heartbeat.
+
+        One statement; with ``prune`` it also deletes, in one bounded batch, claims that
+        expired below their job's watermark and members whose heartbeat expired.
+        """
+        reply = await self.db.value(
+            "heartbeat",
+            {
+                "ns": self.ns,
+                "node": node_id,
+                "now_ms": now_ms,
+                "ttl_ms": ttl_ms,
+                "epoch": epoch_candidate,
+                "prune": prune,
+            },
+        )
+        return HeartbeatReply(
+            server_time_s=int(reply["server_us"]) / 1e6,
+            epoch=str(reply["epoch"]),
+            members={str(node): int(expiry) for node, expiry in reply["members"].items()},
+        )
+
+    async def leave(self, node_id: str) -> None:
+        """Remove this node from the live set (graceful shutdown)."""
+        await self.db.rows("leave", {"ns": self.ns, "node": node_id})
+
+    async def register_jobs(self, specs: dict[str, dict[str, str]]) -> None:
+        """Publish job definitions so that operator commands can list them."""
+        if not specs:
+            return
+        jobs = sorted(specs)
+        await self.db.rows(
+            "register_jobs",
+            {
+                "ns": self.ns,
+                "jobs": jobs,
+                "specs": [orjson.dumps(specs[job]).decode() for job in jobs],
+            },
+        )
+
+    # -- what handlers write -------------------------------------------------------------
+
+    async def fenced_set(self, key: str, value: str | bytes, fence: int, ttl_ms: int = 0) -> bool:
+        """Write ``value`` under ``key`` (the fenced_values table) unless a higher fence
+        wrote it before."""
+        data = value.encode() if isinstance(value, str) else value
+        return bool(
+            await self.db.value(
+                "fenced_set",
+                {"ns": self.ns, "key": key, "value": data, "fence": fence, "ttl_ms": ttl_ms},
+            )
+        )
+
+
+def _won(replies: Sequence[ClaimReply]) -> list[bool]:
+    """The all-or-nothing view of :meth:`PostgresStore.claim_each`."""
+    if any(reply.outcome is ClaimOutcome.UNKNOWN for reply in replies):
+        raise RedisUnavailableError("claim failed: the database did not answer")
+    short = [reply for reply in replies if reply.outcome is ClaimOutcome.NOT_REPLICATED]
+    if short:
+        raise NotReplicatedError([reply.outcome is not ClaimOutcome.LOST for reply in replies], 0)
+    return [reply.outcome is ClaimOutcome.WON for reply in replies]
