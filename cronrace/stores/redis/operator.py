@@ -26,6 +26,9 @@ from cronrace.stores.values import JobState
 
 log = logging.getLogger("cronrace.stores.redis")
 
+#: The highest sequence number of a stream id (an unsigned 64-bit integer).
+MAX_STREAM_SEQUENCE = 2**64 - 1
+
 
 @translating
 class OperatorCommands(StoreBase):
@@ -106,7 +109,12 @@ class OperatorCommands(StoreBase):
     async def control_position(self) -> str:
         """Return the stream id after which new control requests will appear."""
         seconds, micros = await self.client.time()
-        return f"{int(seconds) * 1000 + int(micros) // 1000}-0"
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        # The last id of the millisecond before: a request written in this same millisecond
+        # gets the id "<now_ms>-0", which "<now_ms>-0" itself would leave out (XREAD reads
+        # strictly after). A request of that earlier instant may be read too: harmless,
+        # since every node reads every request and a trigger's claim decides who runs it.
+        return f"{now_ms - 1}-{MAX_STREAM_SEQUENCE}"
 
     async def read_control(
         self, after_id: str, *, block_ms: int
