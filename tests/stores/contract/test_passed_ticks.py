@@ -1,6 +1,6 @@
 """A won tick whose answer comes after a later tick's decision is decided late, not lost.
 
-Node A wins tick 100, but its acquire reaches Redis only after node B, on time for tick
+Node A wins tick 100, but its acquire reaches the store only after node B, on time for tick
 101, has decided 101 (A's answer was slow, or its claim's reply was lost and is read back
 after an outage). Before, A's acquire found the watermark past 100 and answered ``stale``:
 the tick never ran, recorded only as stale, though nobody else had decided it (found by
@@ -8,22 +8,16 @@ the Cluster fault test, README's known gap). Now B's decision, seeing 100's clai
 undecided, notes it passed; A's acquire then decides it late: under catchup = all it runs
 (by the overlap policy), otherwise it is answered ``missed``. A tick some decision covered
 (a catch-up) stays stale: that decision ran it or recorded it.
-
-Each test runs on fakeredis, a real redis-server and a real Cluster.
 """
 
 from __future__ import annotations
 
 from cronrace.model.policies import Overlap
-from cronrace.stores.redis import Store
-from cronrace.stores.values import (
-    AcquireDecision,
-    AcquireMode,
-    AcquireReply,
-    AcquireRequest,
-    Claim,
-    Owner,
-)
+from cronrace.stores.contract import Store
+from cronrace.stores.values import AcquireDecision, AcquireReply, AcquireRequest, Claim, Owner
+from tests.stores.contract import helpers
+from tests.stores.contract.helpers import acquire, lease, watermark
+from tests.stores.harness import Backend
 
 A, B, C = Owner.parse("a:1"), Owner.parse("b:2"), Owner.parse("c:3")
 
@@ -36,33 +30,11 @@ def request(
     late_ok: bool = True,
     overlap: Overlap = Overlap.SKIP,
 ) -> AcquireRequest:
-    return AcquireRequest(
-        "j",
-        tick,
-        tick,
-        tick,
-        owner,
-        5000,
-        overlap,
-        AcquireMode.RUN,
-        prior_tick_s=prior,
-        late_ok=late_ok,
-    )
+    return helpers.request(tick, owner=owner, prior=prior, late_ok=late_ok, overlap=overlap)
 
 
 async def claim(store: Store, tick: int, owner: Owner) -> None:
     assert await store.claim([Claim("j", tick, 60_000)], owner) == [True]
-
-
-async def acquire(store: Store, req: AcquireRequest) -> AcquireReply:
-    (reply,) = await store.acquire([req])
-    assert isinstance(reply, AcquireReply), reply
-    return reply
-
-
-async def watermark(store: Store) -> bytes | None:
-    value: bytes | None = await store.client.get(store.keys.last("j"))
-    return value
 
 
 async def test_a_won_tick_passed_while_undecided_runs_late_under_catchup_all(store: Store) -> None:
@@ -74,7 +46,7 @@ async def test_a_won_tick_passed_while_undecided_runs_late_under_catchup_all(sto
     assert late.decision is AcquireDecision.RUN
     assert late.fence > later.fence
     assert late.prev_watermark_s == 101
-    assert await watermark(store) == b"101"  # a late decision never moves the watermark back
+    assert await watermark(store) == 101  # a late decision never moves the watermark back
     again = await acquire(store, request(100, A, overlap=Overlap.ALLOW))
     assert (again.decision, again.fence, again.replayed) == (AcquireDecision.RUN, late.fence, True)
 
@@ -97,8 +69,9 @@ async def test_a_late_tick_never_replaces_the_newer_run_holding_the_lease(store:
     late = await acquire(store, request(100, A, overlap=Overlap.REPLACE))
     assert late.decision is AcquireDecision.SKIPPED_OVERLAP
     assert late.holder_fence == newer.fence
-    held = await store.client.hget(store.keys.lease("j"), "fence")
-    assert int(held) == newer.fence
+    held = await lease(store)
+    assert held is not None
+    assert held.fence == newer.fence
 
 
 async def test_a_tick_no_decision_passed_stays_stale(store: Store) -> None:
@@ -109,7 +82,9 @@ async def test_a_tick_no_decision_passed_stays_stale(store: Store) -> None:
     assert (await acquire(store, request(100, A))).decision is AcquireDecision.STALE
 
 
-async def test_only_the_claims_owner_may_decide_a_passed_tick_and_only_once(store: Store) -> None:
+async def test_only_the_claims_owner_may_decide_a_passed_tick_and_only_once(
+    store: Store, backend: Backend
+) -> None:
     await claim(store, 100, A)
     await claim(store, 101, B)
     await acquire(store, request(101, B, prior=100, overlap=Overlap.ALLOW))
@@ -118,13 +93,16 @@ async def test_only_the_claims_owner_may_decide_a_passed_tick_and_only_once(stor
     first = await acquire(store, request(100, A, overlap=Overlap.ALLOW))
     assert first.decision is AcquireDecision.RUN
     # Taken off the list: with the claim's memo gone too, nothing decides it again.
-    await store.client.set(store.keys.claim("j", 100), str(A))
+    await backend.faults.forget_answer(Claim("j", 100, 60_000), A)
     assert (await acquire(store, request(100, A))).decision is AcquireDecision.STALE
 
 
-async def test_a_decided_prior_claim_is_not_noted_passed(store: Store) -> None:
+async def test_a_decided_prior_claim_is_not_noted_passed(store: Store, backend: Backend) -> None:
     await claim(store, 100, A)
     await acquire(store, request(100, A))
     await claim(store, 101, B)
     await acquire(store, request(101, B, prior=100))
-    assert await store.client.hget(store.keys.state("j"), "passed") is None
+    # Noted passed, 100 would be decided again, late, once its remembered answer is gone.
+    await backend.faults.forget_answer(Claim("j", 100, 60_000), A)
+    reply: AcquireReply = await acquire(store, request(100, A))
+    assert (reply.decision, reply.replayed) == (AcquireDecision.STALE, False)

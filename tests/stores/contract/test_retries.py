@@ -1,64 +1,46 @@
-"""acquire.lua is idempotent for its owner and tick: a retry after a lost answer gets it again.
+"""A decision is idempotent for its owner and tick: a retry after a lost answer gets it again.
 
-Each test runs on fakeredis and on a real redis-server. Before, a second acquire for the
-same won tick answered ``stale`` (the first had advanced the watermark), so a node whose
-answer was lost could never learn that it had been granted the run.
+Before, a second acquire for the same won tick answered ``stale`` (the first had advanced
+the watermark), so a node whose answer was lost could never learn that it had been
+granted the run.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from cronrace.stores.redis import Store
-from cronrace.stores.values import AcquireReply, AcquireRequest, Claim
+from cronrace.model.policies import Overlap
+from cronrace.stores.contract import Store
+from cronrace.stores.values import AcquireDecision, AcquireMode, Claim
+from tests.stores.contract.helpers import CLAIM_TTL_MS, N1, N2, acquire, request, state, won
+from tests.stores.harness import Backend
 
 
-def request(
-    tick: int = 100,
-    *,
-    overlap: str = "skip",
-    owner: str = "n1:x",
-    mode: str = "run",
-    trigger_id: str | None = None,
-    ttl_ms: int = 5000,
-) -> AcquireRequest:
-    return AcquireRequest("j", tick, tick, tick, owner, ttl_ms, overlap, mode, trigger_id)
-
-
-async def won(store: Store, req: AcquireRequest) -> AcquireReply:
-    """Claim the request's tick for its owner, then acquire it."""
-    claim = Claim(req.job, req.decide_tick_s, 60_000, req.trigger_id)
-    assert await store.claim([claim], req.owner) == [True]
-    return await acquire(store, req)
-
-
-async def acquire(store: Store, req: AcquireRequest) -> AcquireReply:
-    (reply,) = await store.acquire([req])
-    assert isinstance(reply, AcquireReply), reply
-    return reply
-
-
-async def test_a_retried_grant_answers_the_same_fence_and_keeps_the_lease(store: Store) -> None:
+async def test_a_retried_grant_answers_the_same_fence_and_keeps_the_lease(
+    store: Store, backend: Backend
+) -> None:
     first = await won(store, request())
-    await store.client.pexpire(store.keys.lease("j"), 1000)  # time passed since the grant
+    await backend.faults.age_lease("j", 1000)  # time passed since the grant
     again = await acquire(store, request())
-    assert (again.decision, again.fence) == ("run", first.fence)
+    assert (again.decision, again.fence) == (AcquireDecision.RUN, first.fence)
     assert (again.replayed, again.renewed) == (True, True)
     assert not first.replayed
     # Extended from the retry: the run may start now with a whole lease.
-    assert await store.client.pttl(store.keys.lease("j")) > 4000
-    assert await store.client.get(store.keys.fence("j")) == str(first.fence).encode()
-    assert await store.client.get(store.keys.last("j")) == b"100"
+    job = await state(store)
+    assert job.lease is not None
+    assert job.lease.ttl_ms > 4000
+    assert job.last_fence == first.fence
+    assert job.watermark_s == 100
 
 
 async def test_a_retry_after_other_nodes_decided_later_ticks_is_never_stale(store: Store) -> None:
-    first = await won(store, request(100, overlap="replace"))
-    later = await won(store, request(101, overlap="replace", owner="n2:y"))
+    first = await won(store, request(100, overlap=Overlap.REPLACE))
+    later = await won(store, request(101, overlap=Overlap.REPLACE, owner=N2))
     assert later.fence > first.fence
-    again = await acquire(store, request(100, overlap="replace"))
+    again = await acquire(store, request(100, overlap=Overlap.REPLACE))
     # The lease moved on to a newer fence: the same answer, but the run must not start.
     assert (again.decision, again.fence, again.replayed, again.renewed) == (
-        "run",
+        AcquireDecision.RUN,
         first.fence,
         True,
         False,
@@ -67,25 +49,30 @@ async def test_a_retry_after_other_nodes_decided_later_ticks_is_never_stale(stor
 
 @pytest.mark.parametrize(
     ("overlap", "decision", "counter"),
-    [("skip", "skipped:overlap", "skipped_overlap"), ("queue_one", "queued", "queued")],
+    [
+        (Overlap.SKIP, AcquireDecision.SKIPPED_OVERLAP, "skipped_overlap"),
+        (Overlap.QUEUE_ONE, AcquireDecision.QUEUED, "queued"),
+    ],
 )
 async def test_a_retried_refusal_is_answered_again_and_counted_once(
-    store: Store, overlap: str, decision: str, counter: str
+    store: Store, overlap: Overlap, decision: AcquireDecision, counter: str
 ) -> None:
     holder = await won(store, request(100, overlap=overlap))
-    refused = await won(store, request(101, overlap=overlap, owner="n2:y"))
-    again = await acquire(store, request(101, overlap=overlap, owner="n2:y"))
+    refused = await won(store, request(101, overlap=overlap, owner=N2))
+    again = await acquire(store, request(101, overlap=overlap, owner=N2))
     assert refused.decision == again.decision == decision
     assert again.holder_fence == holder.fence
     assert again.replayed
-    assert await store.client.hget(store.keys.state("j"), counter) == b"1"
+    assert (await state(store)).counters[counter] == 1
 
 
-async def test_a_grant_whose_lease_ran_out_unanswered_is_decided_again(store: Store) -> None:
+async def test_a_grant_whose_lease_ran_out_unanswered_is_decided_again(
+    store: Store, backend: Backend
+) -> None:
     first = await won(store, request())
-    await store.client.delete(store.keys.lease("j"))  # its lease ran out before the retry
+    await backend.faults.expire_lease("j")  # its lease ran out before the retry
     again = await acquire(store, request())
-    assert again.decision == "run"
+    assert again.decision is AcquireDecision.RUN
     assert again.fence > first.fence
     assert not again.replayed
     # The first grant never ran: it is reported abandoned; the watermark is not moved.
@@ -97,24 +84,28 @@ async def test_a_grant_whose_lease_ran_out_unanswered_is_decided_again(store: St
 
 
 async def test_a_trigger_is_remembered_under_its_own_claim(store: Store) -> None:
-    first = await won(store, request(100, mode="trigger", trigger_id="t1"))
-    again = await acquire(store, request(100, mode="trigger", trigger_id="t1"))
+    first = await won(store, request(100, mode=AcquireMode.TRIGGER, trigger_id="t1"))
+    again = await acquire(store, request(100, mode=AcquireMode.TRIGGER, trigger_id="t1"))
     assert (again.fence, again.replayed) == (first.fence, True)
-    await store.release("j", first.fence, owner="n1:x", lease_ttl_ms=5000)
-    other = await won(store, request(100, mode="trigger", trigger_id="t2"))
+    await store.release("j", first.fence, owner=N1, lease_ttl_ms=5000)
+    other = await won(store, request(100, mode=AcquireMode.TRIGGER, trigger_id="t2"))
     assert other.fence > first.fence
     assert not other.replayed
 
 
 async def test_nothing_is_remembered_without_a_won_claim(store: Store) -> None:
     # The runner's further catch-up ticks under one lease (allow) are never retried.
-    first = await acquire(store, request(100, overlap="allow", mode="trigger"))
-    second = await acquire(store, request(100, overlap="allow", mode="trigger"))
+    first = await acquire(store, request(100, overlap=Overlap.ALLOW, mode=AcquireMode.TRIGGER))
+    second = await acquire(store, request(100, overlap=Overlap.ALLOW, mode=AcquireMode.TRIGGER))
     assert second.fence > first.fence
     assert not second.replayed
-    # Another owner's claim holds no answer for this one.
-    await store.claim([Claim("j", 200, 60_000)], "n2:y")
-    (mine,) = await store.acquire([request(200)])
-    assert isinstance(mine, AcquireReply)
+    # Another owner's claim holds no answer for this one: asked again, it is decided
+    # again (stale now), not answered from memory; and the claim is still the other's.
+    claim = Claim("j", 200, CLAIM_TTL_MS)
+    await store.claim([claim], N2)
+    mine = await acquire(store, request(200))
     assert not mine.replayed
-    assert await store.client.get(store.keys.claim("j", 200)) == b"n2:y"
+    again = await acquire(store, request(200))
+    assert (again.decision, again.replayed) == (AcquireDecision.STALE, False)
+    assert await store.read_claims([claim], N2) == [True]
+    assert await store.read_claims([claim], N1) == [False]

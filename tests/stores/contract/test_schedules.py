@@ -1,13 +1,12 @@
-"""schedules.lua and the stored-schedule commands, on fakeredis and on a real redis-server."""
+"""Stored schedules: changes all or nothing, a version per change, a notice per write."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
-from cronrace.stores.redis import Store
+from cronrace.stores.contract import Store
 from cronrace.stores.values import ScheduleChange
+from tests.stores.harness import Backend
 
 
 def put(
@@ -60,29 +59,9 @@ async def test_every_write_leaves_a_notice_on_the_control_stream(store: Store) -
     }
 
 
-async def test_a_lost_set_restarts_above_every_version_seen(store: Store) -> None:
+async def test_a_lost_set_restarts_above_every_version_seen(store: Store, backend: Backend) -> None:
     reply = await store.schedules.write([put("add", "a")])
-    await store.client.delete(store.keys.schedules)  # what a wipe does
+    await backend.faults.wipe_schedules()
     assert (await store.schedules.read_all()).version == 0
     again = await store.schedules.write([put("add", "a")])
     assert again.first_version > reply.last_version
-
-
-async def test_garbage_under_the_key_is_moved_aside_by_the_next_write(
-    store: Store, caplog: pytest.LogCaptureFixture
-) -> None:
-    await store.client.set(store.keys.schedules, "garbage")
-    with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
-        assert (await store.schedules.read_all()).definitions == {}
-        assert await store.schedules.version() == 0
-        reply = await store.schedules.write([put("add", "a")])
-    assert reply.status == "ok"
-    assert set((await store.schedules.read_all()).definitions) == {"a"}
-    assert any("garbage" in record.getMessage() for record in caplog.records)
-
-
-async def test_garbage_under_the_fleet_keys_leaves_the_exchange_working(store: Store) -> None:
-    await store.client.set(store.keys.fleet_defs, "garbage")
-    reply = await store.fleet.exchange("n1", "a b", details=b"{}", now_ms=0)
-    assert reply.fingerprints == {}
-    assert reply.schedules_version == 0

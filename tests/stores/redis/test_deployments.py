@@ -18,7 +18,7 @@ from cronrace.errors import RedisUnavailableError, StoreError
 from cronrace.stores.redis import Store
 from cronrace.stores.redis.keys import fence_key, hash_tag
 from cronrace.stores.values import Claim, ClaimOutcome
-from tests.stores.contract.test_decisions import request
+from tests.stores.contract.helpers import request
 from tests.topology import ClusterSet, SentinelSet, client
 
 pytestmark = pytest.mark.redis

@@ -1,24 +1,24 @@
 """Garbage under a job's keys: every script and command moves it aside and goes on.
 
-Each test runs on fakeredis and on a real redis-server. Before these checks, each wrong
-type below made every tick of its job fail with WRONGTYPE, and the watermark had already
-been advanced by the failing script, so those ticks vanished without a record.
+Each test runs on the embedded store, a real redis-server and a real Cluster. Before these
+checks, each wrong type below made every tick of its job fail with WRONGTYPE, and the
+watermark had already been advanced by the failing script, so those ticks vanished
+without a record. Garbage is spelled per store, so these tests are the Redis store's own.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from importlib import resources
 from typing import Any
 
 import pytest
 
-from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
 from cronrace.stores.redis import Store
-from cronrace.stores.values import AcquireRequest, Claim
+from cronrace.stores.values import AcquireRequest, Claim, ScheduleChange
+from tests.stores.redis.backend import RedisBackend
 from tests.topology import keys_matching
 
 Writer = Callable[[Any, str], Awaitable[Any]]
@@ -213,18 +213,9 @@ async def test_registering_and_pausing_move_a_wrong_type_state_aside(
     assert await store.client.hget(store.keys.state("j"), "paused") == b"1"
 
 
-async def test_a_claim_holding_the_decision_still_reads_as_won(store: Store) -> None:
-    claim = Claim("j", 100, 5000)
-    assert await store.claim([claim], "n1:x") == [True]
-    (reply,) = await store.acquire([request(100)])
-    assert not isinstance(reply, Exception)
-    assert await store.resolve_claims([claim], "n1:x") == [True]
-    assert await store.resolve_claims([claim], "n2:y") == [False]
-
-
 @pytest.mark.parametrize("garbage", ["string", "list", "hash", "set", "stream"])
 async def test_namespace_keys_holding_garbage_are_moved_aside(
-    store: Store, garbage: str, redis_url: str
+    store: Store, garbage: str, backend: RedisBackend
 ) -> None:
     keys = store.keys
     for key, right in ((keys.nodes, "zset"), (keys.epoch, "string"), (keys.control, "stream")):
@@ -234,7 +225,7 @@ async def test_namespace_keys_holding_garbage_are_moved_aside(
     assert beat.epoch == "e1"
     assert [n.node_id for n in await store.nodes(heartbeat_ttl_ms=5_000)] in ([], ["n1"])
     assert await store.client.zscore(keys.nodes, "n1") == 6_000
-    if not redis_url.startswith("memory://"):
+    if backend.name != "memory":
         # (fakeredis's XREAD raises AttributeError on a wrong type instead of WRONGTYPE)
         position = await store.control_position()
         assert await store.read_control(position, block_ms=1) == []
@@ -244,12 +235,90 @@ async def test_namespace_keys_holding_garbage_are_moved_aside(
     assert len(moved) == 3 - (garbage in ("string", "stream"))
 
 
-async def test_a_script_error_names_the_line_of_the_file_we_ship(store: Store) -> None:
-    """Redis numbers the lines of _lib.lua and the script joined; the error is mapped back."""
-    source = resources.files("cronrace.stores.redis.lua").joinpath("acquire.lua").read_text()
-    line = 1 + source.splitlines().index("  if prev >= decide_tick then")
-    bad = AcquireRequest("j", "not-a-tick", 1, 1, "n1:x", 5000, "skip", "run")  # type: ignore[arg-type]
-    (reply,) = await store.acquire([bad])
-    assert isinstance(reply, StoreError)
-    assert f"acquire.lua:{line}:" in str(reply)
-    assert "job 'j'" in str(reply)
+# -- garbage met by the decisions of a wiped job, and by readers --------------------------
+
+
+async def test_garbage_fence_and_watermark_are_repaired_and_reported(store: Store) -> None:
+    await store.client.set(store.keys.fence("j"), "not-a-number")
+    await store.client.set(store.keys.last("j"), "{junk")
+    (reply,) = await store.acquire([request(100)])
+    assert not isinstance(reply, Exception), reply
+    assert reply.decision == "run"
+    assert set(reply.warnings) == {"fence", "watermark"}
+    assert reply.fence > 1_000_000_000_000
+
+
+async def test_garbage_lease_is_dropped_and_reported(store: Store) -> None:
+    await store.client.hset(store.keys.lease("j"), mapping={"owner": "x", "fence": "zz"})
+    (reply,) = await store.acquire([request(100)])
+    assert not isinstance(reply, Exception), reply
+    assert reply.decision == "run"
+    assert "lease" in reply.warnings
+
+
+async def test_garbage_under_the_lease_holds_new_grants(store: Store) -> None:
+    (first,) = await store.acquire([request(100, "skip")])
+    assert not isinstance(first, Exception)
+    await store.client.delete(store.keys.lease("j"))
+    await store.client.set(store.keys.lease("j"), "garbage")
+    (reply,) = await store.acquire([request(101, "skip")])
+    assert not isinstance(reply, Exception)
+    assert reply.decision == "run"
+    assert reply.warnings == ("lease",)
+    assert not reply.data_lost
+    assert reply.hold_ms > 4000
+
+
+async def test_garbage_under_the_lease_met_by_a_renewal_holds_new_grants(store: Store) -> None:
+    (first,) = await store.acquire([request(100, "skip")])
+    assert not isinstance(first, Exception)
+    await store.client.delete(store.keys.lease("j"))
+    await store.client.rpush(store.keys.lease("j"), "garbage")
+    assert await store.renew("j", first.fence, 5000) == 0
+    (reply,) = await store.acquire([request(101, "skip")])
+    assert not isinstance(reply, Exception)
+    assert reply.hold_ms > 4000
+
+
+async def test_history_skips_unreadable_records(store: Store) -> None:
+    await store.client.xadd(store.keys.runs("j"), {"r": "not json"})
+    await store.client.xadd(
+        store.keys.runs("j"), {"r": '{"job": "j", "tick_s": 1, "node": "n", "outcome": "ok"}'}
+    )
+    records = await store.history("j", 10)
+    assert [r.outcome.value for r in records] == ["ok"]
+
+
+async def test_garbage_under_the_schedules_key_is_moved_aside_by_the_next_write(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    await store.client.set(store.keys.schedules, "garbage")
+    with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
+        assert (await store.schedules.read_all()).definitions == {}
+        assert await store.schedules.version() == 0
+        reply = await store.schedules.write(
+            [ScheduleChange("add", "a", b'{"schedule":"* * * * *","handler":"h"}')]
+        )
+    assert reply.status == "ok"
+    assert set((await store.schedules.read_all()).definitions) == {"a"}
+    assert any("garbage" in record.getMessage() for record in caplog.records)
+
+
+async def test_garbage_under_the_fleet_keys_leaves_the_exchange_working(store: Store) -> None:
+    await store.client.set(store.keys.fleet_defs, "garbage")
+    reply = await store.fleet.exchange("n1", "a b", details=b"{}", now_ms=0)
+    assert reply.fingerprints == {}
+    assert reply.schedules_version == 0
+
+
+async def test_garbage_under_the_counter_read_with_a_claim_is_no_evidence(
+    store: Store, backend: RedisBackend
+) -> None:
+    other_node = await backend.node()
+    await store.client.set(store.keys.fence("j"), "garbage")
+    assert await other_node.claim([Claim("j", 100, 5000)], "n2:y") == [True]
+    assert other_node.known_fence("j") == 0
+    await store.client.delete(store.keys.fence("j"))
+    await store.client.hset(store.keys.fence("j"), "a", "b")
+    assert await other_node.claim([Claim("j", 101, 5000)], "n2:y") == [True]
+    assert other_node.known_fence("j") == 0

@@ -1,0 +1,79 @@
+"""Claims: one winner per tick, one round trip per wake-up, and a lost reply read back."""
+
+from __future__ import annotations
+
+from cronrace.stores.contract import Store
+from cronrace.stores.values import Claim, ClaimOutcome, Owner
+from tests.stores.contract.helpers import acquire, request
+from tests.stores.harness import Backend
+
+A, B = Owner.parse("a:1"), Owner.parse("b:1")
+
+
+async def test_claim_is_won_by_exactly_one_node(store: Store) -> None:
+    claims = [Claim("j", 100, 5000), Claim("k", 100, 5000)]
+    assert await store.claim(claims, A) == [True, True]
+    assert await store.claim(claims, B) == [False, False]
+    assert await store.read_claims(claims, A) == [True, True]
+    assert await store.read_claims(claims, B) == [False, False]
+
+
+async def test_each_claim_of_a_wake_up_is_decided_on_its_own(store: Store) -> None:
+    await store.claim([Claim("k", 100, 5000)], B)
+    replies = await store.claim_each(
+        [Claim("j", 100, 5000), Claim("k", 100, 5000), Claim("k", 101, 5000)], A
+    )
+    assert [reply.outcome for reply in replies] == [
+        ClaimOutcome.WON,
+        ClaimOutcome.LOST,
+        ClaimOutcome.WON,
+    ]
+
+
+async def test_a_wake_up_claims_every_due_job_in_one_round_trip(
+    store: Store, backend: Backend
+) -> None:
+    claims = [Claim(f"job{index}", 100, 5000) for index in range(60)]
+    async with backend.round_trips() as trips:
+        won = await store.claim(claims, A)
+    assert won == [True] * 60
+    # One per server holding some of the jobs (a Cluster's shards answer in parallel).
+    assert 1 <= trips.count <= backend.shards
+    async with backend.round_trips() as trips:
+        lost = await store.claim(claims, B)
+    assert lost == [False] * 60
+    assert 1 <= trips.count <= backend.shards
+
+
+async def test_resolve_claims_finds_a_claim_whose_reply_was_lost(store: Store) -> None:
+    await store.claim([Claim("j", 100, 5000)], A)
+    # Node a retries after an error: the read-back says it had won.
+    assert await store.resolve_claims([Claim("j", 100, 5000)], A) == [True]
+    assert await store.resolve_claims([Claim("j", 100, 5000)], B) == [False]
+    assert await store.resolve_claims([Claim("j", 101, 5000)], B) == [True]
+
+
+async def test_a_claim_is_read_back_by_its_own_process_only(store: Store) -> None:
+    """Another process of the same node id (a restart) did not win what this one did."""
+    await store.claim([Claim("j", 100, 5000)], A)
+    assert await store.read_claims([Claim("j", 100, 5000)], Owner("a", "2")) == [False]
+    assert await store.resolve_claims([Claim("j", 100, 5000)], Owner("a", "2")) == [False]
+    assert await store.read_claims([Claim("j", 101, 5000)], A) == [False]  # never claimed
+
+
+async def test_a_claim_holding_the_decision_still_reads_as_won(store: Store) -> None:
+    claim = Claim("j", 100, 5000)
+    assert await store.claim([claim], A) == [True]
+    await acquire(store, request(100, owner=A))
+    assert await store.resolve_claims([claim], A) == [True]
+    assert await store.resolve_claims([claim], B) == [False]
+    assert await store.read_claims([claim], A) == [True]
+
+
+async def test_a_trigger_claims_its_own_key_beside_the_tick(store: Store) -> None:
+    tick, trigger = Claim("j", 100, 5000), Claim("j", 100, 5000, trigger_id="t1")
+    assert await store.claim([tick], A) == [True]
+    assert await store.claim([trigger], B) == [True]
+    assert await store.claim([trigger], A) == [False]
+    assert await store.trigger_claimant("j", "t1") == "b"
+    assert await store.trigger_claimant("j", "t2") is None

@@ -1,0 +1,118 @@
+"""What the Redis keys hold: the spelling under the behaviour the contract suite checks.
+
+The behaviour suite sees a store through its methods only; these tests pin what the
+Redis store writes under its keys for the same steps (DESIGN.md section 2): a claim's
+expiry, a claim left as its owner wrote it, the queued tick taken by a hand-on, the passed
+list, the wipe hold's key.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cronrace.model.policies import Overlap
+from cronrace.stores.redis import Store
+from cronrace.stores.values import Claim, Owner
+from tests.stores.contract.helpers import N1, N2, acquire, request
+from tests.stores.redis.backend import RedisBackend
+
+A, B = Owner.parse("a:1"), Owner.parse("b:2")
+
+
+async def test_a_claim_key_holds_its_winner_with_the_claim_ttl(store: Store) -> None:
+    assert await store.claim([Claim("j", 100, 5000)], A) == [True]
+    assert await store.client.get(store.keys.claim("j", 100)) == b"a:1"
+    assert 4000 < await store.client.pttl(store.keys.claim("j", 100)) <= 5000
+    trigger = Claim("j", 100, 5000, trigger_id="t1")
+    assert await store.claim([trigger], B) == [True]
+    assert await store.client.get(store.keys.trigger_claim("j", "t1")) == b"b:2"
+
+
+async def test_a_decision_is_remembered_under_its_claim_keeping_its_ttl(store: Store) -> None:
+    assert await store.claim([Claim("j", 100, 5000)], N1) == [True]
+    await acquire(store, request(100))
+    value = await store.client.get(store.keys.claim("j", 100))
+    assert value.startswith(b"n1:x\nrun:100\nrun\n")
+    assert 4000 < await store.client.pttl(store.keys.claim("j", 100)) <= 5000
+
+
+async def test_a_decision_without_a_won_claim_leaves_the_claim_as_written(store: Store) -> None:
+    await store.claim([Claim("j", 200, 60_000)], N2)
+    (mine,) = await store.acquire([request(200)])
+    assert not getattr(mine, "replayed", True)
+    assert await store.client.get(store.keys.claim("j", 200)) == b"n2:y"
+
+
+async def test_a_hand_on_takes_the_pending_tick(store: Store) -> None:
+    first = await acquire(store, request(100, overlap=Overlap.QUEUE_ONE))
+    await acquire(store, request(101, overlap=Overlap.QUEUE_ONE))
+    assert await store.client.get(store.keys.pending("j")) == b"101"
+    await store.release("j", first.fence, owner=N1, lease_ttl_ms=5000)
+    assert await store.client.get(store.keys.pending("j")) is None
+
+
+async def test_passed_ticks_are_kept_in_the_state_hash(store: Store) -> None:
+    await store.claim([Claim("j", 100, 60_000)], A)
+    await store.claim([Claim("j", 101, 60_000)], B)
+    await acquire(store, request(101, owner=B, prior=100))
+    assert await store.client.hget(store.keys.state("j"), "passed") == b"100"
+    await acquire(store, request(100, owner=A, late_ok=True))
+    assert await store.client.hget(store.keys.state("j"), "passed") is None
+
+
+async def test_a_decided_prior_claim_is_not_noted_passed(store: Store) -> None:
+    await store.claim([Claim("j", 100, 60_000)], A)
+    await acquire(store, request(100, owner=A))
+    await store.claim([Claim("j", 101, 60_000)], B)
+    await acquire(store, request(101, owner=B, prior=100))
+    assert await store.client.hget(store.keys.state("j"), "passed") is None
+
+
+async def test_a_lease_is_a_hash_with_an_expiry(store: Store) -> None:
+    reply = await acquire(store, request(100))
+    lease = await store.client.hgetall(store.keys.lease("j"))
+    assert lease[b"owner"] == b"n1:x"
+    assert lease[b"fence"] == str(reply.fence).encode()
+    assert lease[b"tick"] == b"100"
+    assert 0 < await store.client.pttl(store.keys.lease("j")) <= 5000
+    assert await store.client.get(store.keys.fence("j")) == str(reply.fence).encode()
+    assert await store.client.get(store.keys.last("j")) == b"100"
+
+
+async def test_a_brand_new_job_starts_no_hold(store: Store) -> None:
+    await acquire(store, request(100))
+    assert await store.client.exists(store.keys.hold("j")) == 0
+
+
+async def test_a_claim_lost_to_an_undecided_winner_starts_no_hold(
+    store: Store, backend: RedisBackend
+) -> None:
+    other_node = await backend.node()
+    assert await store.claim([Claim("j", 100, 5000)], N1) == [True]
+    assert await other_node.claim([Claim("j", 100, 5000)], N2) == [False]
+    await acquire(other_node, request(101, owner=N2))
+    assert await store.client.exists(store.keys.hold("j")) == 0
+
+
+@pytest.mark.parametrize("overlap", list(Overlap))
+async def test_a_wiped_job_keeps_its_hold_key_for_one_lease_ttl(
+    store: Store, backend: RedisBackend, overlap: Overlap
+) -> None:
+    await acquire(store, request(100, overlap=overlap))
+    await backend.faults.wipe("j")
+    await acquire(store, request(101, overlap=overlap))
+    assert 4000 < await store.client.pttl(store.keys.hold("j")) <= 5000
+
+
+async def test_a_wipe_fault_erases_the_keys_a_restart_would(
+    store: Store, backend: RedisBackend
+) -> None:
+    """The harness's wipe (tests/stores/harness.py) is what it says, spelled in keys."""
+    await acquire(store, request(100, overlap=Overlap.QUEUE_ONE))
+    await acquire(store, request(101, overlap=Overlap.QUEUE_ONE))
+    await store.client.hset(store.keys.state("j"), "x", "1")
+    keys = store.keys
+    erased = [keys.lease("j"), keys.fence("j"), keys.last("j"), keys.state("j"), keys.pending("j")]
+    assert await store.client.exists(*erased) == len(erased)
+    await backend.faults.wipe("j")
+    assert await store.client.exists(*erased) == 0
