@@ -143,18 +143,10 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterS
 def redis_url(request: pytest.FixtureRequest, namespace: str) -> str:
     """The same test on fakeredis (with Lua) and on a real redis-server.
 
-    tests/store adds a real Redis Cluster (its conftest.py).
+    tests/stores runs the store on a real Redis Cluster as well (its own fixtures).
     """
-    return url_for(request, namespace)
-
-
-def url_for(request: pytest.FixtureRequest, namespace: str) -> str:
-    """The URL of ``request.param``: fake, real or cluster."""
     if request.param == "fake":
         return f"memory://{namespace}"
-    if request.param == "cluster":
-        cluster: ClusterSet = request.getfixturevalue("redis_cluster")
-        return cluster.url
     server: RedisServer = request.getfixturevalue("redis_server")
     return server.url
 

@@ -3,8 +3,8 @@
 Three agents share one embedded store and one :class:`FakeClock`: every tick is raced by
 all three, and time moves only when the test says so, so each test states the exact runs
 and records a policy gives (the same policies on a real redis-server, in real processes:
-tests/faults; the Lua scripts on a real server: tests/store), except one outage of a
-real server.
+tests/faults; the store on a real server and a Cluster: tests/stores), except one outage
+of a real server.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ async def test_garbage_under_one_jobs_keys_is_reported_and_other_jobs_keep_firin
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # On the embedded store and a fake clock; every script meeting every kind of garbage on
-    # a real server: tests/store/test_garbage.py, and in real processes: tests/faults.
+    # a real server: tests/stores/redis/test_garbage.py, and in real processes: tests/faults.
     clock = FakeClock(start_s=T0 - 0.5)
     ran: list[tuple[str, int]] = []
 

@@ -30,7 +30,7 @@ async def test_stop_waits_for_runs_up_to_the_grace_then_cancels_and_releases(
     namespace: str, work_s: float, outcome: str
 ) -> None:
     # The grace is this process's own real time; the release script on a real server:
-    # tests/store, and a real process stopped mid-run: tests/faults/test_stopping.py.
+    # tests/stores/contract, and a real process stopped mid-run: tests/faults/test_stopping.py.
     redis_url = f"memory://{namespace}"
     started = anyio.Event()
 
