@@ -34,7 +34,7 @@ from cronrace.stores.postgres.queries import (
 log = logging.getLogger("cronrace.stores.postgres")
 
 #: The digest of the functions of each schema version (queries.functions_digest).
-FUNCTION_DIGESTS = {1: "see test_schema"}
+FUNCTION_DIGESTS = {1: "a410ff77bf42cc27"}
 
 
 def upgrade_lock(schema: str) -> int:
