@@ -67,8 +67,9 @@ async def test_upgrades_racing_each_other_both_succeed(fresh_schema_store: Postg
 
 def test_the_printed_script_builds_the_schema_with_psql(postgres_server: PostgresServer) -> None:
     script = upgrade_sql("printed")
-    psql = BINDIR / "psql" if BINDIR is not None else None
-    assert psql is not None and psql.exists()
+    assert BINDIR is not None
+    psql = BINDIR / "psql"
+    assert psql.exists()
     try:
         done = subprocess.run(
             [str(psql), postgres_server.url, "-v", "ON_ERROR_STOP=1", "-1", "-q", "-f", "-"],
