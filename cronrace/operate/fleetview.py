@@ -8,7 +8,8 @@ in a fixed number of round trips however many jobs there are.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ class FleetView:
         jobs: every job any node registered, by name.
         nodes: the live nodes, newest heartbeat first.
         runs: the latest run records across jobs, newest tick first.
+        histories: each job's newest run records, newest tick first (the status page's
+            timeline; empty unless asked for).
     """
 
     namespace: str
@@ -35,6 +38,7 @@ class FleetView:
     jobs: tuple[JobStatus, ...]
     nodes: tuple[NodeInfo, ...]
     runs: tuple[RunRecord, ...] = ()
+    histories: Mapping[str, tuple[RunRecord, ...]] = field(default_factory=dict)
 
     @property
     def registered(self) -> bool:
@@ -58,20 +62,26 @@ class FleetView:
         }
 
 
-async def look(client: OperatorClient, *, runs: int = 0, runs_per_job: int = 5) -> FleetView:
+async def look(
+    client: OperatorClient, *, runs: int = 0, runs_per_job: int = 5, history: int = 0
+) -> FleetView:
     """Read the fleet's view through ``client``.
 
     Args:
         client: an operator client of the namespace (``agent.operator`` for an agent).
         runs: how many of the latest run records to include (0: none).
-        runs_per_job: how many records to read per job to find them.
+        runs_per_job: how many records of each job may be among them.
+        history: how many of each job's newest records to include (0: none); read in the
+            same round trip as the latest runs.
     """
     jobs = await client.jobs_status()
     nodes = await client.nodes()
     latest: list[RunRecord] = []
+    found: dict[str, list[RunRecord]] = {}
+    if runs or history:
+        found = await client.latest_runs([job.job for job in jobs], max(runs_per_job, history))
     if runs:
-        found = await client.latest_runs([job.job for job in jobs], runs_per_job)
-        latest = [record for records in found.values() for record in records]
+        latest = [record for records in found.values() for record in records[:runs_per_job]]
         latest.sort(key=lambda record: (record.tick_s, record.finished_ms), reverse=True)
     return FleetView(
         namespace=client.settings.namespace,
@@ -79,6 +89,9 @@ async def look(client: OperatorClient, *, runs: int = 0, runs_per_job: int = 5) 
         jobs=tuple(jobs),
         nodes=tuple(nodes),
         runs=tuple(latest[:runs]),
+        histories={job: tuple(records[:history]) for job, records in found.items()}
+        if history
+        else {},
     )
 
 

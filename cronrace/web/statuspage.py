@@ -38,6 +38,7 @@ import orjson
 
 from cronrace.errors import CronraceError
 from cronrace.operate.fleetview import FleetView, look, relative, when
+from cronrace.web import timeline
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -148,7 +149,8 @@ class StatusPage:
             if self._cached is not None and time.monotonic() - self._cached[0] < VIEW_TTL_S:
                 return self._cached[1]
             view = self.bridge.call(
-                lambda: look(self.agent.operator, runs=self.runs), READ_TIMEOUT_S
+                lambda: look(self.agent.operator, runs=self.runs, history=timeline.SLOTS),
+                READ_TIMEOUT_S,
             )
             self._cached = (time.monotonic(), view)
             return view
@@ -363,6 +365,29 @@ def _runs_table(view: FleetView) -> str:
     return _table(headers, rows, "no runs recorded yet")
 
 
+def _timeline_table(view: FleetView) -> str:
+    rows = []
+    for job in view.jobs:
+        records = view.histories.get(job.job, ())
+        lags = [lag for r in records if (lag := timeline.lag_s(r)) is not None]
+        durations = [d for r in records if (d := r.duration_s) is not None]
+        since = (
+            f'<small class="meta">from {_time(records[-1].tick_s, view.now_s)}</small>'
+            if records
+            else '<small class="meta">no run yet</small>'
+        )
+        rows.append(
+            "<tr>"
+            f'<td class="id">{escape(job.job)}</td>'
+            f"<td>{timeline.strip(job.job, records)}{since}</td>"
+            f'<td class="num">{f"{max(lags):.3f}s" if lags else "-"}</td>'
+            f'<td class="num">{f"{max(durations):.3f}s" if durations else "-"}</td>'
+            "</tr>"
+        )
+    headers = [f"last {timeline.SLOTS} runs", "max start lag", "longest run"]
+    return _table(["job", *headers], rows, "no jobs registered")
+
+
 def _nodes_table(view: FleetView) -> str:
     rows = [
         "<tr>"
@@ -388,7 +413,7 @@ def _page(title: str, refresh_s: int, body: str) -> str:
         '<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="refresh" content="{int(refresh_s)}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
+        f"<title>{escape(title)}</title><style>{STYLE}{timeline.STYLE}</style></head>"
         f"<body>{body}</body></html>\n"
     )
 
@@ -416,6 +441,9 @@ def render(
     parts += [
         "<h2>Jobs</h2>",
         _jobs_table(view, actions_token),
+        "<h2>Run timeline</h2>",
+        timeline.LEGEND,
+        _timeline_table(view),
         "<h2>Latest runs</h2>",
         _runs_table(view),
         "<h2>Live nodes</h2>",

@@ -54,6 +54,12 @@ timezone = "Europe/Amsterdam"
 argv = ["sleep", "2"]
 
 [[jobs]]
+name = "import-orders"
+schedule = "@every 2s"
+[jobs.command]
+argv = ["sleep", "3"]
+
+[[jobs]]
 name = "billing"
 schedule = "0 3 * * *"
 timezone = "America/New_York"
@@ -245,6 +251,12 @@ async def test_page_in_headless_chromium_shows_a_running_fleet(
             )
 
         await wait_for(fleet_busy, timeout_s=20, what="three nodes, runs and a held lease")
+        if screenshot:  # the README's picture: a timeline with some history in it
+
+            async def history() -> bool:
+                return len(await agent.history("cleanup", 30)) >= 24
+
+            await wait_for(history, timeout_s=60, what="24 runs of cleanup")
         shot = anyio.Path(screenshot or tmp_path / "page.png")
         shot_path = await shot.resolve()
         with tempfile.TemporaryDirectory() as profile:
@@ -261,7 +273,7 @@ async def test_page_in_headless_chromium_shows_a_running_fleet(
                     "--no-default-browser-check",
                     "--hide-scrollbars",
                     f"--user-data-dir={profile}",
-                    "--window-size=1366,768",
+                    "--window-size=1366,1024",
                     f"--screenshot={shot_path}",
                     "--dump-dom",
                     f"{url}/",
@@ -277,6 +289,8 @@ async def test_page_in_headless_chromium_shows_a_running_fleet(
     for node in ("shop-7d9f8c6b5-x2x9z", "shop-7d9f8c6b5-k8q2m", "shop-7d9f8c6b5-p4t7w"):
         assert node in dom
     assert "3 live node(s)" in dom
+    assert "Run timeline" in dom
+    assert dom.count('<svg class="strip"') == 5  # one per job, drawn by the server
     assert "&lt;b&gt;boom&lt;/b&gt;" in dom  # the error text is text, not markup
     assert "<b>boom</b>" not in dom
     assert (await shot.read_bytes()).startswith(b"\x89PNG")
