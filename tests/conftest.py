@@ -92,21 +92,14 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 
 def upgrade_schema(url: str) -> None:
-    """Create or upgrade cronrace's schema at ``url`` (what `cronrace db upgrade` does)."""
-    import anyio
+    """Create cronrace's schema at ``url``: the script `cronrace db sql` prints (it builds the
+    schema at any version), synchronously, so that an async fixture may ask for it too."""
+    import psycopg
 
-    from cronrace.stores.postgres import schema
-    from cronrace.stores.postgres.database import Database
-    from cronrace.stores.postgres.urls import parse_postgres_url
+    from cronrace.stores.postgres.schema import upgrade_sql
 
-    async def run() -> None:
-        db = Database(parse_postgres_url(url))
-        try:
-            await schema.upgrade(db)
-        finally:
-            await db.aclose()
-
-    anyio.run(run)
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute(upgrade_sql("cronrace").encode())
 
 
 @pytest.fixture

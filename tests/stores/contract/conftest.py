@@ -14,11 +14,12 @@ import pytest_asyncio
 
 from cronrace.stores.contract import Store
 from tests.stores.harness import Backend, Deployment
+from tests.stores.postgres.backend import POSTGRES_DEPLOYMENTS
 from tests.stores.redis.backend import REDIS_DEPLOYMENTS
 
 #: Every deployment the contract runs on: the embedded store (memory://), one real
-#: redis-server, a real Redis Cluster.
-DEPLOYMENTS = [*REDIS_DEPLOYMENTS]
+#: redis-server, a real Redis Cluster, a real PostgreSQL server.
+DEPLOYMENTS = [*REDIS_DEPLOYMENTS, *POSTGRES_DEPLOYMENTS]
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session", params=DEPLOYMENTS)
