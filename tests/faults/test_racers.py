@@ -49,7 +49,7 @@ def live(url: str, namespace: str) -> set[str]:
 
 
 def wait_live(
-    url: str, namespace: str, nodes: set[str], timeout_s: float = 15, *, settle: bool = True
+    url: str, namespace: str, nodes: set[str], timeout_s: float = 30, *, settle: bool = True
 ) -> None:
     deadline = time.monotonic() + timeout_s
     while not nodes <= live(url, namespace):
@@ -96,7 +96,7 @@ def test_both_racers_killed_at_once_their_ticks_fire_late_once_and_a_rolling_res
             procs[node].send_signal(signal.SIGTERM)
             procs[node].wait(timeout=10)
             procs[node] = start(node)
-            wait_live(url, namespace, {node}, timeout_s=15, settle=False)
+            wait_live(url, namespace, {node}, settle=False)
         last_tick = int(time.time()) - 2
     finally:
         stop_all(procs.values())
