@@ -49,8 +49,9 @@ async def test_a_refused_batch_writes_nothing(
 
 
 async def test_every_write_leaves_a_notice_on_the_control_stream(store: Store) -> None:
+    position = await store.control_position()
     reply = await store.schedules.write([put("add", "a"), put("add", "b")])
-    [(_, notice)] = await store.read_control("0-0", block_ms=1)  # this test's namespace
+    [(_, notice)] = await store.read_control(position, block_ms=1)
     assert notice == {
         "op": "schedules",
         "first": str(reply.first_version),
