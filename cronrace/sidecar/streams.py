@@ -16,6 +16,7 @@ import anyio
 
 from cronrace.errors import StoreError, TargetError
 from cronrace.model.job import RunContext
+from cronrace.runtime import tracing
 from cronrace.settings import redact_url
 from cronrace.specs.targets import StreamSpec
 from cronrace.stores.contract import RedisFeatures, Store
@@ -96,6 +97,7 @@ class StreamTarget:
             "fence": str(ctx.fence),
             "node": ctx.node_id,
             "idempotency_key": ctx.idempotency_key,
+            **tracing.inject({}),  # traceparent: a consumer continues the run's trace
         }
         if ctx.trigger_id:
             out["trigger_id"] = ctx.trigger_id

@@ -6,7 +6,7 @@ receiving side can refuse a stale holder (DESIGN.md section 9):
 
 =========  ===============================================================================
 http       headers ``X-Cronrace-Job``, ``X-Cronrace-Tick``, ``X-Cronrace-Fence`` and
-           ``Idempotency-Key: <job>:<tick>``
+           ``Idempotency-Key: <job>:<tick>``; ``traceparent`` when traced
 command    environment ``CRONRACE_JOB``, ``CRONRACE_TICK``, ``CRONRACE_FENCE``
 stream     entry fields ``job``, ``tick``, ``fence`` (:mod:`cronrace.sidecar.streams`)
 =========  ===============================================================================
@@ -30,6 +30,7 @@ from anyio.abc import ByteReceiveStream, Process
 
 from cronrace.errors import TargetError
 from cronrace.model.job import RunContext
+from cronrace.runtime import tracing
 from cronrace.specs.targets import (
     CommandSpec,
     HttpSpec,
@@ -68,6 +69,7 @@ class HttpTarget:
             "X-Cronrace-Tick": str(ctx.tick_s),
             "X-Cronrace-Fence": str(ctx.fence),
             "Idempotency-Key": ctx.idempotency_key,
+            **tracing.inject({}),  # traceparent: the receiving side continues the run's trace
         }
 
     async def __call__(self, ctx: RunContext) -> dict[str, Any]:
@@ -162,6 +164,8 @@ class CommandTarget:
             "CRONRACE_FENCE": str(ctx.fence),
             "CRONRACE_NODE": ctx.node_id,
             "CRONRACE_IDEMPOTENCY_KEY": ctx.idempotency_key,
+            # TRACEPARENT (and TRACESTATE): the process continues the run's trace.
+            **{key.upper(): value for key, value in tracing.inject({}).items()},
         }
 
     async def __call__(self, ctx: RunContext) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -19,6 +20,7 @@ from anyio.abc import TaskGroup
 from cronrace.errors import StoreError
 from cronrace.model.job import Job
 from cronrace.model.policies import Outcome, Overlap
+from cronrace.runtime import tracing
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import BACKOFF, Backoff
@@ -104,7 +106,9 @@ class TickRace:
         ]
         wakeup = WakeUp(proposals, claims)
         try:
-            return await self._race(wakeup, runs)
+            # Runs started here are tasks created inside the span: they are its children.
+            with tracing.claims_span(self.settings.node_id, len(claims)) as span:
+                return await self._race(wakeup, runs, span)
         except anyio.get_cancelled_exc_class():
             if not wakeup.decided:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_TIMEOUT_S):
@@ -119,7 +123,7 @@ class TickRace:
                     )
             raise
 
-    async def _race(self, wakeup: WakeUp, runs: TaskGroup) -> set[str]:
+    async def _race(self, wakeup: WakeUp, runs: TaskGroup, span: Any) -> set[str]:
         replies = await self._claim(wakeup.claims)
         by_outcome: dict[ClaimOutcome, list[tuple[Proposal, ClaimReply]]] = {}
         for p, reply in zip(wakeup.plans, replies, strict=True):
@@ -130,6 +134,7 @@ class TickRace:
         wakeup.winners = winners
         if winners or short or lost:
             self.observer.claims(len(winners) + len(short), len(lost))
+        span.answered(len(winners) + len(short), len(lost))
         if short:
             await self._not_replicated(short)
         if winners:

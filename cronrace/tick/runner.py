@@ -22,6 +22,7 @@ from cronrace.errors import StoreError, error_text
 from cronrace.model.job import Job, RunContext
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
+from cronrace.runtime import tracing
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.stores.contract import RedisFeatures, Store
@@ -374,22 +375,25 @@ class Runner:
                 },
             )
         self.observer.run_started(job.name, lag_s)
-        try:
-            outcome, error, detail, held_ms = await self._handle(job, ctx, lease, renew=renew)
-        except anyio.get_cancelled_exc_class():
-            ctx._lost.set()
-            record = self._make_record(
-                job, ctx, Outcome.CANCELLED, started_ms, "agent shut down", None
-            )
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
-                if renew and not lease.lost:
-                    reply = await self.releases.finish(
-                        job, record, lease.fence, until_mono=lease.expiry_mono
-                    )
-                    await self._refuse_hand_on(job, reply)
-                else:
-                    await self.outbox.write([record], history=job.history)
-            raise
+        with tracing.run_span(job.name, tick_s, fence, self.node_id, lag_s, trigger_id) as span:
+            try:
+                outcome, error, detail, held_ms = await self._handle(job, ctx, lease, renew=renew)
+            except anyio.get_cancelled_exc_class():
+                ctx._lost.set()
+                span.ended(Outcome.CANCELLED, "agent shut down", lease.renewals)
+                record = self._make_record(
+                    job, ctx, Outcome.CANCELLED, started_ms, "agent shut down", None
+                )
+                with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
+                    if renew and not lease.lost:
+                        reply = await self.releases.finish(
+                            job, record, lease.fence, until_mono=lease.expiry_mono
+                        )
+                        await self._refuse_hand_on(job, reply)
+                    else:
+                        await self.outbox.write([record], history=job.history)
+                raise
+            span.ended(outcome, error, lease.renewals)
         if lease.renewals:
             log.debug(
                 "lease renewals",
