@@ -70,6 +70,9 @@ class CellSpec:
     #: The jobs' catch-up policy (the churn cell fires every late tick: "all").
     catchup: str = "latest"
     heartbeat_s: float = 2.0
+    #: Measure the window even when the machine cannot drive the cell (the work-against-N
+    #: sweep's "before": a saturated fleet's CPU is a floor of what it would need).
+    measure_saturated: bool = False
 
     @property
     def label(self) -> str:
@@ -228,7 +231,8 @@ def _run(
                     fleet.resume(pause_index)
                     row["paused_for_s"] = round(now - (resume_at - spec.pause_s), 3)
                     resume_at = math.inf
-                silent = [i for i, seen in last_report.items() if now - seen > SILENT_S]
+                silent_s = SILENT_S * (4 if spec.measure_saturated else 1)
+                silent = [i for i, seen in last_report.items() if now - seen > silent_s]
                 if silent and not spec.chaos:
                     reasons.append(
                         f"fleet process(es) {silent} reported nothing for {SILENT_S:g} s "
@@ -258,7 +262,7 @@ def _run(
             bad_run = bad_run + 1 if bad else 0
             if bad:
                 reasons.append(f"tick {tick - t0:+d}: {bad}")
-            if bad_run >= BAD_TICKS_TO_ABORT:
+            if bad_run >= BAD_TICKS_TO_ABORT and not spec.measure_saturated:
                 return _exceeds(fleet, row, reasons[-BAD_TICKS_TO_ABORT:], ticks)
         snapshots[name] = ctx.server.snapshot()
     # The last tick of the window may still be running: give it time before stopping,
@@ -462,6 +466,8 @@ def measure(
         "redis_usec_per_call": usec,
         "redis_cpu_s_per_s": round(redis_cpu_s / wall_s, 4),
         "client_cpu_cores": round(fleet_cpu_s / wall_s, 3),
+        "client_cpu_ms_per_node_s": round(fleet_cpu_s / (n * wall_s) * 1000, 3),
+        "memory_per_node_mb": _memory_per_node_mb(results),
         "client_cpu_us_per_job_tick": round(fleet_cpu_s / (j * ticks) * 1e6, 1),
     }
     if snapshots["start"].shards:
@@ -555,6 +561,15 @@ def measure(
         }
     )
     return row
+
+
+def _memory_per_node_mb(results: list[dict[str, Any]]) -> float | None:
+    """Resident memory the fleet processes grew by from before their agents were built to
+    the window's end, over their agents (the shared interpreter and imports left out)."""
+    grown = [(r["rss_end_mb"] - r["rss_base_mb"], r["nodes"]) for r in results if "rss_end_mb" in r]
+    if not grown:
+        return None
+    return round(sum(mb for mb, _n in grown) / sum(n for _mb, n in grown), 3)
 
 
 def _by_shard(

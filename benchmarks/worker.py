@@ -19,6 +19,7 @@ import cProfile
 import json
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -81,7 +82,16 @@ def build_agents(config: dict[str, Any]) -> list[Agent]:
 
 def _seeded(agent: Agent, jobs: int) -> bool:
     scheduler = agent.scheduler
-    return agent.ready and scheduler is not None and len(scheduler.next_tick) == jobs
+    if not agent.ready or scheduler is None:
+        return False
+    seeded = getattr(scheduler, "seeded", None)  # a scheduler that plans only what it races
+    return bool(seeded) if seeded is not None else len(scheduler.next_tick) == jobs
+
+
+def rss_mb() -> float:
+    """This process's resident memory, MB (Linux: /proc/self/statm)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
 async def _sleep_until(wall_s: float) -> None:
@@ -91,6 +101,7 @@ async def _sleep_until(wall_s: float) -> None:
 class Worker:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
+        self.rss_base_mb = rss_mb()
         self.agents = build_agents(config)
         self.window: tuple[int, int] | None = None
         self.window_set = anyio.Event()
@@ -104,6 +115,7 @@ class Worker:
         self.marks[name] = {
             "wall": time.time(),
             "cpu": time.process_time(),
+            "rss_mb": rss_mb(),
             **COUNTERS.snapshot(),
         }
 
@@ -216,6 +228,8 @@ class Worker:
             "final": COUNTERS.snapshot(),
             "loop": self.config.get("loop", "asyncio"),
             "churned": self.churned,
+            "rss_base_mb": self.rss_base_mb,
+            "rss_end_mb": self.marks.get("end", {}).get("rss_mb", rss_mb()),
         }
         Path(self.config["result_path"]).write_bytes(orjson.dumps(result))
 

@@ -1,0 +1,180 @@
+"""Fleets of thousands: each node's work against N, the large cells, start-up and churn.
+
+``python -m benchmarks.scale work-vs-n --tag after`` runs N x 1,000 one-second jobs at
+``racers = 2`` for N in 10, 20, 50, 100, 200 (``--repeats`` of each, medians reported)
+and writes ``benchmarks/results/scale_work_vs_n_<tag>.json``; ``plot`` draws every tag
+found there side by side (``work_vs_n.png``). A cell the machine cannot drive is still
+measured (``measure_saturated``): its client CPU is then what the saturated processes
+spent, a floor of what the fleet would need, and the row says ``saturated``.
+
+``cells`` runs the large cells (200 x 1,000 and 1,000 x 100 one-second, k = 2 and 3;
+1,000 x 10,000 minutely spread by ``H``, k = 2); ``churn`` runs 1,000 nodes joining
+within a minute and 10 % of them replaced at once, and reports each node's longest loop
+stall. Simulated nodes share a fleet process only as independent agents: each has its
+own heartbeat, membership view, heap, store connection and claims; what they share is
+what agents of one process always share (the interpreter, ring points and parsed
+schedules, both pure functions of their inputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cells import CellSpec, Context, run_cell
+from benchmarks.fleet import RESULTS_DIR, procs_for
+from benchmarks.peer import uvloop_installed
+from benchmarks.report import git_commit, machine
+from benchmarks.server import BenchServer
+
+WORK_VS_N_NODES = (10, 20, 50, 100, 200)
+WORK_VS_N_JOBS = 1000
+#: The figures a work-against-N row keeps, each a median over the repeats.
+WORK_FIGURES = (
+    "client_cpu_cores",
+    "client_cpu_ms_per_node_s",
+    "claims_per_job_tick",
+    "fire_lag_p50_ms",
+    "fire_lag_p99_ms",
+    "redis_cpu_s_per_s",
+    "memory_per_node_mb",
+    "duplicates",
+    "missed",
+)
+
+
+def _status(text: str, fraction: float) -> None:
+    sys.stderr.write(f"\r{text[:110]:<110}")
+    sys.stderr.flush()
+
+
+def _median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"repeats": len(rows)}
+    for key in WORK_FIGURES:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        out[key] = round(statistics.median(values), 3) if values else None
+        out[f"{key}_repeats"] = values
+    out["saturated"] = sum(1 for r in rows if r.get("saturation_notes"))
+    out["status"] = ",".join(sorted({str(r.get("status")) for r in rows}))
+    return out
+
+
+def work_vs_n(args: argparse.Namespace) -> dict[str, Any]:
+    nodes_list = [int(n) for n in args.nodes.split(",")] if args.nodes else WORK_VS_N_NODES
+    workdir = Path(tempfile.mkdtemp(prefix="cronrace-scale-"))
+    loop = "uvloop" if uvloop_installed() else "asyncio"
+    out: dict[str, Any] = {
+        "tag": args.tag,
+        "commit": git_commit(),
+        "machine": machine(),
+        "jobs": args.jobs,
+        "racers": args.racers,
+        "ticks": args.ticks,
+        "rows": [],
+    }
+    with BenchServer(workdir / "redis") as server:
+        ctx = Context(server=server, workdir=workdir, loop=loop)
+        for nodes in nodes_list:
+            rows = []
+            for repeat in range(args.repeats):
+                spec = CellSpec(
+                    "cronrace",
+                    nodes,
+                    args.jobs,
+                    ticks=args.ticks,
+                    procs=procs_for(nodes, args.jobs),
+                    racers=args.racers,
+                    warmup_ticks=6,
+                    measure_saturated=True,
+                    startup_budget_s=240.0,
+                )
+                row = run_cell(spec, ctx, _status)
+                rows.append(row)
+                sys.stderr.write(
+                    f"\n{nodes}x{args.jobs} k={args.racers} ({repeat + 1}): "
+                    f"{json.dumps({k: row.get(k) for k in (*WORK_FIGURES, 'status')})}\n"
+                )
+            out["rows"].append({"nodes": nodes, **_median_row(rows), "raw": rows})
+    out["machine"]["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    return out
+
+
+def plot(results_dir: Path) -> Path:
+    """Client CPU per node-second and for the fleet against N, one line per tag."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (per_node, fleet) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for path in sorted(results_dir.glob("scale_work_vs_n_*.json")):
+        data = json.loads(path.read_text())
+        rows = [r for r in data["rows"] if r.get("client_cpu_ms_per_node_s")]
+        xs = [r["nodes"] for r in rows]
+        label = f"{data['tag']} ({data['commit'][:7]})"
+        per_node.plot(xs, [r["client_cpu_ms_per_node_s"] for r in rows], "o-", label=label)
+        fleet.plot(xs, [r["client_cpu_cores"] for r in rows], "o-", label=label)
+        saturated = [r for r in rows if r.get("saturated")]
+        if saturated:
+            fleet.plot(
+                [r["nodes"] for r in saturated],
+                [r["client_cpu_cores"] for r in saturated],
+                "rx",
+                markersize=10,
+                label=f"{data['tag']}: saturated (a floor)",
+            )
+        if data["tag"] == "after" and rows:
+            first = rows[0]
+            ideal = [first["client_cpu_ms_per_node_s"] * first["nodes"] / r["nodes"] for r in rows]
+            per_node.plot(xs, ideal, "k:", label="1/N from the first point")
+    per_node.set_xscale("log")
+    per_node.set_yscale("log")
+    per_node.set_xlabel("nodes N")
+    per_node.set_ylabel("client CPU per node, ms per second")
+    per_node.set_title("Each node's work (1,000 one-second jobs, k = 2)")
+    fleet.set_xscale("log")
+    fleet.set_xlabel("nodes N")
+    fleet.set_ylabel("client CPU of the whole fleet, cores")
+    fleet.set_title("The fleet's work")
+    for ax in (per_node, fleet):
+        ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path = results_dir / "work_vs_n.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__)
+    sub = parser.add_subparsers(dest="what", required=True)
+    wvn = sub.add_parser("work-vs-n", help="client CPU against N at fixed J")
+    wvn.add_argument("--tag", required=True, help="before / after: names the output file")
+    wvn.add_argument("--nodes", help="comma-separated N (default 10,20,50,100,200)")
+    wvn.add_argument("--jobs", type=int, default=WORK_VS_N_JOBS)
+    wvn.add_argument("--racers", default="2")
+    wvn.add_argument("--ticks", type=int, default=10)
+    wvn.add_argument("--repeats", type=int, default=3)
+    wvn.add_argument("--out", type=Path, default=RESULTS_DIR)
+    pl = sub.add_parser("plot", help="draw work_vs_n.png from every tag's results")
+    pl.add_argument("--out", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    if args.what == "work-vs-n":
+        out = work_vs_n(args)
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"scale_work_vs_n_{args.tag}.json"
+        path.write_text(json.dumps(out, indent=1, default=str))
+        sys.stdout.write(f"\nwrote {path}\n")
+    elif args.what == "plot":
+        sys.stdout.write(f"wrote {plot(args.out)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
