@@ -42,9 +42,10 @@ def late_fire_bound_s(heartbeat_s: float) -> float:
     return (SILENT_AFTER_PERIODS + 1) * heartbeat_s
 
 
-#: Called with the ring before and after a change that removed members, and the oldest
-#: last heartbeat (epoch ms) among those that left: no tick before it lost its racers.
-DepartureHook = Callable[[Ring, Ring, int], None]
+#: Called with the ring before and after every change of the racing members, and the
+#: oldest last heartbeat (epoch ms) among those that left (now, when none left): no tick
+#: before it lost its racers.
+ChangeHook = Callable[[Ring, Ring, int], None]
 
 
 class Membership:
@@ -58,13 +59,18 @@ class Membership:
         self.ring = Ring.build([])
         #: Each member's last heartbeat, epoch ms, as of the last read.
         self.last_beat_ms: dict[str, int] = {}
-        self.on_departure: DepartureHook | None = None
+        self.on_change: ChangeHook | None = None
         #: Whether every live member publishes what this node does (the same jobs,
         #: handlers, refusals and racers setting), as of the last fleet exchange.
         self.uniform = False
         #: Live members (this node too) as of the last heartbeat read.
         self.live: frozenset[str] = frozenset({node_id})
         self._fingerprints: dict[str, str] = {}
+
+    @property
+    def point_cache(self) -> dict[str, list[int]]:
+        """Each node's ring points (shared by the agents of one process: pure values)."""
+        return _POINTS
 
     @property
     def k(self) -> int | None:
@@ -130,9 +136,9 @@ class Membership:
                 "joined": sorted(joined)[:10],
             },
         )
-        if left and len(old.members) > 1 and self.on_departure is not None:
-            last_ms = min(last_beat_ms(node) for node in left)
-            self.on_departure(old, self.ring, min(last_ms, now_ms))
+        if self.on_change is not None:
+            last_ms = min((last_beat_ms(node) for node in left), default=now_ms)
+            self.on_change(old, self.ring, min(last_ms, now_ms))
 
     def races(self, job: str, tick_s: int) -> bool:
         """Whether this node races for one (job, tick) in its current view."""
@@ -148,11 +154,19 @@ class Membership:
         ring = self.ring
         if k is None or k >= len(ring.members):
             return None
-        chosen = ring.candidates(job, tick_s, k)
+        chosen = ring.racers(job, tick_s, k)
         return None if self.node_id in chosen else chosen
 
     def preferred(self, job: str, tick_s: int) -> bool:
-        """Whether this node is the first choice for a (job, tick): it claims at once."""
-        if len(self.ring.members) < 2:
+        """Whether this node is the first choice for a (job, tick): it claims at once.
+
+        ``all`` mode spreads runs with the ring's first node of the tick; k racers take
+        turns within their placement window (racers.py).
+        """
+        ring = self.ring
+        if len(ring.members) < 2:
             return True
-        return self.ring.preferred(job, tick_s) == self.node_id
+        k = self.racers.k
+        if k is None or k >= len(ring.members):
+            return ring.preferred(job, tick_s) == self.node_id
+        return ring.first_racer(job, tick_s, k) == self.node_id

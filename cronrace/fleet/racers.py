@@ -22,12 +22,24 @@ node that is among the first k in a view that lists too many nodes (dead ones no
 expired) is also among the first k in any smaller view that still lists it: views that
 differ only by members others do not know yet never leave a tick without a racer.
 
+Placement windows. A node must not have to look at every job's every tick to learn that
+it races none of them (DESIGN.md section 12, "work, not only claims"), so a job's racers
+are placed per *window* of :data:`PLACEMENT_WINDOW_S` rather than per tick: the key of a
+tick is ``key_point(job, placement_start_s(job, tick))``, the same for every tick of the
+window. Each job's windows are offset by a hash of its name, so the jobs' windows turn
+one by one over the period (about J / 600 turns a second) instead of all at once. Within
+a window the k racers take turns being first (:meth:`Ring.first_racer`), so one job's
+runs still spread over its racers; across the fleet, runs spread because jobs do.
+:meth:`Ring.arcs` tells which keys a node's points decide, so a membership change finds
+the jobs it moves without placing every job again (fleet/placement.py).
+
 Hashes are blake2b (never Python's ``hash()``, which is salted per process).
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from hashlib import blake2b
@@ -43,6 +55,12 @@ T = TypeVar("T")
 POINTS_PER_NODE = 160
 
 
+#: How long one placement of a job's racers lasts. Shorter spreads a job's runs over more
+#: nodes in time; each turn costs a node one placement of that job (a hash and a binary
+#: search), so a node of a fleet with 10,000 jobs places about 17 jobs a second.
+PLACEMENT_WINDOW_S = 600
+
+
 def _hash64(data: bytes) -> int:
     return int.from_bytes(blake2b(data, digest_size=8).digest(), "big")
 
@@ -50,6 +68,17 @@ def _hash64(data: bytes) -> int:
 def key_point(job: str, tick_s: int) -> int:
     """Return the ring position of one (job, tick): a stable 64-bit hash."""
     return _hash64(f"{job}\x00{tick_s}".encode())
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def window_offset_s(job: str) -> int:
+    """Where in the period a job's placement windows start: a stable hash of its name."""
+    return _hash64(f"{job}\x00window".encode()) % PLACEMENT_WINDOW_S
+
+
+def placement_start_s(job: str, tick_s: int) -> int:
+    """The first second of the placement window holding ``tick_s`` (its key's tick)."""
+    return tick_s - (tick_s - window_offset_s(job)) % PLACEMENT_WINDOW_S
 
 
 def _node_points(node: str) -> list[int]:
@@ -212,4 +241,48 @@ class Ring:
             # A node always races for what its own view cannot place: all mode, a view of
             # at most k nodes, or a view that does not list it yet (before its first read).
             return True
-        return node in self.candidates(job, tick_s, k)
+        return node in self.racers(job, tick_s, k)
+
+    def racers(self, job: str, tick_s: int, k: int) -> tuple[str, ...]:
+        """The k nodes that race for one (job, tick): its placement window's candidates."""
+        return self.candidates(job, placement_start_s(job, tick_s), k)
+
+    def first_racer(self, job: str, tick_s: int, k: int) -> str | None:
+        """The racer that claims a (job, tick) at once: the window's racers take turns."""
+        chosen = self.racers(job, tick_s, k)
+        if not chosen:
+            return None
+        # A multiplicative mix, not tick % k: a minutely job's ticks are all even.
+        return chosen[((tick_s * 0x9E3779B1) >> 16) % len(chosen)]
+
+    def arcs(
+        self, node: str, k: int, cache: dict[str, list[int]] | None = None
+    ) -> list[tuple[int, int]] | None:
+        """The key ranges whose first k distinct nodes include ``node`` (a member).
+
+        Each range is ``(lo, hi]`` on the ring, wrapping past 2**64 when ``lo >= hi``;
+        None means every key (the ring has at most k distinct nodes). A key's candidates
+        are found walking clockwise from it, so ``node``'s point q decides the keys from
+        which fewer than k other nodes come before q: walking counter-clockwise from q
+        until k others have been seen (or another point of ``node``, whose own range takes
+        over) bounds them. About k points walked per point, O(points x k) in all.
+        """
+        if len(self.members - {node}) < k:
+            return None
+        size = len(self._points)
+        points, owners = self._points, self._owners
+        out: list[tuple[int, int]] = []
+        for point in _cached_points(node, cache):
+            i = self._index(point, node)
+            seen: set[str] = set()
+            j = i - 1
+            while True:
+                owner = owners[j % size]
+                if owner == node:
+                    break
+                seen.add(owner)
+                if len(seen) == k:
+                    break
+                j -= 1
+            out.append((points[j % size], points[i]))
+        return out

@@ -1,10 +1,11 @@
 """The tick loop: wake, plan, race, advance (DESIGN.md section 3, steps 1-3).
 
 A heap holds each job's next tick. At each wake-up the loop pops every due job, plans
-what to fire (one tick in the steady state, a catch-up plan after a backlog; with
-``racers = k`` only the ticks this node races for), and hands the proposals to the claim
-step (:class:`~cronrace.tick.race.TickRace`: claims, decisions, runs). It never awaits a
-handler.
+what to fire (one tick in the steady state, a catch-up plan after a backlog), and hands
+the proposals to the claim step (:class:`~cronrace.tick.race.TickRace`: claims,
+decisions, runs). It never awaits a handler. With ``racers = k`` the heap holds only the
+jobs this node races in their current placement window (tick/share.py): a node's work
+follows the ticks it races, not every job's every tick.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import dataclasses
 import heapq
 import logging
 import math
-from collections import deque
 from collections.abc import Callable
 
 import anyio
@@ -34,6 +34,7 @@ from cronrace.tick.decisions import EXPIRED_COUNT_CAP, Proposal
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.race import TickRace
 from cronrace.tick.runner import Runner
+from cronrace.tick.share import RacerShare
 from cronrace.tick.wakeup import StopGate
 
 log = logging.getLogger("cronrace.tick.loop")
@@ -82,27 +83,30 @@ class Scheduler:
         self.membership = membership or Membership(
             settings.node_id, Racers.parse(settings.racers), settings.heartbeat_s
         )
-        self.membership.on_departure = self._members_left
-        #: racers = k: the oldest tick of each job this node left to other racers since it
-        #: last raced for the job. Its next claim covers them: a tick whose racers all died
-        #: fires with the next tick raced by a live node, before the watermark passes it.
-        self._passed: dict[str, int] = {}
-        #: Ticks this node became a racer for because members left (their racers may be
-        #: dead): raced at the next wake-up, late, under the catch-up policy.
-        self._orphans: dict[str, list[int]] = {}
+        self.membership.on_change = self._members_changed
+        #: racers = k: the jobs this node races, window by window, and the ticks their
+        #: racers may have lost (passed, orphans, left: tick/share.py).
+        self.share = RacerShare(
+            settings.node_id, self.membership, self.jobs, self._orphan_window_s()
+        )
+        self._passed = self.share.passed
+        self._orphans = self.share.orphans
         #: Each job's newest tick this node planned (raced or left to others) and had an
         #: answer for: the tick before its next plan's. A decision passing it while its
         #: claim is still undecided (a slow answer on another node) notes it, so that node
         #: can still decide it late instead of finding it stale (acquire.lua, passed).
         self._prior_tick: dict[str, int] = {}
-        #: racers = k: the recent ticks this node left to others, and to whom.
-        self._left: dict[str, deque[tuple[int, tuple[str, ...]]]] = {}
         #: (when to wake for it, tick, job): a job whose claim got no answer wakes later
         #: than its tick (backoff), and only the entry matching ``next_tick`` counts.
         self._heap: list[tuple[float, int, str]] = []
         self._unanswered: dict[str, int] = {}
         self._woken = anyio.Event()  # set by put_job: the loop looks at the heap again
+        #: Each job's next tick, for the jobs in the heap (racers = k: those this node races).
         self.next_tick: dict[str, int] = {}
+        #: Jobs whose next tick cannot be computed: out of the heap until replaced.
+        self._broken: set[str] = set()
+        #: Whether every job has been started from its watermark (the loop is running).
+        self.seeded = False
         self.gate = StopGate()
         #: The claim step: every tick's claim and decision goes through it.
         self.tick_race = TickRace(
@@ -134,18 +138,27 @@ class Scheduler:
             if self._orphans:
                 await self._race_orphans(runs, now)
                 continue
-            if not self._heap:
+            self._turn_windows(now)
+            due = bool(self._heap) and self._heap[0][0] <= now
+            if self.share.pending:
+                self._rehome(now)
+                if not due:
+                    await anyio.lowlevel.checkpoint()  # the rest of the change next turn
+                    continue
+            next_s = min(self._heap[0][0] if self._heap else math.inf, self.share.next_turn_s())
+            if next_s == math.inf:
                 with self.gate.waiting():
                     await self._nap(self._max_sleep_s)
                 continue
-            wait_s = self._heap[0][0] - now
+            wait_s = next_s - now
             if wait_s > 0:
                 # Some event loops wake a little early, and the wall clock may be stepped
                 # or re-estimated meanwhile: sleep, then look at the clock again.
                 with self.gate.waiting():
                     await self._nap(min(wait_s, self._max_sleep_s))
                 continue
-            await self._wake(now, runs)
+            if due:
+                await self._wake(now, runs)
         await self._decide_unanswered(runs)
 
     async def _decide_unanswered(self, runs: TaskGroup) -> None:
@@ -242,7 +255,7 @@ class Scheduler:
                 if plan is not None and others is not None:
                     # racers = k: other nodes race for this one (racers.py).
                     self._passed.setdefault(name, first_due)
-                    self._left_to(name, plan.claim_tick_s, others, now)
+                    self.share.left_to(name, plan.claim_tick_s, others, now)
                     skipped += 1
                     continue
                 if plan is not None:
@@ -276,16 +289,19 @@ class Scheduler:
         for name, job in self.jobs.items():
             mark = marks.get(name)
             start = mark if mark is not None and mark < now_s else now_s
+            self.share.track(name, now_s)
             try:
                 first_s = job.schedule.next_tick(start)
             except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
                 self._unschedule(job, exc)
                 continue
             self._push(name, first_s)
+        self.seeded = True
 
     def _unschedule(self, job: Job, exc: Exception) -> None:
         """Drop a job whose next tick cannot be computed; the other jobs go on."""
         self.next_tick.pop(job.name, None)
+        self._broken.add(job.name)
         log.error(
             "cannot compute the job's next tick; it will not fire until the agent restarts",
             exc_info=not isinstance(exc, CronraceError),
@@ -316,6 +332,8 @@ class Scheduler:
         """Add a job, or replace one, while the loop runs: it fires from its next tick
         after now (every node computes the same one), not from an older watermark."""
         self.jobs[job.name] = job
+        self._broken.discard(job.name)
+        self.share.track(job.name, int(self.clock.time()))
         try:
             first_s = job.schedule.next_tick(int(self.clock.time()))
         except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
@@ -329,8 +347,15 @@ class Scheduler:
         """Stop firing a job while the loop runs (its heap entries turn stale)."""
         self.jobs.pop(name, None)
         self.next_tick.pop(name, None)
+        self._broken.discard(name)
+        self.share.forget(name)
 
     def _push(self, name: str, tick_s: int, *, wake_s: float | None = None) -> None:
+        if wake_s is None and not self.share.races(name, tick_s):
+            # racers = k: others race this tick (its window's racers). The job leaves the
+            # heap; its window's turn or a membership change brings it back.
+            self.next_tick.pop(name, None)
+            return
         self.next_tick[name] = tick_s
         if wake_s is None:
             preferred = self.membership.preferred(name, tick_s)
@@ -398,47 +423,55 @@ class Scheduler:
         """How far back a tick may lack a racer: the late-fire bound and a heartbeat."""
         return late_fire_bound_s(self.settings.heartbeat_s) + self.settings.heartbeat_s
 
-    def _left_to(self, name: str, tick_s: int, racers: tuple[str, ...], now: float) -> None:
-        """Remember who this node left a tick to, while that tick may still lose them."""
-        left = self._left.setdefault(name, deque())
-        left.append((tick_s, racers))
-        oldest_s = now - self._orphan_window_s()
-        while left and left[0][0] < oldest_s:
-            left.popleft()
-
-    def _members_left(self, before: Ring, after: Ring, last_beat_ms: int) -> None:
-        """Find the recent ticks whose racers have all left, that this node now races for.
-
-        Only ticks this node left to others are looked at, and only once none of the
-        racers it left them to is still a member: one late heartbeat that drops one racer
-        of three costs no claim, and a tick whose racers leave one by one is raced again
-        when the last one goes. Ticks before the leavers' last heartbeat kept their
-        racers (a second of slack for clocks that disagree a little).
-        """
-        k = self.membership.k
-        if k is None:
-            return  # every node races every tick: nobody's departure orphans one
-        me = self.settings.node_id
-        since_s = last_beat_ms // 1000 - 1
-        members = after.members
-        found = 0
-        for name, left in self._left.items():
-            if name not in self.jobs:
-                continue
-            mine = [
-                t
-                for t, racers in left
-                if t >= since_s and members.isdisjoint(racers) and after.races(me, name, t, k)
-            ]
-            if mine:
-                self._orphans[name] = sorted({*self._orphans.get(name, ()), *mine})
-                found += len(mine)
-        if found:
-            log.info(
-                "members left: racing again for the recent ticks they were the racers of",
-                extra={"node": me, "ticks": found, "left": sorted(before.members - members)},
-            )
+    def _members_changed(self, before: Ring, after: Ring, last_beat_ms: int) -> None:
+        """The membership's hook: queue the jobs the change moved, wake the loop for them."""
+        self.share.changed(before, after, last_beat_ms)
+        if self.share.pending or self._orphans:
             self._woken.set()
+
+    def _turn_windows(self, now: float) -> None:
+        """Place the jobs whose window began: those this node races now enter the heap."""
+        for start_s, name in self.share.due_turns(now):
+            job = self.jobs.get(name)
+            if job is None or name in self.next_tick or name in self._broken:
+                continue  # in the heap already: its next pop sees whom the window chose
+            self._take_over(job, start_s - 1, now)
+
+    def _rehome(self, now: float) -> None:
+        """Re-home one chunk of the jobs a membership change moved (tick/share.py)."""
+        now_s = int(now)
+        for change, name in self.share.take():
+            job = self.jobs.get(name)
+            if job is None or name in self._broken:
+                continue
+            first_s = self.next_tick.get(name)
+            if first_s is None:
+                first_s = self._take_over(job, now_s - 1, now, since_s=change.since_s)
+            if first_s is not None:
+                self.share.recover(change, job, first_s, now_s)
+
+    def _take_over(
+        self, job: Job, after_s: int, now: float, *, since_s: int | None = None
+    ) -> int | None:
+        """Push a job's first tick after ``after_s`` when this node races it.
+
+        Returns that tick (raced or not); None when it cannot be computed. A job taken
+        over covers, with its first claim, the ticks of the last few heartbeats: their
+        racers may have died before the membership said so.
+        """
+        name = job.name
+        try:
+            first_s = job.schedule.next_tick(after_s)
+        except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
+            self._unschedule(job, exc)
+            return None
+        if self.share.races(name, first_s):
+            oldest_s = int(now - self._orphan_window_s())
+            if since_s is not None:
+                oldest_s = max(oldest_s, since_s)
+            self._passed.setdefault(name, oldest_s)
+            self._push(name, first_s)
+        return first_s
 
     async def _race_orphans(self, runs: TaskGroup, now: float) -> None:
         """Race, late, for the ticks this node became a racer for when members left."""

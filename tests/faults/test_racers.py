@@ -77,7 +77,7 @@ def test_both_racers_killed_at_once_their_ticks_fire_late_once_and_a_rolling_res
         for round_ in range(2):  # 6 nodes, then 4: both racers of a tick die at once
             tick = int(time.time()) + 2
             job = JOBS[round_ % len(JOBS)]
-            racers = Ring.build(live_nodes).candidates(job, tick, 2)
+            racers = Ring.build(live_nodes).racers(job, tick, 2)
             sleep_until_fraction(0.85)  # 150 ms before a tick: no claim of it is out yet
             if int(time.time()) + 1 != tick:
                 time.sleep(1.0)

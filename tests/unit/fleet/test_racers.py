@@ -132,9 +132,9 @@ def test_a_candidate_of_a_larger_view_is_a_candidate_of_every_smaller_view_listi
     big = Ring.build(members)
     small_members = [m for i, m in enumerate(members) if i not in drop]
     small = Ring.build(small_members)
-    for node in big.candidates("job", tick, k):
+    for node in big.racers("job", tick, k):
         if node in small.members:
-            assert node in small.candidates("job", tick, k)
+            assert node in small.racers("job", tick, k)
             assert small.races(node, "job", tick, k)
 
 
@@ -144,7 +144,7 @@ def test_races_in_all_mode_with_few_members_and_for_nodes_the_view_lacks() -> No
     assert ring.races("node-0", "j", 1, 4)
     assert ring.races("unknown", "j", 1, 1)
     racing = [node for node in nodes(4) if ring.races(node, "j", 1, 2)]
-    assert racing == sorted(ring.candidates("j", 1, 2))
+    assert racing == sorted(ring.racers("j", 1, 2))
 
 
 def test_ring_rebuild_reuses_cached_points() -> None:
@@ -198,8 +198,10 @@ def test_a_bad_racers_setting_is_one_line_naming_the_variable(
 def test_membership_counts_members_heard_lately_itself_always_and_reports_departures() -> None:
     left: list[tuple[frozenset[str], frozenset[str], int]] = []
     view = Membership("me", Racers(2), heartbeat_s=2.0)
-    view.on_departure = lambda before, after, last_ms: left.append(
-        (before.members, after.members, last_ms)
+    view.on_change = lambda before, after, last_ms: (
+        left.append((before.members, after.members, last_ms))
+        if before.members - after.members
+        else None
     )
     assert view.races("job", 1)  # before the first read every node races
     ttl_ms = 6000
@@ -270,7 +272,8 @@ def test_members_that_run_other_jobs_or_have_not_said_are_left_out_of_the_race()
     assert view.ring.members == {"me", "a"}
     assert view.live == {"me", "a", "b", "new"}
     assert not view.uniform
-    racing = sum(view.races("job", t) for t in range(1000))
+    # Racers are placed per job and window (racers.py): count over jobs, not ticks.
+    racing = sum(view.races(f"job-{i}", 1) for i in range(1000))
     assert 400 < racing < 600  # one racer of the two alike
     view.alike({"me": "x", "a": "x", "b": "x", "new": "x"}, now_ms)
     assert view.uniform

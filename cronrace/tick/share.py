@@ -1,0 +1,240 @@
+"""racers = k: which jobs this node keeps in its heap, and the ticks their racers may have lost.
+
+A node's work must follow the ticks it races, not every job's every tick (DESIGN.md
+section 12). So a job's racers are placed per window (fleet/racers.py) and a node keeps in
+its heap only the jobs it races in their current window. Three things bring a job into
+the heap: the start (every job is placed once), its window's turn (each job's windows
+start at their own second of the period: a few jobs a second turn, never all at once),
+and a membership change that makes this node one of its racers (found through the key
+index, fleet/placement.py, without placing every job again). A job leaves the heap when
+its next tick is raced by others: the loop does not push it back.
+
+A change is queued here and its moved jobs are re-homed by the loop a chunk at a time
+(:data:`CHANGE_CHUNK` jobs per turn of the loop), so even a change that moves every job
+(the first view of a large fleet) never holds the loop for long.
+
+Ticks whose racers died: a node that becomes a racer because members left looks at the
+job's recent ticks (since the leavers' last heartbeat): those whose racers, in the view
+before the change, all left are its to race again, late (``orphans``); those whose racers
+partly live are remembered with their racers (``left``), so a later departure of the rest
+still finds them. Every racer's first claim after it took a job over also covers the
+ticks of the last few heartbeats (``passed``): a racer that died before the membership
+said so leaves nothing behind that the watermark has not passed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cronrace.fleet.membership import Membership
+from cronrace.fleet.placement import KeyIndex
+from cronrace.fleet.racers import PLACEMENT_WINDOW_S, Ring, placement_start_s
+from cronrace.model.job import Job
+
+log = logging.getLogger("cronrace.tick.share")
+
+#: Jobs re-homed per turn of the loop after a membership change: at ~3 µs each, a few
+#: milliseconds of event-loop time at once, however many jobs the change moved.
+CHANGE_CHUNK = 500
+#: Most recent ticks of one job looked at for a departure (a one-second job's last few).
+RECENT_TICKS_CAP = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change of this node's racing members, as the heartbeat read it."""
+
+    before: Ring
+    after: Ring
+    #: No tick before it lost its racers: the leavers' oldest last heartbeat, less a second
+    #: of slack for clocks that disagree a little.
+    since_s: int
+
+    @property
+    def departed(self) -> bool:
+        return bool(self.before.members - self.after.members)
+
+
+class RacerShare:
+    """The k-of-N bookkeeping of one scheduler (inert with ``racers = all``)."""
+
+    def __init__(
+        self, node_id: str, membership: Membership, jobs: Mapping[str, Job], orphan_window_s: float
+    ) -> None:
+        self.node_id = node_id
+        self.membership = membership
+        self.jobs = jobs  # the scheduler's own dict: jobs added at runtime are seen here
+        self.orphan_window_s = orphan_window_s
+        self.index = KeyIndex()
+        #: (start of a job's next window, job): when to place it again.
+        self._turns: list[tuple[int, str]] = []
+        self._window: dict[str, int] = {}
+        #: Jobs whose window turned lately: a departure looks at their last window's ticks.
+        self._recent: deque[tuple[int, str]] = deque()
+        self._work: deque[tuple[Change, list[str]]] = deque()
+        #: The oldest tick of each job this node left to other racers since it last raced
+        #: for the job: its next claim covers them (before the watermark passes them).
+        self.passed: dict[str, int] = {}
+        #: Ticks this node became a racer for because members left: raced at once, late.
+        self.orphans: dict[str, list[int]] = {}
+        #: Recent ticks this node left to others, and to whom.
+        self.left: dict[str, deque[tuple[int, tuple[str, ...]]]] = {}
+
+    @property
+    def k(self) -> int | None:
+        return self.membership.k
+
+    def races(self, name: str, tick_s: int) -> bool:
+        """Whether this node races one (job, tick) in its current view."""
+        return self.membership.racers_of(name, tick_s) is None
+
+    # -- windows -----------------------------------------------------------------------
+
+    def track(self, name: str, now_s: int) -> None:
+        """Place a job (at the start, or added at runtime) in its current window."""
+        if self.k is None:
+            return
+        start_s = placement_start_s(name, now_s)
+        self._window[name] = start_s
+        self.index.put(name, start_s)
+        heapq.heappush(self._turns, (start_s + PLACEMENT_WINDOW_S, name))
+
+    def forget(self, name: str) -> None:
+        """A job removed at runtime: its window, key and remembered ticks go."""
+        self._window.pop(name, None)
+        self.index.drop(name)
+        self.passed.pop(name, None)
+        self.orphans.pop(name, None)
+        self.left.pop(name, None)
+
+    def next_turn_s(self) -> float:
+        return self._turns[0][0] if self._turns else math.inf
+
+    def due_turns(self, now: float) -> list[tuple[int, str]]:
+        """Turn every window that has begun: (its start, job) for each."""
+        turned: list[tuple[int, str]] = []
+        while self._turns and self._turns[0][0] <= now:
+            start_s, name = heapq.heappop(self._turns)
+            if self._window.get(name) != start_s - PLACEMENT_WINDOW_S:
+                continue  # a job removed or placed again meanwhile: its own entry counts
+            self._window[name] = start_s
+            self.index.put(name, start_s)
+            heapq.heappush(self._turns, (start_s + PLACEMENT_WINDOW_S, name))
+            self._recent.append((start_s, name))
+            turned.append((start_s, name))
+        oldest_s = now - self.orphan_window_s
+        while self._recent and self._recent[0][0] < oldest_s:
+            self._recent.popleft()
+        return turned
+
+    # -- membership changes --------------------------------------------------------------
+
+    @property
+    def pending(self) -> bool:
+        """Whether a change still has jobs to re-home."""
+        return bool(self._work)
+
+    def changed(self, before: Ring, after: Ring, last_beat_ms: int) -> None:
+        """Queue the jobs a change of the racing members moved (the membership's hook)."""
+        k = self.k
+        if k is None:
+            return
+        change = Change(before, after, last_beat_ms // 1000 - 1)
+        moved = self.index.moved(before, after, k, self.membership.point_cache)
+        names = self.index.names() if moved is None else sorted(moved)
+        if change.departed:
+            # Jobs whose window turned lately: their last window's ticks may be orphans.
+            seen = set(names)
+            for _start_s, name in self._recent:
+                if name not in seen:
+                    seen.add(name)
+                    names.append(name)
+            self._members_left(change)
+        if names:
+            self._work.append((change, names))
+
+    def take(self, limit: int = CHANGE_CHUNK) -> list[tuple[Change, str]]:
+        """The next jobs to re-home, at most ``limit``, each with its change."""
+        out: list[tuple[Change, str]] = []
+        while self._work and len(out) < limit:
+            change, names = self._work[0]
+            count = limit - len(out)
+            out.extend((change, name) for name in names[:count])
+            if count >= len(names):
+                self._work.popleft()
+            else:
+                del names[:count]
+        return out
+
+    def recover(self, change: Change, job: Job, first_s: int, now_s: int) -> None:
+        """Find the recent ticks of a moved job that lost every racer and are now this node's.
+
+        ``first_s`` is the job's first tick this node races from now on (the loop's), so
+        only the ticks before it are looked at.
+        """
+        k = self.k
+        if k is None or not change.departed:
+            return
+        me, name = self.node_id, job.name
+        after_s = max(change.since_s, int(now_s - self.orphan_window_s)) - 1
+        until_s = min(now_s, first_s - 1)
+        for tick_s in job.schedule.ticks_between(after_s, until_s, RECENT_TICKS_CAP):
+            if change.before.races(me, name, tick_s, k):
+                continue  # raced it itself
+            if not change.after.races(me, name, tick_s, k):
+                continue  # others race it
+            racers = change.before.racers(name, tick_s, k)
+            if change.after.members.isdisjoint(racers):
+                self.orphans.setdefault(name, []).append(tick_s)
+            else:  # a racer of it lives: remembered, in case the rest leave too
+                self.left.setdefault(name, deque()).append((tick_s, racers))
+        if name in self.orphans:
+            self.orphans[name] = sorted(set(self.orphans[name]))
+
+    def left_to(self, name: str, tick_s: int, racers: tuple[str, ...], now: float) -> None:
+        """Remember who this node left a tick to, while that tick may still lose them."""
+        left = self.left.setdefault(name, deque())
+        left.append((tick_s, racers))
+        oldest_s = now - self.orphan_window_s
+        while left and left[0][0] < oldest_s:
+            left.popleft()
+
+    def _members_left(self, change: Change) -> None:
+        """Find the remembered ticks whose racers have all left, that this node now races.
+
+        Only once none of the racers a tick was left to is still a member: one late
+        heartbeat that drops one racer of three costs no claim, and a tick whose racers
+        leave one by one is raced again when the last one goes.
+        """
+        k = self.k
+        if k is None:
+            return
+        me, members = self.node_id, change.after.members
+        found = 0
+        for name, left in self.left.items():
+            if name not in self.jobs:
+                continue
+            mine = [
+                t
+                for t, racers in left
+                if t >= change.since_s
+                and members.isdisjoint(racers)
+                and change.after.races(me, name, t, k)
+            ]
+            if mine:
+                self.orphans[name] = sorted({*self.orphans.get(name, ()), *mine})
+                found += len(mine)
+        if found:
+            log.info(
+                "members left: racing again for the recent ticks they were the racers of",
+                extra={
+                    "node": me,
+                    "ticks": found,
+                    "left": sorted(change.before.members - members)[:10],
+                },
+            )

@@ -1,0 +1,88 @@
+"""Placement windows and the key index: a change finds exactly the jobs whose racers moved."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cronrace.fleet.placement import KeyIndex
+from cronrace.fleet.racers import PLACEMENT_WINDOW_S, Ring, placement_start_s, window_offset_s
+
+JOBS = [f"job-{i}" for i in range(300)]
+NOW_S = 1_700_000_000
+
+
+def indexed(jobs: list[str], now_s: int = NOW_S) -> KeyIndex:
+    index = KeyIndex()
+    for job in jobs:
+        index.put(job, placement_start_s(job, now_s))
+    return index
+
+
+def test_every_tick_of_a_window_has_the_same_racers_and_windows_turn_one_job_at_a_time() -> None:
+    ring = Ring.build(f"n{i}" for i in range(20))
+    start = placement_start_s("cleanup", NOW_S)
+    assert start <= NOW_S < start + PLACEMENT_WINDOW_S
+    window = range(start, start + PLACEMENT_WINDOW_S)
+    assert len({ring.racers("cleanup", t, 2) for t in window}) == 1
+    # The jobs' windows start at different seconds of the period: turns are spread.
+    offsets = Counter(window_offset_s(job) for job in JOBS)
+    assert max(offsets.values()) <= 4
+    assert placement_start_s("cleanup", start + PLACEMENT_WINDOW_S) == start + PLACEMENT_WINDOW_S
+
+
+def test_the_racers_take_turns_being_first_within_a_window() -> None:
+    ring = Ring.build(f"n{i}" for i in range(10))
+    start = placement_start_s("cleanup", NOW_S)
+    firsts = Counter(ring.first_racer("cleanup", t, 2) for t in range(start, start + 600))
+    assert set(firsts) == set(ring.racers("cleanup", start, 2))
+    assert min(firsts.values()) > 240
+    minutely = Counter(ring.first_racer("cleanup", t, 3) for t in range(start, start + 600, 60))
+    assert len(minutely) >= 2  # not always the same racer for a job whose ticks are all even
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    before=st.sets(st.integers(min_value=0, max_value=30), min_size=1),
+    after=st.sets(st.integers(min_value=0, max_value=30), min_size=1),
+    k=st.integers(min_value=1, max_value=3),
+)
+def test_a_change_moves_exactly_the_jobs_whose_racers_differ(
+    before: set[int], after: set[int], k: int
+) -> None:
+    old = Ring.build(f"n{i}" for i in before)
+    new = Ring.build(f"n{i}" for i in after)
+    index = indexed(JOBS)
+    changed = {job for job in JOBS if old.racers(job, NOW_S, k) != new.racers(job, NOW_S, k)}
+    moved = index.moved(old, new, k)
+    if moved is None:  # too large a change: every job is looked at again
+        return
+    assert moved == changed
+
+
+def test_one_join_or_leave_moves_about_k_over_n_of_the_jobs_and_is_found_by_arcs() -> None:
+    members = [f"n{i}" for i in range(50)]
+    old = Ring.build(members)
+    index = indexed(JOBS * 1)
+    joined = Ring.build([*members, "newcomer"])
+    moved = index.moved(old, joined, 2)
+    assert moved is not None
+    assert moved == {j for j in JOBS if old.racers(j, NOW_S, 2) != joined.racers(j, NOW_S, 2)}
+    assert 0 < len(moved) < 4 * 2 * len(JOBS) / 50
+    left = Ring.build(members[1:])
+    moved = index.moved(old, left, 2)
+    assert moved == {j for j in JOBS if "n0" in old.racers(j, NOW_S, 2)}
+
+
+def test_the_index_follows_each_jobs_window_and_forgets_dropped_jobs() -> None:
+    index = indexed(JOBS[:3])
+    index.put("job-0", placement_start_s("job-0", NOW_S) + PLACEMENT_WINDOW_S)
+    index.drop("job-1")
+    index.drop("never-there")
+    assert sorted(index.names()) == ["job-0", "job-2"]
+    assert len(index) == 2
+    assert "job-1" not in index
+    assert index.moved(Ring.build(["a", "b", "c"]), Ring.build(["a", "b", "c"]), 1) == set()
+    assert index.moved(Ring.build(["a"]), Ring.build(["a", "b", "c"]), 1) is None
