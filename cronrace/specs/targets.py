@@ -11,12 +11,14 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cronrace.stores.urls import REDIS_SCHEMES, check_store_url, scheme_of
+
+if TYPE_CHECKING:
+    import httpx
 
 #: Host names that always mean this machine; every other name must be allowed explicitly.
 LOOPBACK_NAMES = frozenset({"localhost"})
@@ -32,6 +34,17 @@ RESERVED_ENV = frozenset(
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _url(value: str) -> httpx.URL:
+    """Parse a URL as the HTTP target will send it.
+
+    httpx (and, through it, rich) is imported here, by the first HTTP spec read: an agent
+    whose jobs are code, and every module of handlers, never pays for it.
+    """
+    import httpx
+
+    return httpx.URL(value)
 
 
 def is_loopback(host: str) -> bool:
@@ -71,9 +84,11 @@ class HttpSpec(BaseModel):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
+        from httpx import InvalidURL
+
         try:
-            url = httpx.URL(value)
-        except httpx.InvalidURL as exc:
+            url = _url(value)
+        except InvalidURL as exc:
             raise ValueError(f"is not a URL: {exc}") from None
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError("must be an http:// or https:// URL with a host")
@@ -108,12 +123,12 @@ class HttpSpec(BaseModel):
 
     @property
     def host(self) -> str:
-        return httpx.URL(self.url).host
+        return _url(self.url).host
 
     @property
     def safe_url(self) -> str:
         """The URL without its password, for logs, errors and run records."""
-        url = httpx.URL(self.url)
+        url = _url(self.url)
         if not url.password:
             return self.url
         return str(url.copy_with(username=url.username, password="***"))  # noqa: S106 - a mask

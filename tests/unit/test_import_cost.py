@@ -75,6 +75,26 @@ def test_a_handler_module_importing_its_names_stays_light() -> None:
     assert loaded(modules, NOT_FOR_HANDLERS) == []
 
 
+#: What the agent itself never needs to be imported: the store's driver comes with its URL.
+NOT_FOR_THE_AGENT = (
+    "httpx",
+    "prometheus_client",
+    "redis",
+    "rich",
+    "typer",
+    "cronrace.cli",
+    "cronrace.sidecar",
+    "cronrace.stores.redis",
+    "cronrace.web",
+)
+
+
+def test_importing_the_agent_loads_no_sidecar_metrics_http_or_driver() -> None:
+    modules = modules_after("from cronrace import Agent")
+    assert "cronrace.agent.core" in modules
+    assert loaded(modules, NOT_FOR_THE_AGENT) == []
+
+
 def test_the_help_of_the_command_loads_no_agent_store_or_sidecar() -> None:
     modules = modules_after(
         "from typer.testing import CliRunner\n"
