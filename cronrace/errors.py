@@ -58,6 +58,15 @@ class RedisUnavailableError(StoreError):
     """
 
 
+class RedisMovingError(RedisUnavailableError):
+    """The key's Cluster slot is moving between shards (a live resharding): not run.
+
+    ``TRYAGAIN`` (a script whose keys are partly moved), an ``ASK`` or ``MOVED`` that did
+    not settle: the cluster is healthy, and the call passes once the slot has moved, so it
+    is retried at once and does not make the node not ready.
+    """
+
+
 class RedisAmbiguousError(RedisUnavailableError):
     """The connection failed or timed out with a call in flight: it may have run.
 

@@ -24,7 +24,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 
-from cronrace.errors import RedisAccessError, StoreError
+from cronrace.errors import RedisAccessError, RedisMovingError, StoreError
 from cronrace.fleet.membership import Membership
 from cronrace.model.job import Job
 from cronrace.runtime.clock import Clock, ServerOffsetClock
@@ -174,5 +174,13 @@ class Heartbeat:
             except StoreError as exc:
                 delay_s = retry.failed()
                 self.observer.redis_error("heartbeat")
+                if isinstance(exc, RedisMovingError):
+                    # A live resharding moving the namespace keys' slot: the cluster is
+                    # healthy, and the next beat (on the backoff) passes.
+                    log.info(
+                        "heartbeat met a slot moving between shards",
+                        extra={"node": self.node_id, "error": str(exc)},
+                    )
+                    continue
                 self.readiness.set_reachable(False, why=f"Redis unreachable: {exc}")
                 log.warning("heartbeat failed", extra={"node": self.node_id, "error": str(exc)})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from cronrace.errors import CronraceError, RedisUnavailableError
+from cronrace.errors import CronraceError, RedisMovingError, RedisUnavailableError
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.retry import BACKOFF, Backoff, Retry
@@ -76,6 +76,9 @@ async def acquire_retrying(
                 retry.append(index)
         if retry:
             observer.redis_error("acquire")
+        # A slot moving between shards (a live resharding) is no outage: the cluster is
+        # healthy and the decision passes once the slot has moved.
+        outage = any(not isinstance(answers[i][0], RedisMovingError) for i in retry)
         now_s = clock.time()
         todo = [index for index in retry if now_s < give_up_at_s[index]]
         for index in sorted(set(retry) - set(todo)):
@@ -88,11 +91,15 @@ async def acquire_retrying(
                 },
             )
         if not todo:
-            set_ready(not retry)
+            set_ready(not outage)
             return answers
-        set_ready(False)
-        log.warning(
-            "acquire failed after winning claims; retrying",
+        if outage:
+            set_ready(False)
+        log.log(
+            logging.WARNING if outage else logging.INFO,
+            "acquire failed after winning claims; retrying"
+            if outage
+            else "acquire met a slot moving between shards; retrying",
             extra={
                 "jobs": [requests[i].job for i in todo],
                 "attempt": attempt + 1,

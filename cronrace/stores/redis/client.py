@@ -22,7 +22,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
-from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
+from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
@@ -31,8 +31,6 @@ from redis.exceptions import (
 )
 
 from cronrace.stores.redis.access import AccessWatch
-from cronrace.stores.redis.shards import AMBIGUOUS_ERRORS as AMBIGUOUS_ERRORS
-from cronrace.stores.redis.shards import TRANSIENT_ERRORS as TRANSIENT_ERRORS
 from cronrace.stores.redis.urls import Deployment, RedisTarget, parse_redis_url
 
 log = logging.getLogger("cronrace.stores.redis")
@@ -76,6 +74,7 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
             max_connections=2 * max_connections,
             **options,
         )
+        _asking_connections(cluster)
         cluster.access = access
         cluster.in_flight = asyncio.Semaphore(max_connections)
         return cluster
@@ -204,6 +203,80 @@ class _WatchedClusterPipeline(ClusterPipeline):
         except RedisError as exc:
             _raise_translated(self.access, exc, commands[0] if commands else ())
         return _pipeline_replies(self.access, commands, replies, raise_on_error)
+
+
+#: Set by a cluster connection asked to send ``ASKING`` alone: the node (host, port) whose
+#: next command in this task must carry it.
+_ASKING_FOR: ContextVar[tuple[str, int] | None] = ContextVar("cronrace_asking_for", default=None)
+
+
+class _AskingOnOneConnection:
+    """``ASKING`` sent on the same connection as the command it allows.
+
+    An ``ASK`` redirection (a slot half-moved by a live resharding) allows one command on
+    the node importing the slot, on the connection that sent ``ASKING`` just before it.
+    redis-py 8.1's cluster client sends ``ASKING`` as a command of its own, taking a
+    connection from the node's pool for it and another for the command: with more than
+    one connection open, the command goes out without it, is sent back with ``MOVED``,
+    and so on until redis-py gives up (``TTL exhausted``), for as long as the slot is
+    half-moved. Here ``ASKING`` alone is only noted; the next command this task sends to
+    the same node carries it, in the same write.
+    """
+
+    host: str
+    port: int
+    _asking_noted = False
+    _asking_packed = False
+    _asking_replies = 0
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if len(args) == 1 and args[0] in ("ASKING", b"ASKING"):
+            _ASKING_FOR.set((self.host, self.port))
+            self._asking_noted = True
+            return []
+        packed: list[bytes] = super().pack_command(*args)  # type: ignore[misc]
+        if _ASKING_FOR.get() == (self.host, self.port):
+            _ASKING_FOR.set(None)
+            self._asking_packed = True
+            asking: list[bytes] = super().pack_command("ASKING")  # type: ignore[misc]
+            return asking + packed
+        return packed
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if self._asking_noted and not command:
+            return
+        # Counted once sent: a connection opened by this send reads its handshake first.
+        packed, self._asking_packed = self._asking_packed, False
+        await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        if packed:
+            self._asking_replies += 1
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        if self._asking_noted:
+            self._asking_noted = False
+            return b"OK"
+        while self._asking_replies:
+            self._asking_replies -= 1
+            await super().read_response(*args, **kwargs)  # type: ignore[misc]  # ASKING's OK
+        return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+
+
+class _AskingConnection(_AskingOnOneConnection, Connection):
+    pass
+
+
+class _AskingSSLConnection(_AskingOnOneConnection, SSLConnection):
+    pass
+
+
+def _asking_connections(cluster: RedisCluster) -> None:
+    """Make every connection of ``cluster`` send ``ASKING`` with its command."""
+    kind = cluster.connection_kwargs.get("connection_class")
+    asking = _AskingSSLConnection if kind is SSLConnection else _AskingConnection
+    for kwargs in (cluster.connection_kwargs, cluster.nodes_manager.connection_kwargs):
+        kwargs["connection_class"] = asking
+    for node in cluster.nodes_manager.startup_nodes.values():
+        node.connection_class = asking
 
 
 class _WatchedCluster(RedisCluster):

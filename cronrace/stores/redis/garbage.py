@@ -15,28 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import (
-    BusyLoadingError,
-    ClusterDownError,
-    ReadOnlyError,
-    ResponseError,
-    TryAgainError,
-)
+from redis.exceptions import ResponseError
 
 from cronrace.stores.redis.replies import decode_quarantined
 from cronrace.stores.redis.scripts import Scripts
 from cronrace.stores.values import Quarantined
 
 log = logging.getLogger("cronrace.stores.redis")
-
-#: Errors in one reply of a pipeline after which that command did not run and may be
-#: sent again once Redis is back (loading its data, a replica not yet promoted, ...).
-TRANSIENT_REPLY_ERRORS: tuple[type[BaseException], ...] = (
-    BusyLoadingError,
-    ReadOnlyError,
-    TryAgainError,
-    ClusterDownError,
-)
 
 
 @dataclass(frozen=True, slots=True)

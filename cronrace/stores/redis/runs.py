@@ -15,7 +15,7 @@ from redis.exceptions import ResponseError
 from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
-from cronrace.stores.redis.errors import RAW_FAILURES, translate, translating
+from cronrace.stores.redis.errors import RAW_FAILURES, Passage, passage, translate, translating
 from cronrace.stores.redis.garbage import Command, is_wrong_type, report_quarantined
 from cronrace.stores.redis.operator import OperatorCommands
 from cronrace.stores.redis.replies import (
@@ -156,10 +156,10 @@ class RunCommands(OperatorCommands):
 
     async def _finished(self, request: FinishRequest, reply: Any) -> ReleaseReply:
         """Decode one run's release; write its record alone when the lease had moved on."""
-        if isinstance(reply, ResponseError):
-            raise type(reply)(locate_lines("release", str(reply))) from reply
         if isinstance(reply, BaseException):
-            raise reply
+            if passage(reply, in_reply=True) is Passage.FAILED and isinstance(reply, ResponseError):
+                raise type(reply)(locate_lines("release", str(reply))) from reply
+            raise translate(reply, in_reply=True) from reply
         record = request.record
         decoded = self._decode_release(record.job, request.release_fence, reply)
         if decoded.decision is ReleaseDecision.NOT_OWNER:

@@ -19,8 +19,9 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from cronrace.stores.redis.errors import passage, translate
 from cronrace.stores.redis.replies import decode_text
-from cronrace.stores.redis.shards import TRANSIENT_ERRORS, per_shard
+from cronrace.stores.redis.shards import per_shard
 
 log = logging.getLogger("cronrace.stores.redis")
 
@@ -101,9 +102,13 @@ class Scripts:
                 "script cache was flushed; sending the script again", extra={"script": name}
             )
             todo = retry
-        unanswered = [reply for reply in results if isinstance(reply, TRANSIENT_ERRORS)]
+        unanswered = [
+            reply
+            for reply in results
+            if isinstance(reply, BaseException) and passage(reply, in_reply=True).passes
+        ]
         if unanswered and len(unanswered) == len(results):
-            raise unanswered[0]
+            raise translate(unanswered[0], in_reply=True)
         return results
 
     async def _round(

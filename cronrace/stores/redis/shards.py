@@ -14,36 +14,9 @@ from typing import Any
 
 import anyio
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import (
-    ClusterDownError,
-    ReadOnlyError,
-    RedisClusterException,
-    RedisError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisClusterException, RedisError
 
 from cronrace.errors import RedisAccessError
-
-#: Errors after which a command may or may not have run on the server.
-AMBIGUOUS_ERRORS: tuple[type[BaseException], ...] = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    OSError,
-)
-
-#: Errors that pass with a failover or a reconnect (DESIGN.md section 11): a demoted
-#: primary (``READONLY``), a cluster re-electing a primary (``CLUSTERDOWN``, ``TRYAGAIN``,
-#: slots not covered yet) as well as the ambiguous ones. Retried with backoff, never
-#: reported as a refusal.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    *AMBIGUOUS_ERRORS,
-    ReadOnlyError,
-    ClusterDownError,
-    TryAgainError,
-    RedisClusterException,
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from redis.exceptions import (
     AuthenticationError,
     BusyLoadingError,
     ClusterDownError,
+    ClusterError,
     DataError,
     InvalidResponse,
     NoPermissionError,
@@ -24,12 +25,13 @@ from cronrace.errors import (
     RedisAmbiguousError,
     RedisAuthError,
     RedisDataError,
+    RedisMovingError,
     RedisPermissionError,
     RedisUnavailableError,
     StoreError,
 )
 from cronrace.stores.redis import Store
-from cronrace.stores.redis.errors import translate
+from cronrace.stores.redis.errors import Passage, passage, translate
 from cronrace.stores.redis.fleet import FleetCommands
 from cronrace.stores.redis.schedules import ScheduleCommands
 
@@ -44,7 +46,8 @@ from cronrace.stores.redis.schedules import ScheduleCommands
         (BusyLoadingError("LOADING"), RedisAmbiguousError),
         (ReadOnlyError("READONLY You can't write against a read only replica."), None),
         (ClusterDownError("CLUSTERDOWN The cluster is down"), None),
-        (TryAgainError("TRYAGAIN"), None),
+        (TryAgainError("TRYAGAIN"), RedisMovingError),
+        (ClusterError("TTL exhausted."), RedisMovingError),
         (RedisClusterException("slots not covered"), None),
         (ResponseError("WRONGTYPE Operation against a key"), RedisDataError),
         (DataError("Invalid input of type: 'dict'"), RedisDataError),
@@ -87,3 +90,23 @@ async def test_a_dropped_connection_reaches_the_caller_as_a_store_error() -> Non
     finally:
         await store.aclose()
     assert isinstance(caught.value.__cause__, (RedisConnectionError, OSError))
+
+
+@pytest.mark.parametrize(
+    ("answered", "meaning"),
+    [
+        (TryAgainError("TRYAGAIN"), Passage.MOVING),
+        (ClusterError("TTL exhausted."), Passage.MOVING),
+        (ClusterDownError("CLUSTERDOWN"), Passage.UNAVAILABLE),
+        (BusyLoadingError("LOADING"), Passage.UNAVAILABLE),  # a reply: it did not run
+        (ReadOnlyError("READONLY"), Passage.UNAVAILABLE),
+        (RedisConnectionError("reset"), Passage.AMBIGUOUS),
+        (ResponseError("ERR user_script:3: bad"), Passage.FAILED),
+        (NoPermissionError("NOPERM"), Passage.REFUSED),
+        # redis-py's own redirection failed (an ASK to a node it did not know yet):
+        (AttributeError("'NoneType' object has no attribute 'connection_kwargs'"), Passage.MOVING),
+    ],
+)
+def test_one_table_says_how_each_reply_error_passes(answered: Exception, meaning: Passage) -> None:
+    assert passage(answered, in_reply=True) is meaning
+    assert translate(answered, in_reply=True).__cause__ is answered

@@ -26,7 +26,9 @@
 -- ARGV[12] prior_tick  that tick (0: none). Deciding past it while its claim is won but
 --                      undecided (its winner's answer is still on the way, or its reply
 --                      was lost and is being read back) notes it in state.passed: no one
---                      else will decide it, so its winner still may, late
+--                      else will decide it, so its winner still may, late. The ticks
+--                      between the watermark and it are noted too (state.passed_ranges):
+--                      this caller raced them and left them to their winners
 -- ARGV[13] late_ok     '1' (catchup = all): a passed tick decided late runs, under the
 --                      overlap policy; otherwise it is answered 'missed'
 --
@@ -169,7 +171,37 @@ local function save_passed(ticks)
   end
 end
 
--- The claim of the tick before this decision's is won and undecided: note it passed.
+-- Ranges of ticks passed by a later decision: lo < tick <= hi, newest last. A decision
+-- whose caller raced ticks up to prior_tick and left them to their winners, while the
+-- watermark was still below them, decides none of them: every tick from the watermark to
+-- prior_tick is left to whoever holds its claim (several may be on the way at once: a
+-- Cluster slot moving between shards holds back every decision of the job for a while,
+-- and they come back in any order).
+local RANGES_KEPT = 16
+local function passed_ranges()
+  local out = {}
+  local raw = redis.call('HGET', state_key, 'passed_ranges') or ''
+  for lo, hi in string.gmatch(raw, '(%-?%d+):(%-?%d+)') do
+    out[#out + 1] = {tonumber(lo), tonumber(hi)}
+  end
+  return out
+end
+
+local function save_ranges(ranges)
+  while #ranges > RANGES_KEPT do table.remove(ranges, 1) end
+  local parts = {}
+  for _, r in ipairs(ranges) do
+    if r[1] < r[2] then parts[#parts + 1] = int_text(r[1]) .. ':' .. int_text(r[2]) end
+  end
+  if #parts == 0 then
+    redis.call('HDEL', state_key, 'passed_ranges')
+  else
+    redis.call('HSET', state_key, 'passed_ranges', table.concat(parts, ' '))
+  end
+end
+
+-- The claim of the tick before this decision's is won and undecided: note it passed;
+-- and note every tick between the watermark and it as passed too.
 local function note_prior_passed()
   if not prior_key or prior_tick <= prev or prior_tick >= decide_tick then return end
   local held = redis.call('GET', prior_key)
@@ -178,6 +210,26 @@ local function note_prior_passed()
     ticks[#ticks + 1] = int_text(prior_tick)
     save_passed(ticks)
   end
+  if prev >= 0 and prior_tick - prev > 1 then
+    local ranges = passed_ranges()
+    ranges[#ranges + 1] = {prev, prior_tick - 1}
+    save_ranges(ranges)
+  end
+end
+
+-- This tick lies in a passed range: take it out (the range is split around it).
+local function take_passed_range(tick)
+  local ranges = passed_ranges()
+  for i, r in ipairs(ranges) do
+    if r[1] < tick and tick <= r[2] then
+      table.remove(ranges, i)
+      table.insert(ranges, i, {tick, r[2]})
+      table.insert(ranges, i, {r[1], tick - 1})
+      save_ranges(ranges)
+      return true
+    end
+  end
+  return false
 end
 
 -- This tick was passed while this owner's claim on it was undecided: take it off the list.
@@ -201,7 +253,8 @@ if mode ~= 'trigger' then
     -- A later tick was decided first. Stale, unless that decision passed this tick while
     -- this owner's claim on it was undecided: then no one else decided it, and no one else
     -- can (the claim is ours), so it is decided now, late.
-    if not (mode == 'run' and remember and take_passed(decide_tick)) then
+    if not (mode == 'run' and remember
+            and (take_passed(decide_tick) or take_passed_range(decide_tick))) then
       return reply('stale', 0)
     end
     if not late_ok then
