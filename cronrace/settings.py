@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -30,12 +30,40 @@ from cronrace.stores.urls import redact_url as redact_url  # re-exported: cli, t
 ENV_PREFIX = "CRONRACE_"
 HOST_PATTERN = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_-]{1,63})*$")
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: ``store_url`` is also read as ``redis_url`` (and ``CRONRACE_REDIS_URL``), its name
+#: before PostgreSQL; the new name wins where both are given to one source.
+STORE_URL_NAMES = AliasChoices("store_url", "redis_url", "CRONRACE_STORE_URL", "CRONRACE_REDIS_URL")
+STORE_URL_HELP = (
+    "redis://, rediss:// (TLS), unix://, redis+sentinel://, redis+cluster:// (and their "
+    "rediss+ forms), postgresql:// (PostgreSQL, `pip install 'cronrace[postgres]'`), or "
+    "memory:// (embedded, one process)"
+)
 
 
 def default_node_id() -> str:
     """Return ``<host>-<pid>-<random>``: unique per process, readable in logs."""
     host = socket.gethostname().split(".")[0] or "node"
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class _OneName(PydanticBaseSettingsSource):
+    """A source whose ``redis_url`` is read as ``store_url`` (its own ``store_url`` wins), so
+    that every source gives the store's URL under one key and the sources' priority holds:
+    a flag named ``--redis-url`` still beats ``CRONRACE_STORE_URL``, which beats the file."""
+
+    def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource):
+        super().__init__(settings_cls)
+        self.inner = inner
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        data = dict(self.inner())
+        if "redis_url" in data:
+            older = data.pop("redis_url")
+            data.setdefault("store_url", older)
+        return data
 
 
 class AgentSettings(BaseSettings):
@@ -46,12 +74,8 @@ class AgentSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
-    redis_url: str = Field(
-        default="memory://",
-        description=(
-            "redis://, rediss:// (TLS), unix://, redis+sentinel://, redis+cluster:// (and their "
-            "rediss+ forms), or memory:// (embedded, one process)"
-        ),
+    store_url: str = Field(
+        default="memory://", validation_alias=STORE_URL_NAMES, description=STORE_URL_HELP
     )
     node_id: str = Field(default_factory=default_node_id)
     namespace: str = "cronrace"
@@ -77,6 +101,17 @@ class AgentSettings(BaseSettings):
     )
     log_format: str = Field(default="text", pattern="^(text|json)$")
     log_level: str = "INFO"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (_OneName(settings_cls, init_settings), env_settings, file_secret_settings)
 
     @field_validator("namespace")
     @classmethod
@@ -105,11 +140,16 @@ class AgentSettings(BaseSettings):
         """How many nodes race for each tick; None: all of them."""
         return Racers.parse(self.racers).k
 
-    @field_validator("redis_url")
+    @field_validator("store_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
         check_store_url(value)
         return value
+
+    @property
+    def redis_url(self) -> str:
+        """The store's URL under its older name (``store_url``; any backend's URL)."""
+        return self.store_url
 
 
 def load_settings(**overrides: object) -> AgentSettings:
@@ -123,10 +163,10 @@ def load_settings(**overrides: object) -> AgentSettings:
 
 #: What to say about a required field that was not given, after "is required".
 MISSING_HINTS = {
-    "redis_url": (
-        ": set it in [agent] or as CRONRACE_REDIS_URL. The embedded store is not a default "
-        "here (each replica would run every job): for one process alone, write "
-        'redis_url = "memory://"'
+    "store_url": (
+        ": set it in [agent] or as CRONRACE_STORE_URL (redis_url and CRONRACE_REDIS_URL "
+        "work too). The embedded store is not a default here (each replica would run every "
+        'job): for one process alone, write store_url = "memory://"'
     ),
 }
 
@@ -146,13 +186,17 @@ def settings_problems(exc: ValidationError, *, prefix: str) -> list[str]:
             lines.append(f"{prefix}: {where}: is required{MISSING_HINTS.get(where, '')}")
             continue
         raw = error.get("input")
-        if str(error["loc"][-1]) in ("redis_url", "url") and isinstance(raw, str):
+        if str(error["loc"][-1]) in ("store_url", "redis_url", "url") and isinstance(raw, str):
             raw = redact_url(raw)  # a bad URL may still carry a good password
         value = short_repr(raw)
         source = ""
         if prefix == "agent" and len(error["loc"]) == 1:
-            variable = f"{ENV_PREFIX}{str(error['loc'][0]).upper()}"
-            if variable in os.environ:
+            name = str(error["loc"][0]).upper()
+            names = [name, "REDIS_URL"] if name == "STORE_URL" else [name]
+            variable = next(
+                (f"{ENV_PREFIX}{n}" for n in names if f"{ENV_PREFIX}{n}" in os.environ), ""
+            )
+            if variable:
                 source = f" (from {variable})"
         if kind == "extra_forbidden":
             lines.append(f"{prefix}: {where} {value}{source}: unknown field")
@@ -203,13 +247,14 @@ class SidecarSettings(AgentSettings):
 
     Sources, highest priority first: keyword arguments (command-line flags),
     ``CRONRACE_*`` environment variables, the config file's ``[agent]`` table, defaults.
-    Unlike the library's, ``redis_url`` has no default: replicas of a sidecar that fell back
+    Unlike the library's, ``store_url`` has no default: replicas of a sidecar that fell back
     to the embedded store would each run every job, so ``memory://`` must be asked for.
     """
 
-    redis_url: str = Field(
-        description="redis://, rediss:// (TLS), unix://; memory:// (embedded, one process) "
-        "only when written out",
+    store_url: str = Field(
+        validation_alias=STORE_URL_NAMES,
+        description="redis://, rediss:// (TLS), unix://, postgresql://; memory:// (embedded, "
+        "one process) only when written out",
     )
 
     metrics_address: str = Field(
@@ -249,7 +294,11 @@ class SidecarSettings(AgentSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _FileTableSource(settings_cls))
+        return (
+            _OneName(settings_cls, init_settings),
+            env_settings,
+            _OneName(settings_cls, _FileTableSource(settings_cls)),
+        )
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], **overrides: Any) -> SidecarSettings:

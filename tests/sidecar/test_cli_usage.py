@@ -49,9 +49,9 @@ def test_validate_in_process_prints_every_line(
     exit_code, stderr = invoke("validate", str(path))
     assert exit_code == EXIT_INVALID
     assert stderr.splitlines() == [
-        f"{path}: agent: redis_url: is required: set it in [agent] or as CRONRACE_REDIS_URL. "
-        "The embedded store is not a default here (each replica would run every job): for one "
-        'process alone, write redis_url = "memory://"',
+        f"{path}: agent: store_url: is required: set it in [agent] or as CRONRACE_STORE_URL "
+        "(redis_url and CRONRACE_REDIS_URL work too). The embedded store is not a default here "
+        '(each replica would run every job): for one process alone, write store_url = "memory://"',
         f"{path}: agent: namespace 'a b': use 1-64 letters, digits, '_', '.', '-'",
         f"{path}: job 'x': target: is required; add one of [jobs.http], [jobs.command], "
         "[jobs.stream]",

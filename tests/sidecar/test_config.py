@@ -47,7 +47,7 @@ key = "sync"
 """
 
 EXPECTED = [
-    "agent: redis_url 'http://127.0.0.1:6379': unknown scheme 'http://': use one of redis://",
+    "agent: store_url 'http://127.0.0.1:6379': unknown scheme 'http://': use one of redis://",
     "agent: metrics_address 'everywhere': use host:port",
     "agent: shutdown_grace 5: unknown field",
     "job 'backup': schedule '61 * * * *': minute 61 out of range",
@@ -237,7 +237,7 @@ def test_a_bad_redis_url_is_shown_without_its_password(
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     [line] = caught.value.problems
-    assert line.startswith(f"{path}: agent: redis_url 'http://***@redis:6379/0' (from CRONRACE_")
+    assert line.startswith(f"{path}: agent: store_url 'http://***@redis:6379/0' (from CRONRACE_")
 
 
 def test_validate_refuses_a_schedule_that_never_fires_in_its_zone(tmp_path: Path) -> None:

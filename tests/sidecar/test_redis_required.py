@@ -35,8 +35,8 @@ def test_image_config_without_a_redis_url_exits_1_with_one_line() -> None:
     )
     assert done.returncode == 1
     [line] = done.stderr.splitlines()
-    assert line.startswith(f"{EXAMPLES / 'sidecar.toml'}: agent: redis_url: is required: ")
-    assert 'redis_url = "memory://"' in line
+    assert line.startswith(f"{EXAMPLES / 'sidecar.toml'}: agent: store_url: is required: ")
+    assert 'store_url = "memory://"' in line
 
 
 def test_memory_written_out_in_the_file_or_the_environment_is_accepted(

@@ -116,7 +116,7 @@ def test_a_bad_url_in_the_settings_is_one_line_naming_the_setting(
         load_settings()
     [line] = caught.value.problems
     assert line == (
-        "agent: redis_url 'redis+sentinel://***@a:1,b:2' (from CRONRACE_REDIS_URL): names no "
+        "agent: store_url 'redis+sentinel://***@a:1,b:2' (from CRONRACE_REDIS_URL): names no "
         "master: use redis+sentinel://host:port[,host:port...]/<master-name>[/<db>]"
     )
 
