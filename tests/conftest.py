@@ -96,7 +96,7 @@ def upgrade_schema(url: str) -> None:
     schema at any version), synchronously, so that an async fixture may ask for it too."""
     import psycopg
 
-    from cronrace.stores.postgres.schema import upgrade_sql
+    from cronrace.stores.postgres.ddl import upgrade_sql
 
     with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
         conn.execute(upgrade_sql("cronrace").encode())

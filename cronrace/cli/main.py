@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 
 from cronrace.cli import output as out
+from cronrace.cli.db import db_app
 from cronrace.cli.operate import COMMANDS
 from cronrace.cli.options import (
     EXIT_CODES_HELP,
@@ -255,6 +256,7 @@ for _command in COMMANDS:
     app.command(epilog=EXIT_CODES_HELP)(_command)
 
 app.add_typer(schedules_app, name="schedules", epilog=EXIT_CODES_HELP)
+app.add_typer(db_app, name="db", epilog=EXIT_CODES_HELP)
 
 
 def main() -> None:

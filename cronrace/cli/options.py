@@ -67,7 +67,9 @@ def fail_lines(error: CronraceError, code: int = EXIT_INVALID) -> typer.Exit:
 
 
 def refused(redis_url: str, error: RedisAccessError) -> typer.Exit:
-    """Print why Redis refused us, naming the server; return the Exit to raise."""
+    """Print why the store refused us, naming the server; return the Exit to raise."""
     from cronrace.settings import redact_url  # the settings stack, only once Redis refused
+    from cronrace.stores.urls import POSTGRES_SCHEMES, scheme_of
 
-    return fail(f"Redis at {redact_url(redis_url)} refused: {error}", EXIT_REFUSED)
+    server = "PostgreSQL" if scheme_of(redis_url) in POSTGRES_SCHEMES else "Redis"
+    return fail(f"{server} at {redact_url(redis_url)} refused: {error}", EXIT_REFUSED)

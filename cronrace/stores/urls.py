@@ -130,3 +130,52 @@ def open_redis(url: str, **options: Any) -> RedisFeatures:
     from cronrace.stores.redis import Store as RedisStore
 
     return RedisStore.from_url(url, **options)
+
+
+async def upgrade_store_schema(url: str, **options: Any) -> str:
+    """Create or upgrade the schema of the store at ``url``; return one line saying what
+    was done (``cronrace db upgrade``). Redis keeps no schema: nothing to do there.
+
+    Raises:
+        ConfigError: the URL names no backend, or its driver is missing.
+        StoreError: translated; a refusal names what the role may not do.
+    """
+    check = open_store(url, **options)  # checks the URL and the driver
+    try:
+        if scheme_of(url) not in POSTGRES_SCHEMES:
+            return f"{redact_url(url)}: Redis keeps no schema; nothing to upgrade"
+        from cronrace.stores.postgres.schema import upgrade
+
+        before, after = await upgrade(check.db)  # type: ignore[attr-defined]
+        schema = check.db.target.schema  # type: ignore[attr-defined]
+    finally:
+        await check.aclose()
+    if before == after:
+        return f"schema {schema!r} is at version {after}; its functions were refreshed"
+    return f"schema {schema!r} upgraded from version {before} to {after}"
+
+
+def store_schema_sql(url: str | None, schema: str | None = None, from_version: int = 0) -> str:
+    """The DDL that creates or upgrades cronrace's PostgreSQL schema (``cronrace db sql``),
+    for a DBA to run in one transaction (``psql -1 -f``); no connection is made.
+
+    Args:
+        url: a PostgreSQL URL whose ``?schema=`` names the schema, or None.
+        schema: the schema when the URL names none (default ``cronrace``).
+        from_version: the version the schema is at (0: none; the script is idempotent).
+
+    Raises:
+        ConfigError: ``url`` is not a PostgreSQL URL, or the schema name is not usable.
+    """
+    from cronrace.stores.postgres.urls import parse_postgres_url, validate_schema_name
+
+    if url is not None and scheme_of(url) not in POSTGRES_SCHEMES:
+        raise ConfigError(f"{redact_url(url)!r} is not a PostgreSQL URL (Redis has no schema)")
+    try:
+        name = parse_postgres_url(url, schema).schema if url else schema or "cronrace"
+        validate_schema_name(name)
+    except ValueError as exc:
+        raise ConfigError(f"store URL: {exc}") from None
+    from cronrace.stores.postgres.ddl import upgrade_sql
+
+    return upgrade_sql(name, from_version)

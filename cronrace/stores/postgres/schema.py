@@ -16,44 +16,18 @@ one (a newer cronrace upgraded it during a rolling deploy) is used with a warnin
 
 from __future__ import annotations
 
-import hashlib
 import logging
 
 from cronrace.errors import StoreSchemaError
 from cronrace.stores.postgres.access import UPGRADE_HINT
 from cronrace.stores.postgres.database import Database
-from cronrace.stores.postgres.queries import (
-    bind_schema,
-    functions_digest,
-    functions_text,
-    latest_version,
-    migrations,
-    read_sql,
-)
+from cronrace.stores.postgres.ddl import upgrade_sql
+from cronrace.stores.postgres.queries import functions_digest, latest_version
 
 log = logging.getLogger("cronrace.stores.postgres")
 
 #: The digest of the functions of each schema version (queries.functions_digest).
-FUNCTION_DIGESTS = {1: "a410ff77bf42cc27"}
-
-
-def upgrade_lock(schema: str) -> int:
-    """The advisory lock number of ``schema``'s upgrades (a signed 64-bit integer)."""
-    digest = hashlib.blake2b(f"cronrace.upgrade:{schema}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-def upgrade_sql(schema: str, from_version: int = 0) -> str:
-    """The script that brings ``schema`` from ``from_version`` to the newest version."""
-    parts = [read_sql("upgrade_begin.sql").replace("@lock@", str(upgrade_lock(schema)))]
-    for version, name, text in migrations():
-        if version > from_version:
-            parts.append(f"-- ==== migration {name} ====\n{text}")
-    parts.append(f"-- ==== functions ====\n{functions_text()}")
-    end = read_sql("upgrade_end.sql")
-    end = end.replace("@version@", str(latest_version()))
-    parts.append(end.replace("@functions@", functions_digest()))
-    return bind_schema("\n".join(parts), schema)
+FUNCTION_DIGESTS = {1: "e37bd967e05007d9"}
 
 
 async def current_version(db: Database) -> tuple[int, str] | None:

@@ -8,8 +8,9 @@ import pytest
 
 from cronrace.errors import StoreSchemaError
 from cronrace.stores.postgres import PostgresStore
+from cronrace.stores.postgres.ddl import upgrade_sql
 from cronrace.stores.postgres.queries import functions_digest, latest_version
-from cronrace.stores.postgres.schema import FUNCTION_DIGESTS, upgrade, upgrade_sql
+from cronrace.stores.postgres.schema import FUNCTION_DIGESTS, upgrade
 from tests.postgres_server import BINDIR, PostgresServer
 from tests.stores.postgres.conftest import sql
 

@@ -1,6 +1,6 @@
 -- upgrade_begin.sql: the start of `cronrace db upgrade` (and of `cronrace db sql`'s script).
 --
--- Inputs: @schema@ (substituted); @lock@, a number naming this schema's upgrade lock.
+-- Inputs: <schema> (substituted); <lock>, a number naming this schema's upgrade lock.
 -- Replies: none.
 --
 -- Run inside the upgrade's one transaction: the lock makes concurrent upgrades (two nodes

@@ -1,6 +1,6 @@
 -- lib.sql: helpers of the other functions (the PostgreSQL form of the Redis store's _lib.lua).
 --
--- Inputs: @schema@ (substituted). Created or replaced by every `cronrace db upgrade`.
+-- Inputs: <schema> (substituted). Created or replaced by every `cronrace db upgrade`.
 --
 -- now_us() -> bigint
 --   The database clock in microseconds since the Unix epoch: clock_timestamp(), which moves

@@ -1,6 +1,6 @@
 -- 0001_tables.sql: cronrace's tables, version 1 of the schema (DESIGN.md section 14).
 --
--- Inputs: @schema@, the schema's quoted name (default "cronrace"), substituted before the
+-- Inputs: <schema>, the schema's quoted name (default "cronrace"), substituted before the
 --   file is sent. Applied once, by `cronrace db upgrade`, inside its one transaction.
 -- Replies: none. Idempotent (IF NOT EXISTS): `cronrace db sql` may be run on any version.
 --
