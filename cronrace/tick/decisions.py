@@ -165,6 +165,25 @@ def decide(
         )
         events.append((Outcome.MISSED, plan.missed))
     outcome = reply.decision.outcome
+    if outcome in (Outcome.SKIPPED_OVERLAP, Outcome.SKIPPED_PAUSED):
+        # A backlog decided without a run is recorded tick by tick: its older ticks are no
+        # less decided than the newest (those at or below the watermark found were other
+        # nodes' to decide).
+        prev = reply.prev_watermark_s
+        for tick_s in plan.fire_ticks_s[:-1]:
+            if prev is not None and not proposal.trigger_id and tick_s <= prev:
+                continue
+            records.append(
+                RunRecord(
+                    job,
+                    tick_s,
+                    node_id,
+                    outcome,
+                    finished_ms=now_ms,
+                    detail={"holder_fence": reply.holder_fence} if reply.holder_fence else None,
+                )
+            )
+            events.append((outcome, 1))
     if outcome is not None:
         records.append(
             RunRecord(

@@ -183,6 +183,7 @@ class TickRace:
         and the next attempt at the same key reads it back instead of trusting ``NX``.
         """
         keys = [(c.job, c.tick_s, c.trigger_id) for c in claims]
+        sent_mono = self.clock.monotonic()
         try:
             replies = await self.store.claim_each(
                 claims,
@@ -206,7 +207,11 @@ class TickRace:
         if unknown:
             self.observer.redis_error("claim")
         if len(unknown) < len(keys):
-            if self._after_long_outage():
+            # Claims held up for as long (``CLIENT PAUSE WRITE`` before a maintenance
+            # failover holds every write, and answers them all at once) are an outage too:
+            # releases of runs that ended meanwhile were held up with them.
+            held_up = self.clock.monotonic() - sent_mono >= LONG_OUTAGE_S
+            if self._after_long_outage() or held_up:
                 self._recovered_mono = self.clock.monotonic()
             self._unreachable_since = None
         elif self._unreachable_since is None:
