@@ -27,6 +27,7 @@ from benchmarks.instrument import BACKGROUND_PHASES, TICK_PHASES
 from benchmarks.procs import Fleet, FleetError
 from benchmarks.server import BenchServer, InfoSnapshot
 from cronrace.stores.redis import Keys, Store
+from cronrace.timing.schedule import Schedule
 
 SCHEDULE = "* * * * * *"
 #: A tick is "late" when its claims are not all sent this long after it.
@@ -73,6 +74,8 @@ class CellSpec:
     #: Measure the window even when the machine cannot drive the cell (the work-against-N
     #: sweep's "before": a saturated fleet's CPU is a floor of what it would need).
     measure_saturated: bool = False
+    #: Every job's schedule (6-field cron: seconds first); ``H`` fields hash the job name.
+    schedule: str = SCHEDULE
 
     @property
     def label(self) -> str:
@@ -150,7 +153,7 @@ def run_cell(spec: CellSpec, ctx: Context, status: Status) -> dict[str, Any]:
         "port": ctx.server.port,
         "namespace": namespace,
         "jobs": spec.jobs,
-        "schedule": SCHEDULE,
+        "schedule": spec.schedule,
         "loop": ctx.loop,
         "startup_timeout_s": spec.startup_budget_s,
         "racers": spec.racers,
@@ -210,7 +213,7 @@ def _run(
     pause_at = t0 + 2.0 if spec.chaos else math.inf
     resume_at = math.inf
     pause_index = len(fleet.procs) // 2
-    expected = spec.claimers * spec.jobs
+    due = _due_by_tick(spec, t0 - spec.warmup_ticks, t1 + 1)
     ticks: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
     bad_run = 0
     reasons: list[str] = []
@@ -258,7 +261,7 @@ def _run(
             if skip or len(done) < len(fleet.procs) or tick < t0 - 1 or tick in judged:
                 continue
             judged.add(tick)
-            bad = _saturation(spec, done, expected)
+            bad = _saturation(spec, done, spec.claimers * due.get(tick, 0))
             bad_run = bad_run + 1 if bad else 0
             if bad:
                 reasons.append(f"tick {tick - t0:+d}: {bad}")
@@ -402,15 +405,29 @@ def _repeated_runs(
     }
 
 
+def expected_ticks(schedule: str, jobs: int, window: tuple[int, int]) -> list[tuple[int, int]]:
+    """Every (job index, tick) the window holds: each job's schedule, its ``H`` hashed."""
+    t0, t1 = window
+    if schedule == SCHEDULE:
+        return [(job, tick) for job in range(jobs) for tick in range(t0, t1)]
+    out = []
+    for job in range(jobs):
+        parsed = Schedule.parse(schedule, job=f"j{job:04d}")
+        out += [(job, tick) for tick in parsed.ticks_between(t0 - 1, t1 - 1, t1 - t0)]
+    return out
+
+
+def _due_by_tick(spec: CellSpec, t0: int, t1: int) -> Counter[int]:
+    return Counter(tick for _job, tick in expected_ticks(spec.schedule, spec.jobs, (t0, t1)))
+
+
 def _run_checks(
-    run_log: list[list[Any]], jobs: int, window: tuple[int, int]
+    run_log: list[list[Any]], expected: list[tuple[int, int]], window: tuple[int, int]
 ) -> tuple[int, dict[int, int], list[float], Counter[tuple[int, int]]]:
     t0, t1 = window
     per: Counter[tuple[int, int]] = Counter((int(e[0]), int(e[1])) for e in run_log)
     duplicates = sum(count - 1 for count in per.values() if count > 1)
-    missed: Counter[int] = Counter(
-        tick - t0 for job in range(jobs) for tick in range(t0, t1) if not per[(job, tick)]
-    )
+    missed: Counter[int] = Counter(tick - t0 for job, tick in expected if not per[(job, tick)])
     lags_ms = [(float(e[3]) - int(e[1])) * 1000 for e in run_log if t0 <= int(e[1]) < t1]
     return duplicates, missed, lags_ms, per
 
@@ -443,7 +460,9 @@ def measure(
     wall_s, redis_cpu_s, calls = snapshots["start"].delta(snapshots["end"])
     usec = snapshots["start"].usec_per_call(snapshots["end"])
     run_log = [entry for result in results for entry in result["run_log"]]
-    duplicates, missed, lags_ms, per = _run_checks(run_log, j, window)
+    expected = expected_ticks(spec.schedule, j, window)
+    job_ticks = max(1, len(expected))
+    duplicates, missed, lags_ms, per = _run_checks(run_log, expected, window)
     repeated = _repeated_runs(run_log, per, t0)
     fleet_cpu_s = _delta(results, "cpu")
     row: dict[str, Any] = {
@@ -468,7 +487,8 @@ def measure(
         "client_cpu_cores": round(fleet_cpu_s / wall_s, 3),
         "client_cpu_ms_per_node_s": round(fleet_cpu_s / (n * wall_s) * 1000, 3),
         "memory_per_node_mb": _memory_per_node_mb(results),
-        "client_cpu_us_per_job_tick": round(fleet_cpu_s / (j * ticks) * 1e6, 1),
+        "job_ticks": job_ticks,
+        "client_cpu_us_per_job_tick": round(fleet_cpu_s / job_ticks * 1e6, 1),
     }
     if snapshots["start"].shards:
         row["shards"] = _by_shard(snapshots, wall_s, ticks)
@@ -492,7 +512,7 @@ def measure(
     wake_lags = _window(results, "wake_lags", window)
     claim_rtts = _window(results, "claim_rtts", window)
     acquire_rtts = _window(results, "acquire_rtts", window)
-    record_dups, record_missed, outcomes = _record_checks(records or {}, j, window)
+    record_dups, record_missed, outcomes = _record_checks(records or {}, expected, window)
     raw = ctx.raw.get(f"raw:{j}", {})
     store_raw = ctx.raw.get(f"store:{j}", {})
     paced = ctx.raw.get(f"paced:{n}x{j}", {})
@@ -503,11 +523,11 @@ def measure(
             "claims": claims,
             "claims_per_s": round(claims / wall_s, 1),
             "wakeups": wakeups,
-            "claims_per_node_job_tick": _round(claim_sets / (n * j * ticks), 4),
-            "claims_per_job_tick": _round(claim_sets / (j * ticks), 3),
+            "claims_per_node_job_tick": _round(claim_sets / (n * job_ticks), 4),
+            "claims_per_job_tick": _round(claim_sets / job_ticks, 3),
             "churned": sum(int(result.get("churned", 0)) for result in results),
             "loser_cmds_per_node_job_tick": _loser_cmds(spec, claim_sets, ticks),
-            "winner_cmds_per_job_tick": _round(winner_cmds / (j * ticks), 3),
+            "winner_cmds_per_job_tick": _round(winner_cmds / job_ticks, 3),
             "redis_cmds_sent_per_tick": round((tick_cmds + background_cmds) / ticks, 2),
             "tick_cmds_sent_per_tick": round(tick_cmds / ticks, 2),
             "tick_cmds_bound": n * j + 3 * j,
@@ -609,7 +629,9 @@ def _window(results: list[dict[str, Any]], key: str, window: tuple[int, int]) ->
 
 
 def _record_checks(
-    records: dict[tuple[int, int], list[str]], jobs: int, window: tuple[int, int]
+    records: dict[tuple[int, int], list[str]],
+    expected: list[tuple[int, int]],
+    window: tuple[int, int],
 ) -> tuple[int, int, Counter[str]]:
     t0, t1 = window
     outcomes: Counter[str] = Counter()
@@ -619,12 +641,7 @@ def _record_checks(
         duplicates += max(0, ok - 1)
         if t0 <= tick < t1:
             outcomes.update(found)
-    missed = sum(
-        1
-        for job in range(jobs)
-        for tick in range(t0, t1)
-        if "ok" not in records.get((job, tick), [])
-    )
+    missed = sum(1 for key in expected if "ok" not in records.get(key, []))
     return duplicates, missed, outcomes
 
 

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cells import CellSpec, Context, run_cell
+from benchmarks.cells import SCHEDULE, CellSpec, Context, run_cell
 from benchmarks.fleet import RESULTS_DIR, procs_for
 from benchmarks.peer import uvloop_installed
 from benchmarks.report import git_commit, machine
@@ -104,6 +104,83 @@ def work_vs_n(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def merge(tag: str, inputs: list[Path]) -> dict[str, Any]:
+    """Runs of one repeat each (so two versions can alternate cell by cell on a shared
+    machine, whose load drifts) gathered into one result of medians per N."""
+    runs = [json.loads(path.read_text()) for path in inputs]
+    by_nodes: dict[int, list[dict[str, Any]]] = {}
+    for run in runs:
+        for row in run["rows"]:
+            by_nodes.setdefault(row["nodes"], []).extend(row["raw"])
+    first = runs[0]
+    return {
+        **{key: first[key] for key in ("commit", "machine", "jobs", "racers", "ticks")},
+        "tag": tag,
+        "loadavg": [run["machine"].get("loadavg_end") for run in runs],
+        "rows": [
+            {"nodes": nodes, **_median_row(rows), "raw": rows}
+            for nodes, rows in sorted(by_nodes.items())
+        ],
+    }
+
+
+#: The large cells (issue 19): (nodes, jobs, k, schedule, measured seconds).
+LARGE_CELLS = {
+    "200x1000:2": (200, 1000, "2", SCHEDULE, 10),
+    "200x1000:3": (200, 1000, "3", SCHEDULE, 10),
+    "1000x100:2": (1000, 100, "2", SCHEDULE, 10),
+    "1000x100:3": (1000, 100, "3", SCHEDULE, 10),
+    "1000x10000:2:H": (1000, 10000, "2", "H * * * * *", 120),
+}
+CELL_FIGURES = (
+    "status",
+    "claims_per_job_tick",
+    "client_cpu_ms_per_node_s",
+    "client_cpu_cores",
+    "fire_lag_p50_ms",
+    "fire_lag_p99_ms",
+    "runs_per_node_max",
+    "runs_per_node_mean",
+    "redis_cpu_s_per_s",
+    "duplicates",
+    "missed",
+    "memory_per_node_mb",
+    "startup_s",
+    "job_ticks",
+    "saturation_notes",
+    "reason",
+)
+
+
+def cells(args: argparse.Namespace) -> dict[str, Any]:
+    names = args.only.split(",") if args.only else list(LARGE_CELLS)
+    workdir = Path(tempfile.mkdtemp(prefix="cronrace-scale-"))
+    loop = "uvloop" if uvloop_installed() else "asyncio"
+    out: dict[str, Any] = {"commit": git_commit(), "machine": machine(), "rows": []}
+    with BenchServer(workdir / "redis") as server:
+        ctx = Context(server=server, workdir=workdir, loop=loop)
+        for name in names:
+            nodes, jobs, racers, schedule, seconds = LARGE_CELLS[name]
+            spec = CellSpec(
+                "cronrace",
+                nodes,
+                jobs,
+                ticks=seconds,
+                procs=procs_for(nodes, jobs),
+                racers=racers,
+                warmup_ticks=8,
+                measure_saturated=True,
+                startup_budget_s=args.startup_budget_s,
+                schedule=schedule,
+            )
+            row = run_cell(spec, ctx, _status)
+            kept = {"cell": name, **{key: row.get(key) for key in CELL_FIGURES}}
+            kept["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
+            out["rows"].append(kept)
+            sys.stderr.write(f"\n{json.dumps(kept)}\n")
+    return out
+
+
 def plot(results_dir: Path) -> Path:
     """Client CPU per node-second and for the fleet against N, one line per tag."""
     import matplotlib
@@ -162,6 +239,17 @@ def main(argv: list[str] | None = None) -> int:
     wvn.add_argument("--ticks", type=int, default=10)
     wvn.add_argument("--repeats", type=int, default=3)
     wvn.add_argument("--out", type=Path, default=RESULTS_DIR)
+    lc = sub.add_parser("cells", help="the large cells: 200 x 1,000, 1,000 x 100, 1,000 x 10,000")
+    lc.add_argument("--only", help=f"comma-separated, of {', '.join(LARGE_CELLS)}")
+    lc.add_argument("--startup-budget-s", type=float, default=300.0)
+    lc.add_argument("--out", type=Path, default=RESULTS_DIR)
+    mg = sub.add_parser(
+        "merge",
+        help="one tag's single-repeat runs (run interleaved with another tag's) into medians",
+    )
+    mg.add_argument("--tag", required=True)
+    mg.add_argument("inputs", nargs="+", type=Path, help="scale_work_vs_n_*.json of one repeat")
+    mg.add_argument("--out", type=Path, default=RESULTS_DIR)
     pl = sub.add_parser("plot", help="draw work_vs_n.png from every tag's results")
     pl.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
@@ -171,6 +259,16 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"scale_work_vs_n_{args.tag}.json"
         path.write_text(json.dumps(out, indent=1, default=str))
         sys.stdout.write(f"\nwrote {path}\n")
+    elif args.what == "cells":
+        out = cells(args)
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / "scale_cells.json"
+        path.write_text(json.dumps(out, indent=1, default=str))
+        sys.stdout.write(f"\nwrote {path}\n")
+    elif args.what == "merge":
+        path = args.out / f"scale_work_vs_n_{args.tag}.json"
+        path.write_text(json.dumps(merge(args.tag, args.inputs), indent=1, default=str))
+        sys.stdout.write(f"wrote {path}\n")
     elif args.what == "plot":
         sys.stdout.write(f"wrote {plot(args.out)}\n")
     return 0

@@ -101,6 +101,15 @@ def _parse_expression(expr: str, hash_key: str | None) -> Cron | int:
     """Return the cron fields of an expression, or the period of an ``@every``."""
     if not isinstance(expr, str):
         raise InvalidError("it is not a string")
+    return _parse_text(expr, hash_key)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_text(expr: str, hash_key: str | None) -> Cron | int:
+    """:func:`_parse_expression` of a string, remembered: the result is an immutable value
+    of its inputs, and every agent of a process parses the same definitions (a benchmark
+    process of 100 agents x 10,000 jobs parsed each expression 100 times: 1.4 s an agent).
+    Errors are not remembered (they are raised, not returned)."""
     _check_characters(expr)
     words = expr.split()
     if words and words[0].lower() == "@every":

@@ -91,7 +91,8 @@ class PrometheusObserver(Observer):
         )
         self.claims_skipped_total = Counter(
             "cronrace_claims_skipped",
-            "Due ticks this node left to the tick's other racers (racers = k): no claim sent.",
+            "Due ticks this node planned and left to the tick's other racers (racers = k): "
+            "no claim sent.",
             registry=registry,
         )
         self.members = Gauge(
@@ -345,7 +346,8 @@ class ScheduleCollector(Collector):
     def collect(self) -> Iterable[GaugeMetricFamily]:
         next_tick = GaugeMetricFamily(
             "cronrace_next_tick_timestamp_seconds",
-            "The job's next scheduled tick on this node (UTC epoch seconds).",
+            "The job's next scheduled tick on this node (UTC epoch seconds); with racers = k "
+            "only the jobs this node races.",
             labels=["job"],
         )
         interval = GaugeMetricFamily(
