@@ -34,6 +34,10 @@ class StoreBase(contract.Store):
         self.schedules = ScheduleCommands(client, self.keys, self.scripts)
         self.fleet = FleetCommands(client, self.keys)
         self._fences_seen: dict[str, int] = {}
+        # job -> (a claim this node lost while the job's counter was not there yet, the
+        # monotonic instant that claim expires): its witness that Redis lost the job's
+        # data, should the claim vanish before its TTL (see ``Store.claim_each``).
+        self._lost_unseen: dict[str, tuple[str, float]] = {}
         # What Redis refused (wrong password, NOPERM, TLS); the embedded store refuses nothing.
         watch = getattr(client, "access", None)
         self.access: AccessWatch = watch if isinstance(watch, AccessWatch) else AccessWatch()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -42,6 +43,10 @@ from cronrace.stores.values import (
 )
 
 log = logging.getLogger("cronrace.stores.redis")
+
+#: A lost claim witnesses a wipe only while it has this long (s) to live still: a claim
+#: read back just before its expiry could have expired on its own.
+WITNESS_MARGIN_S = 1.0
 
 
 @translating
@@ -95,7 +100,16 @@ class Store(RunCommands):
         # counter too: a claim lost to a winner whose acquire has not reached Redis yet
         # (a loaded machine), or whose winner died, is no evidence that the job has a
         # fence; only a fence seen is (``known_fence``). One GET per job, at start-up.
+        # A claim lost while the counter was not there yet is kept as a witness: should it
+        # be gone at the next claim although its TTL has not run out, Redis lost the job's
+        # data, which is evidence enough (a node that lost only a job's first tick and
+        # then meets a wipe must hold, or its run overlaps the winner's).
         probes = [self.known_fence(claim.job) == 0 for claim in claims]
+        sent_at = time.monotonic()
+        witnesses = [
+            self._witness_of(claim.job, sent_at) if probe else None
+            for claim, probe in zip(claims, probes, strict=True)
+        ]
         claim_replies = 2 if read_back else 1
 
         def add(pipe: Any, index: int) -> None:
@@ -104,16 +118,20 @@ class Store(RunCommands):
                 pipe.get(keys[index])
             if probes[index]:
                 pipe.get(self.keys.fence(claims[index].job))
+                witness = witnesses[index]
+                if witness is not None:
+                    pipe.exists(witness)
 
         replies = await self._claims_sent(keys, add, wait_replicas=wait_replicas, wait_ms=wait_ms)
         out: list[ClaimReply] = []
         errors: list[BaseException] = []
         for claim, reply in zip(claims, replies, strict=True):
             answers = reply.replies
+            probed = False
             if isinstance(answers, list) and len(answers) > claim_replies:
                 # The fence probe: garbage there (or an error reply) is no evidence, and
                 # the job's next acquire moves it aside.
-                self._saw_fence(claim.job, int_or_none(answers[claim_replies]) or 0)
+                probed = self._probed(claim.job, answers[claim_replies:])
                 answers = answers[:claim_replies]
             failed = next((a for a in _as_list(answers) if isinstance(a, BaseException)), None)
             if failed is not None:
@@ -125,6 +143,11 @@ class Store(RunCommands):
             # already decided still reads as won.
             won = str(decode_claim_owner(answers[1])) == value if read_back else bool(answers[0])
             if not won:
+                if probed and claim.trigger_id is None and self.known_fence(claim.job) == 0:
+                    self._lost_unseen[claim.job] = (
+                        keys[len(out)],
+                        sent_at + claim.ttl_ms / 1000 - WITNESS_MARGIN_S,
+                    )
                 out.append(ClaimReply(ClaimOutcome.LOST, reply.acked))
             elif wait_replicas > 0 and reply.acked < wait_replicas:
                 out.append(ClaimReply(ClaimOutcome.NOT_REPLICATED, reply.acked))
@@ -182,6 +205,37 @@ class Store(RunCommands):
             for index, reply in zip(moving, again, strict=True):
                 replies[index] = reply
         return replies
+
+    def _witness_of(self, job: str, now_s: float) -> str | None:
+        """The lost claim of ``job`` to read back with this claim, while it must exist."""
+        witness = self._lost_unseen.get(job)
+        if witness is None:
+            return None
+        if now_s >= witness[1]:
+            del self._lost_unseen[job]  # it may have expired on its own: no witness now
+            return None
+        return witness[0]
+
+    def _probed(self, job: str, answers: Sequence[Any]) -> bool:
+        """Take a claim's probe answers (the counter, then the witness if one was sent);
+        False when the counter could not be read."""
+        if isinstance(answers[0], BaseException):
+            return False
+        fence = int_or_none(answers[0])
+        if fence:
+            self._saw_fence(job, fence)
+            self._lost_unseen.pop(job, None)
+            return True
+        if len(answers) > 1 and answers[1] == 0:
+            # A claim this node lost is gone before its TTL: Redis lost the job's data,
+            # and a fence the winner may be running under with it.
+            log.warning(
+                "a lost claim vanished before its TTL: taking it as a wipe of the job",
+                extra={"job": job, "claim": self._lost_unseen[job][0]},
+            )
+            self._lost_unseen.pop(job, None)
+            self._saw_fence(job, 1)
+        return True
 
     async def claim(
         self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
