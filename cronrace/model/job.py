@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Protocol, TypedDict, Unpack
+from typing import Any, Final, Protocol, TypedDict, Unpack, runtime_checkable
 
 from cronrace.errors import CronraceError, JobDefinitionError
 from cronrace.model.policies import Catchup, Overlap
@@ -121,6 +121,7 @@ def _positive(job: str, field_name: str, value: object, *, minimum: float) -> fl
     return float(value)
 
 
+@runtime_checkable
 class FencedWriter(Protocol):
     """Where :meth:`RunContext.fenced_set` writes: a store that offers fenced writes."""
 
@@ -264,15 +265,19 @@ class RunContext:
         return f"{self.job}:{self.tick_s}"
 
     async def fenced_set(self, key: str, value: str | bytes, *, ttl_ms: int = 0) -> bool:
-        """Write ``value`` under ``key`` in the agent's Redis unless a newer run already did.
+        """Write ``value`` under ``key`` in the agent's store unless a newer run already did.
 
-        The highest fence that wrote ``key`` is kept beside it, in the same Cluster slot:
-        ``<key>:cronrace-fence`` when ``key`` has a hash tag, else
-        ``<key>{<key>}:cronrace-fence``.
+        On Redis the highest fence that wrote ``key`` is kept beside it, in the same Cluster
+        slot: ``<key>:cronrace-fence`` when ``key`` has a hash tag, else
+        ``<key>{<key>}:cronrace-fence``. On PostgreSQL ``key`` is a row of the schema's
+        ``fenced_values`` table, with its fence.
 
         Returns:
             True when written; False when a run with a higher fence wrote first.
         """
         if self._store is None:
-            raise CronraceError(f"job {self.job!r}: fenced_set needs a Redis store")
+            raise CronraceError(
+                f"job {self.job!r}: fenced_set needs a store with fenced writes "
+                "(Redis or PostgreSQL)"
+            )
         return await self._store.fenced_set(key, value, self.fence, ttl_ms)

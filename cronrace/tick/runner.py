@@ -19,13 +19,13 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from cronrace.errors import StoreError, error_text
-from cronrace.model.job import Job, RunContext
+from cronrace.model.job import FencedWriter, Job, RunContext
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
 from cronrace.runtime import tracing
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
-from cronrace.stores.contract import RedisFeatures, Store
+from cronrace.stores.contract import Store
 from cronrace.stores.values import (
     AcquireDecision,
     AcquireReply,
@@ -358,7 +358,7 @@ class Runner:
             fence=fence,
             node_id=self.node_id,
             trigger_id=trigger_id,
-            _store=self.store if isinstance(self.store, RedisFeatures) else None,
+            _store=self.store if isinstance(self.store, FencedWriter) else None,
         )
         started_ms = self._now_ms()
         lag_s = self.clock.time() - tick_s

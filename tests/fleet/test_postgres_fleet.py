@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from cronrace import Agent
+from cronrace import Agent, RunContext
+from cronrace.errors import RedisPermissionError
 from cronrace.model.policies import Outcome
+from cronrace.stores.postgres import PostgresStore
+from cronrace.stores.values import Claim, Owner
 from tests.helpers import Recorder, running, settings, wait_for
 from tests.postgres_server import PostgresServer
 
@@ -39,3 +44,75 @@ async def test_five_agents_on_postgres_fire_each_tick_exactly_once_with_fences_i
     assert all(n == 1 for n in ok.values())
     assert len({run.node for run in recorder.runs}) > 1, "runs spread over the nodes"
     assert len(nodes) == 5
+
+
+def readme_grants(role: str, password: str) -> list[str]:
+    """The README's PostgreSQL GRANTs for ``role``, statement by statement, as a DBA runs them."""
+    text = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    block = text.split("<!-- postgres-grants -->", 1)[1].split("```sql\n", 1)[1].split("```", 1)[0]
+    block = block.replace("cronrace_agent", role).replace("'change-me'", f"'{password}'")
+    return [statement.strip() for statement in block.split(";") if statement.strip()]
+
+
+@pytest.fixture
+def grants_role(postgres_server: PostgresServer, namespace: str) -> Iterator[str]:
+    """A login role holding exactly the README's grants; its URL."""
+    role = f"agent_{namespace.lower()}"
+    password = f"pw-{namespace}"
+    for statement in readme_grants(role, password):
+        postgres_server.execute(statement)
+    yield postgres_server.url_for(user=role, password=password)
+    postgres_server.execute(f"DROP OWNED BY {role}")
+    postgres_server.execute(f"DROP ROLE {role}")
+
+
+async def test_a_fleet_runs_as_a_role_with_exactly_the_readme_grants(
+    grants_role: str, namespace: str
+) -> None:
+    recorder = Recorder()
+    written: list[bool] = []
+    triggered: list[str] = []
+    agents = []
+    for index in range(3):
+        agent = Agent(settings=settings(grants_role, namespace, f"node{index}"))
+
+        async def tick(ctx: RunContext) -> None:
+            if ctx.trigger_id is None:
+                recorder.note(ctx)
+            else:
+                triggered.append(ctx.trigger_id)
+            written.append(await ctx.fenced_set("last-tick", str(ctx.tick_s)))
+
+        agent.add_job(tick, "* * * * * *", name="every-second", overlap="queue_one")
+        agents.append(agent)
+    async with running(*agents):
+        await wait_for(lambda: len(set(recorder.ticks())) >= 3, timeout_s=40, what="3 ticks")
+        trigger_id = await agents[0].trigger("every-second")
+        await wait_for(lambda: triggered == [trigger_id], timeout_s=20, what="the trigger")
+        await agents[0].pause("every-second")
+        await agents[0].resume("every-second")
+        statuses = await agents[0].jobs_status()
+        history_ = await agents[0].history("every-second", 50)
+        assert await agents[0].trigger_claimant("every-second", trigger_id) is not None
+        problems = [agent.readiness_problem() for agent in agents]
+    assert problems == [None, None, None]
+    ticks = recorder.ticks()
+    assert [t for t, n in Counter(ticks).items() if n > 1] == []
+    assert all(written), "every run's fenced write went through, fences in order"
+    assert [s.job for s in statuses] == ["every-second"]
+    assert history_
+
+
+async def test_a_missing_grant_is_refused_naming_the_table(
+    grants_role: str, postgres_server: PostgresServer, namespace: str
+) -> None:
+    role = grants_role.split("//", 1)[1].split(":", 1)[0]
+    postgres_server.execute(f"REVOKE INSERT ON cronrace.claims FROM {role}")
+    store = PostgresStore.from_url(grants_role, namespace)
+    try:
+        await store.prepare()
+        with pytest.raises(RedisPermissionError, match=r"table claims"):
+            await store.claim([Claim("j", 100, 5000)], Owner.parse("a:1"))
+        assert "claims" in (store.access.problem() or "")
+    finally:
+        await store.aclose()
