@@ -44,6 +44,9 @@ class OperatorSide:
         self.fleet = FleetTable(db, namespace)
         self.access = db.access
         self._fences_seen: dict[str, int] = {}
+        # job -> (the tick of a claim this node lost while the job had no counter yet, the
+        # monotonic instant until which that claim must exist): see PostgresStore.claim_each.
+        self._lost_unseen: dict[str, tuple[int, float]] = {}
 
     # -- what this node has seen of each job's fences -----------------------------------
 

@@ -11,6 +11,7 @@ A wake-up's decisions (and finished runs' releases) go in one statement and one 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, Self
 
@@ -48,6 +49,10 @@ from cronrace.stores.values import (
 )
 
 log = logging.getLogger("cronrace.stores.postgres")
+
+#: A lost claim witnesses a loss of the job's rows only while it has this long (s) to live
+#: still (as on Redis: stores/redis/commands.py).
+WITNESS_MARGIN_S = 1.0
 
 
 def report_quarantined(quarantined: Sequence[Quarantined], **context: Any) -> None:
@@ -121,6 +126,11 @@ class PostgresStore(OperatorSide, Store):
         """
         if not claims:
             return []
+        sent_at = time.monotonic()
+        witnesses = [
+            self._witness_of(claim.job, sent_at) if self.known_fence(claim.job) == 0 else None
+            for claim in claims
+        ]
         try:
             rows = await self.db.rows(
                 "claim",
@@ -131,6 +141,7 @@ class PostgresStore(OperatorSide, Store):
                     "ticks": [0 if claim.trigger_id else claim.tick_s for claim in claims],
                     "triggers": [claim.trigger_id or "" for claim in claims],
                     "ttls_ms": [claim.ttl_ms for claim in claims],
+                    "witnesses": witnesses,
                     "read_back": read_back,
                 },
             )
@@ -139,13 +150,41 @@ class PostgresStore(OperatorSide, Store):
         except StoreError as exc:
             raise RedisUnavailableError(f"claim failed: {exc}") from exc
         out: list[ClaimReply] = []
-        for claim, (_index, won, fence) in zip(claims, rows, strict=True):
+        for claim, (_index, won, fence, witness_kept) in zip(claims, rows, strict=True):
             # The job's counter, read with the race, is this node's evidence that the job
             # has had fences (known_fence); a garbage counter (<= 0) is none.
-            self._saw_fence(claim.job, max(0, int(fence or 0)))
+            self._probed(claim.job, max(0, int(fence or 0)), witness_kept)
+            if not won and claim.trigger_id is None and self.known_fence(claim.job) == 0:
+                # Lost while the job had no counter: kept as a witness. Should the claim be
+                # gone at the next claim although its TTL has not run out, the database lost
+                # the job's rows, and the winner may be running under a fence with them.
+                expires = sent_at + claim.ttl_ms / 1000 - WITNESS_MARGIN_S
+                self._lost_unseen[claim.job] = (claim.tick_s, expires)
             outcome = ClaimOutcome.WON if won else ClaimOutcome.LOST
             out.append(ClaimReply(outcome, wait_replicas))
         return out
+
+    def _witness_of(self, job: str, now_s: float) -> int | None:
+        """The tick of the lost claim of ``job`` to read back, while it must still exist."""
+        witness = self._lost_unseen.get(job)
+        if witness is None:
+            return None
+        if now_s >= witness[1]:
+            del self._lost_unseen[job]  # it may have expired and been pruned: no witness
+            return None
+        return witness[0]
+
+    def _probed(self, job: str, fence: int, witness_kept: bool | None) -> None:
+        if fence:
+            self._saw_fence(job, fence)
+            self._lost_unseen.pop(job, None)
+        elif witness_kept is False and job in self._lost_unseen:
+            log.warning(
+                "a lost claim vanished before its expiry: taking it as a loss of the job's rows",
+                extra={"job": job, "tick": self._lost_unseen[job][0]},
+            )
+            self._lost_unseen.pop(job, None)
+            self._saw_fence(job, 1)
 
     async def claim(
         self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0

@@ -285,3 +285,52 @@ async def test_unreadable_control_notice_fields_read_as_nothing(pg_store: Postgr
         {},
         {"op": "trigger", "job": "j", "id": trigger_id},
     ]
+
+
+# -- a lost claim as a witness (as tests/stores/redis/test_wipe_evidence.py) ---------------
+
+
+async def lose_rows(store: PostgresStore, *ticks: int) -> None:
+    """The job's rows gone, its claims on ``ticks`` too (a restore, a lossy failover)."""
+    await wipe(store)
+    await sql(
+        store,
+        "DELETE FROM @schema@.claims WHERE ns = %(ns)s AND job = 'j' AND tick = ANY(%(ticks)s)",
+        ticks=list(ticks),
+    )
+
+
+async def test_a_lost_claim_gone_before_its_expiry_is_evidence_of_lost_rows(
+    pg_store: PostgresStore, other_pg_node: PostgresStore
+) -> None:
+    assert await pg_store.claim([Claim("j", 100, 30_000)], A) == [True]
+    assert await other_pg_node.claim([Claim("j", 100, 30_000)], B) == [False]
+    assert other_pg_node.known_fence("j") == 0
+    await acquire(pg_store, request(100))
+    await lose_rows(pg_store, 100)
+    assert await other_pg_node.claim([Claim("j", 101, 30_000)], B) == [True]
+    assert other_pg_node.known_fence("j") > 0
+    reply = await acquire(other_pg_node, request(101, B))
+    assert reply.data_lost
+    assert reply.hold_ms > 0
+
+
+async def test_a_winner_that_never_decided_is_no_loss(
+    pg_store: PostgresStore, other_pg_node: PostgresStore
+) -> None:
+    assert await pg_store.claim([Claim("j", 100, 30_000)], A) == [True]
+    assert await other_pg_node.claim([Claim("j", 100, 30_000)], B) == [False]
+    assert await other_pg_node.claim([Claim("j", 101, 30_000)], B) == [True]
+    assert other_pg_node.known_fence("j") == 0
+    reply = await acquire(other_pg_node, request(101, B))
+    assert (reply.data_lost, reply.hold_ms) == (False, 0)
+
+
+async def test_a_lost_claim_near_its_expiry_witnesses_nothing(
+    pg_store: PostgresStore, other_pg_node: PostgresStore
+) -> None:
+    assert await pg_store.claim([Claim("j", 100, 1_000)], A) == [True]
+    assert await other_pg_node.claim([Claim("j", 100, 1_000)], B) == [False]
+    await lose_rows(pg_store, 100)
+    assert await other_pg_node.claim([Claim("j", 101, 30_000)], B) == [True]
+    assert other_pg_node.known_fence("j") == 0

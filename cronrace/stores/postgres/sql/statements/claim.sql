@@ -3,18 +3,22 @@
 -- Inputs: %(ns)s; %(owner)s "<node_id>:<nonce>"; %(jobs)s, %(ticks)s, %(triggers)s
 --   ('' for a tick; a trigger's tick is 0) and %(ttls_ms)s, one array element per claim;
 --   %(read_back)s: also count as won a claim that already holds %(owner)s (written by an
---   earlier attempt whose reply was lost: the value is unique to this process).
--- Replies: one row per claim, in input order: (i, won, fence): fence is the job's counter
---   (NULL: none yet), read with the race: a claim lost to a winner whose decision has not
---   been committed yet is no evidence that the job has had a fence; a counter seen is.
+--   earlier attempt whose reply was lost: the value is unique to this process);
+--   %(witnesses)s: per claim, the tick of a claim of the same job this node lost while the
+--   job had no counter yet (NULL: none), read back as evidence (see store.py).
+-- Replies: one row per claim, in input order: (i, won, fence, witness_kept): fence is the
+--   job's counter (NULL: none yet), read with the race: a claim lost to a winner whose
+--   decision has not been committed yet is no evidence that the job has had a fence; a
+--   counter seen is. witness_kept: whether the witness claim is still there (NULL: none
+--   asked); gone before its expiry, the database lost the job's rows.
 --
 -- The one insert that lands wins; a loser writes nothing (ON CONFLICT DO NOTHING on the
 -- primary key, no serial column to burn). Rows are inserted in key order, so two nodes
 -- racing for the same jobs wait for each other in one order and never deadlock.
 WITH wanted AS (
   SELECT * FROM unnest(%(jobs)s::text[], %(ticks)s::bigint[], %(triggers)s::text[],
-                       %(ttls_ms)s::bigint[])
-    WITH ORDINALITY AS w (job, tick, trigger_id, ttl_ms, i)
+                       %(ttls_ms)s::bigint[], %(witnesses)s::bigint[])
+    WITH ORDINALITY AS w (job, tick, trigger_id, ttl_ms, witness, i)
 ), won AS (
   INSERT INTO @schema@.claims (ns, job, tick, trigger_id, owner, expires_us)
   SELECT %(ns)s, w.job, w.tick, w.trigger_id, %(owner)s, @schema@.now_us() + w.ttl_ms * 1000
@@ -24,7 +28,11 @@ WITH wanted AS (
   RETURNING job, tick, trigger_id
 )
 SELECT w.i, won.job IS NOT NULL OR (%(read_back)s AND c.owner IS NOT DISTINCT FROM %(owner)s),
-  j.fence
+  j.fence,
+  CASE WHEN w.witness IS NOT NULL THEN EXISTS (
+    SELECT 1 FROM @schema@.claims l
+    WHERE l.ns = %(ns)s AND l.job = w.job AND l.tick = w.witness AND l.trigger_id = ''
+  ) END
 FROM wanted w
 LEFT JOIN won USING (job, tick, trigger_id)
 LEFT JOIN @schema@.claims c
