@@ -1,9 +1,10 @@
 """The PostgreSQL store (DESIGN.md section 14): the only package that imports psycopg.
 
-``store`` holds :class:`PostgresStore`, the protocol's calls; ``operator`` the operator
-side; ``tables`` stored schedules and the fleet's definitions; ``schema`` the versioned
-migrations (``cronrace db upgrade``, ``cronrace db sql``); ``database`` the pool; ``errors``
-and ``access`` the translation of psycopg's exceptions. Every statement and function is a
+``store`` holds :class:`PostgresStore`, the protocol's calls; ``runs`` leases and records;
+``operator`` the operator side; ``tables`` stored schedules and the fleet's definitions;
+``schema`` and ``ddl`` the versioned migrations (``cronrace db upgrade``, ``cronrace db
+sql``); ``database`` the pool; ``errors`` and ``access`` the translation of psycopg's
+exceptions. Every statement and function is a
 file under ``sql/``, each opening with a header naming its inputs and replies.
 
 ``urls`` imports no driver: a URL is checked without the ``postgres`` extra installed, and
