@@ -52,6 +52,10 @@ class FaultProxy:
         if self._thread is not None:
             self._thread.join(5)
 
+    def retarget(self, port: int) -> None:
+        """Send new connections to ``port`` (a DNS name re-pointed); open ones stay put."""
+        self.target_port = port
+
     def cut_after(self, marker: bytes, times: int = 1) -> None:
         """Lose the replies of the next ``times`` requests containing ``marker``."""
         with self._lock:

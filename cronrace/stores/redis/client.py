@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -26,9 +27,7 @@ from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocket
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
-from redis.exceptions import (
-    RedisError,
-)
+from redis.exceptions import ReadOnlyError, RedisError
 
 from cronrace.stores.redis.access import AccessWatch
 from cronrace.stores.redis.urls import Deployment, RedisTarget, parse_redis_url
@@ -125,6 +124,31 @@ def _pipeline_replies(
     return out
 
 
+async def _leave_a_demoted_primary(pool: Any, exc: BaseException | None) -> None:
+    """Close the pool's idle connections when the server they reach has become a replica.
+
+    A coordinated failover behind one endpoint (``FAILOVER``, a managed service's name
+    re-pointed) leaves every open connection on the old primary, which answers each write
+    ``READONLY`` and will go on doing so: the connections, not Redis, are what is wrong.
+    Connections opened from now on go through the endpoint again, to the new primary; the
+    ones in use are closed when they come back and meet the same answer.
+    """
+    if not isinstance(exc, ReadOnlyError):
+        return
+    global _last_readonly_log_mono
+    now = time.monotonic()
+    if now - _last_readonly_log_mono >= 1.0:
+        _last_readonly_log_mono = now
+        log.warning(
+            "Redis answered READONLY: the primary was demoted; reconnecting",
+            extra={"error": str(exc)},
+        )
+    await pool.disconnect(inuse_connections=False)
+
+
+_last_readonly_log_mono = float("-inf")
+
+
 class _WatchedPipeline(Pipeline):
     access: AccessWatch
 
@@ -133,7 +157,10 @@ class _WatchedPipeline(Pipeline):
         try:
             replies = await super().execute(raise_on_error=False)
         except RedisError as exc:
+            await _leave_a_demoted_primary(self.connection_pool, exc)
             _raise_translated(self.access, exc, commands[0] if commands else ())
+        readonly = next((r for r in replies if isinstance(r, ReadOnlyError)), None)
+        await _leave_a_demoted_primary(self.connection_pool, readonly)
         return _pipeline_replies(self.access, commands, replies, raise_on_error)
 
 
@@ -146,6 +173,7 @@ class WatchedRedis(aioredis.Redis):
         try:
             reply = await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except RedisError as exc:
+            await _leave_a_demoted_primary(self.connection_pool, exc)
             _raise_translated(self.access, exc, args)
         self.access.went_through((args,))
         return reply
