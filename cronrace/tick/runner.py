@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -31,12 +30,12 @@ from cronrace.stores.values import (
     AcquireReply,
     Owner,
     ReleaseDecision,
-    ReleaseReply,
 )
 from cronrace.tick.decisions import further_tick_request
 from cronrace.tick.lease import Lease, Renewals
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.releases import Releases
+from cronrace.tick.unrun import Grant, UnrunRuns
 
 log = logging.getLogger("cronrace.run")
 
@@ -44,22 +43,7 @@ log = logging.getLogger("cronrace.run")
 CLEANUP_TIMEOUT_S = 5.0
 
 
-@dataclass(slots=True, eq=False)
-class Grant:
-    """A decided run that holds a fence (and a lease, unless overlap is ``allow``).
-
-    Registered by the scheduler before the run's task is started, so that a run which
-    never got to start (the agent was stopped by force) is still released and recorded.
-    """
-
-    job: Job
-    ticks: list[int]
-    fence: int
-    granted_mono: float
-    trigger_id: str | None = None
-
-
-class Runner:
+class Runner(UnrunRuns):
     """Runs handlers for one agent and keeps count of the runs alive."""
 
     def __init__(
@@ -120,11 +104,6 @@ class Runner:
                 self._idle = anyio.Event()
             await self._idle.wait()
 
-    def _now_ms(self) -> int:
-        # The shared clock, as everywhere else: a node whose wall clock is off must not
-        # write records that are off.
-        return int(self.clock.time() * 1000)
-
     def admit(
         self,
         job: Job,
@@ -137,96 +116,6 @@ class Runner:
         grant = Grant(job, ticks, fence, granted_mono, trigger_id)
         self._unstarted.add(grant)
         return grant
-
-    async def release_unstarted(self) -> None:
-        """Record and release every granted run whose task never started.
-
-        Called by the agent after its run group ended: only a forced stop leaves any.
-        """
-        while self._unstarted:
-            grant = self._unstarted.pop()
-            log.warning(
-                "granted run never started (the agent was stopped by force); releasing it",
-                extra={"job": grant.job.name, "tick": grant.ticks[0], "fence": grant.fence},
-            )
-            await self.release_unrun(
-                grant.job,
-                grant.ticks,
-                grant.fence,
-                Outcome.CANCELLED,
-                "the agent was stopped before the run started",
-                trigger_id=grant.trigger_id,
-                retry_s=grant.job.lease_ttl_s,
-            )
-
-    async def release_unrun(
-        self,
-        job: Job,
-        ticks: list[int],
-        fence: int,
-        outcome: Outcome,
-        why: str,
-        *,
-        trigger_id: str | None,
-        retry_s: float,
-    ) -> None:
-        """Record a granted run that will not start, and release its lease.
-
-        The release is retried for ``retry_s`` at most (0: once); a record Redis did not
-        take goes to the outbox. Further ticks of a catch-up sequence are recorded too.
-        """
-        record = RunRecord(
-            job.name,
-            ticks[0],
-            self.node_id,
-            outcome,
-            fence,
-            finished_ms=self._now_ms(),
-            error=why,
-            trigger_id=trigger_id,
-        )
-        self._keep_unrun(job, ticks[1:])
-        if job.overlap is Overlap.ALLOW:
-            await self.outbox.write([record], history=job.history)
-        else:
-            until = self.clock.monotonic() + retry_s
-            reply = await self.releases.finish(job, record, fence, until_mono=until)
-            await self._refuse_hand_on(job, reply)
-
-    async def _refuse_hand_on(self, job: Job, reply: ReleaseReply | None) -> None:
-        """Record and release a queued tick a release handed to a run that will not go on.
-
-        ``release.lua`` hands the lease to the tick waiting (queue-one) whatever the record
-        says; a run cancelled by a stop, or never started, cannot run it, and the tick was
-        left with no record while its lease blocked the job (the scheduler model found it).
-        """
-        if reply is not None and reply.decision is ReleaseDecision.HANDED_ON:
-            await self.release_unrun(
-                job,
-                [reply.tick_s],
-                reply.fence,
-                Outcome.CANCELLED,
-                "the agent stopped before this queued tick ran",
-                trigger_id=reply.trigger_id,
-                retry_s=0,
-            )
-
-    def _keep_unrun(self, job: Job, ticks: Iterable[int]) -> None:
-        """Record ticks of a catch-up sequence that will not run (the agent stopped)."""
-        now_ms = self._now_ms()
-        records = [
-            RunRecord(
-                job.name,
-                tick_s,
-                self.node_id,
-                Outcome.CANCELLED,
-                finished_ms=now_ms,
-                error="the agent stopped before this catch-up tick ran",
-            )
-            for tick_s in ticks
-        ]
-        if records:
-            self.outbox.keep(records, history=job.history, maybe_written=False)
 
     def start(self, grant: Grant, runs: TaskGroup) -> None:
         """Start the grant's run as a task of ``runs`` (lease renewals start there too)."""
