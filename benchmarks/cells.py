@@ -74,6 +74,12 @@ class CellSpec:
     #: Measure the window even when the machine cannot drive the cell (the work-against-N
     #: sweep's "before": a saturated fleet's CPU is a floor of what it would need).
     measure_saturated: bool = False
+    #: Start the agents one by one over this many seconds (1,000 nodes joining in a minute).
+    start_spread_s: float = 0.0
+    #: Stop this share of the agents at once, ``replace_after_s`` into the window, and
+    #: start as many new ones under new node ids.
+    replace_share: float = 0.0
+    replace_after_s: float = 5.0
     #: Every job's schedule (6-field cron: seconds first); ``H`` fields hash the job name.
     schedule: str = SCHEDULE
 
@@ -158,6 +164,9 @@ def run_cell(spec: CellSpec, ctx: Context, status: Status) -> dict[str, Any]:
         "startup_timeout_s": spec.startup_budget_s,
         "racers": spec.racers,
         "churn_every_s": spec.churn_every_s,
+        "start_spread_s": spec.start_spread_s,
+        "replace_share": spec.replace_share,
+        "replace_after_s": spec.replace_after_s,
         "catchup": spec.catchup,
         "heartbeat_s": spec.heartbeat_s,
     }
@@ -257,7 +266,7 @@ def _run(
             status(_tick_text(spec, tick, t0, done), progress)
             # Judge each tick once every process has reported it, from the last warm-up
             # tick on (the first ticks after start-up carry connection set-up).
-            skip = spec.chaos or bool(spec.churn_every_s)
+            skip = spec.chaos or bool(spec.churn_every_s) or bool(spec.replace_share)
             if skip or len(done) < len(fleet.procs) or tick < t0 - 1 or tick in judged:
                 continue
             judged.add(tick)
@@ -487,6 +496,7 @@ def measure(
         "client_cpu_cores": round(fleet_cpu_s / wall_s, 3),
         "client_cpu_ms_per_node_s": round(fleet_cpu_s / (n * wall_s) * 1000, 3),
         "memory_per_node_mb": _memory_per_node_mb(results),
+        **_stalls(results),
         "job_ticks": job_ticks,
         "client_cpu_us_per_job_tick": round(fleet_cpu_s / job_ticks * 1e6, 1),
     }
@@ -581,6 +591,17 @@ def measure(
         }
     )
     return row
+
+
+def _stalls(results: list[dict[str, Any]]) -> dict[str, float]:
+    """The longest event-loop stall of any fleet process, before and within the window."""
+    stalls = [r["loop_stall_ms"] for r in results if "loop_stall_ms" in r]
+    if not stalls:
+        return {}
+    return {
+        "loop_stall_ms_startup_max": max(s["startup"] for s in stalls),
+        "loop_stall_ms_window_max": max(s["window"] for s in stalls),
+    }
 
 
 def _memory_per_node_mb(results: list[dict[str, Any]]) -> float | None:

@@ -132,6 +132,8 @@ LARGE_CELLS = {
     "1000x100:3": (1000, 100, "3", SCHEDULE, 10),
     "1000x10000:2:H": (1000, 10000, "2", "H * * * * *", 120),
 }
+#: Start-up and churn: 1,000 nodes joining within a minute, then 10 % replaced at once.
+CHURN = {"nodes": 1000, "jobs": 100, "racers": "2", "spread_s": 60.0, "share": 0.1}
 CELL_FIGURES = (
     "status",
     "claims_per_job_tick",
@@ -149,18 +151,30 @@ CELL_FIGURES = (
     "job_ticks",
     "saturation_notes",
     "reason",
+    "loop_stall_ms_startup_max",
+    "loop_stall_ms_window_max",
+    "churned",
 )
 
 
 def cells(args: argparse.Namespace) -> dict[str, Any]:
-    names = args.only.split(",") if args.only else list(LARGE_CELLS)
+    if args.churn:
+        shape, _, spread = args.churn.partition(":")
+        nodes, _, jobs = shape.partition("x")
+        CHURN.update(nodes=int(nodes), jobs=int(jobs), spread_s=float(spread or 60))
+    names = args.only.split(",") if args.only else [*LARGE_CELLS, "churn"]
     workdir = Path(tempfile.mkdtemp(prefix="cronrace-scale-"))
     loop = "uvloop" if uvloop_installed() else "asyncio"
     out: dict[str, Any] = {"commit": git_commit(), "machine": machine(), "rows": []}
     with BenchServer(workdir / "redis") as server:
         ctx = Context(server=server, workdir=workdir, loop=loop)
         for name in names:
-            nodes, jobs, racers, schedule, seconds = LARGE_CELLS[name]
+            churn = name == "churn"
+            if churn:
+                nodes, jobs, racers = CHURN["nodes"], CHURN["jobs"], CHURN["racers"]
+                schedule, seconds = SCHEDULE, 20
+            else:
+                nodes, jobs, racers, schedule, seconds = LARGE_CELLS[name]
             spec = CellSpec(
                 "cronrace",
                 nodes,
@@ -172,6 +186,9 @@ def cells(args: argparse.Namespace) -> dict[str, Any]:
                 measure_saturated=True,
                 startup_budget_s=args.startup_budget_s,
                 schedule=schedule,
+                start_spread_s=float(CHURN["spread_s"]) if churn else 0.0,  # each process
+                replace_share=float(CHURN["share"]) if churn else 0.0,
+                catchup="all" if churn else "latest",
             )
             row = run_cell(spec, ctx, _status)
             kept = {"cell": name, **{key: row.get(key) for key in CELL_FIGURES}}
@@ -242,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     lc = sub.add_parser("cells", help="the large cells: 200 x 1,000, 1,000 x 100, 1,000 x 10,000")
     lc.add_argument("--only", help=f"comma-separated, of {', '.join(LARGE_CELLS)}")
     lc.add_argument("--startup-budget-s", type=float, default=300.0)
+    lc.add_argument(
+        "--churn", metavar="NxJ:SPREAD_S", help="the churn cell's shape instead, e.g. 20x10:5"
+    )
     lc.add_argument("--out", type=Path, default=RESULTS_DIR)
     mg = sub.add_parser(
         "merge",

@@ -110,6 +110,11 @@ class Worker:
         self.profiler = cProfile.Profile() if config.get("profile_path") else None
         self.churned = 0
         self.finished: dict[int, anyio.Event] = {}
+        #: The event loop's longest stalls (ms): before the window (start-up, joins) and
+        #: within it; a stall delays every agent of this process alike.
+        self.stall_ms = {"startup": 0.0, "window": 0.0}
+        self.in_window = False
+        self.stall_scope: anyio.CancelScope | None = None
 
     def mark(self, name: str) -> None:
         self.marks[name] = {
@@ -138,6 +143,7 @@ class Worker:
         assert self.window is not None
         t0, t1 = self.window
         await _sleep_until(t0 - 0.5)
+        self.in_window = True
         self.mark("start")
         if self.profiler is not None:
             self.profiler.enable()
@@ -184,6 +190,34 @@ class Worker:
             self.churned += 1
             tg.start_soon(self._run_agent, index, name=f"agent {index} again")
 
+    async def watch_stalls(self) -> None:
+        """Sleep 10 ms again and again: what the loop overshoots by is its stall."""
+        self.stall_scope = anyio.CancelScope()
+        with self.stall_scope:  # cancelled once the agents are told to stop
+            while True:
+                started = time.perf_counter()
+                await anyio.sleep(0.01)
+                stall_ms = (time.perf_counter() - started - 0.01) * 1000
+                key = "window" if self.in_window else "startup"
+                self.stall_ms[key] = max(self.stall_ms[key], stall_ms)
+
+    async def replace(self, tg: Any, share: float) -> None:
+        """``replace_after_s`` into the window, stop a share of the agents at once and start
+        as many new ones (new node ids): the members change by that share in one heartbeat."""
+        await self.window_set.wait()
+        assert self.window is not None
+        await _sleep_until(self.window[0] + float(self.config["replace_after_s"]))
+        count = max(1, round(len(self.agents) * share))
+        for index in range(count):
+            self.agents[index].stop()
+        for index in range(count):
+            await self.finished[index].wait()
+        for index in range(count):
+            node = self.config["nodes"][index] + 100_000
+            self.agents[index] = build_agent(self.config, node)
+            self.churned += 1
+            tg.start_soon(self._run_agent, index, name=f"agent {node}")
+
     async def _run_agent(self, index: int) -> None:
         self.finished[index] = anyio.Event()
         try:
@@ -193,7 +227,11 @@ class Worker:
 
     async def main(self) -> None:
         async with anyio.create_task_group() as tg:
+            tg.start_soon(self.watch_stalls)
+            spread_s = float(self.config.get("start_spread_s", 0.0))
             for index, agent in enumerate(self.agents):
+                if spread_s:  # nodes joining one by one over spread_s
+                    await anyio.sleep(spread_s / len(self.agents))
                 tg.start_soon(self._run_agent, index, name=f"agent {agent.node_id}")
             tg.start_soon(self.commands)
             started = time.monotonic()
@@ -205,10 +243,14 @@ class Worker:
             async with anyio.create_task_group() as watchers:
                 watchers.start_soon(self.measure)
                 watchers.start_soon(self.report_ticks)
+                if self.config.get("replace_share"):
+                    watchers.start_soon(self.replace, tg, float(self.config["replace_share"]))
                 if self.config.get("churn_every_s"):
                     watchers.start_soon(self.churn, tg, float(self.config["churn_every_s"]))
                 await self.stop_event.wait()
                 watchers.cancel_scope.cancel()
+            if self.stall_scope is not None:
+                self.stall_scope.cancel()
             for agent in self.agents:
                 agent.stop()
         self.write_result()
@@ -228,6 +270,7 @@ class Worker:
             "final": COUNTERS.snapshot(),
             "loop": self.config.get("loop", "asyncio"),
             "churned": self.churned,
+            "loop_stall_ms": {k: round(v, 1) for k, v in self.stall_ms.items()},
             "rss_base_mb": self.rss_base_mb,
             "rss_end_mb": self.marks.get("end", {}).get("rss_mb", rss_mb()),
         }
