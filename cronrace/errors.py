@@ -129,6 +129,16 @@ class StoreSchemaError(RedisAccessError):
         super().__init__(message, command="schema")
 
 
+class RedisOutOfMemoryError(RedisAccessError):
+    """Redis refuses writes: it reached ``maxmemory`` under the ``noeviction`` policy.
+
+    Refused, not unavailable: retrying will not help until memory is freed or the limit
+    raised, and a node that cannot claim must say so (readiness, a metric, one line).
+    """
+
+    cause = "out_of_memory"
+
+
 class NoLiveNodeError(CronraceError):
     """An operator asked the fleet for something and no node of the namespace is alive."""
 

@@ -22,9 +22,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    NoPermissionError,
+    OutOfMemoryError,
+    RedisError,
+    ResponseError,
+)
 
-from cronrace.errors import RedisAccessError, RedisAuthError, RedisPermissionError, RedisTLSError
+from cronrace.errors import (
+    RedisAccessError,
+    RedisAuthError,
+    RedisOutOfMemoryError,
+    RedisPermissionError,
+    RedisTLSError,
+)
 from cronrace.stores.redis.scripts import script_sources
 
 log = logging.getLogger("cronrace.stores.redis")
@@ -143,6 +155,10 @@ class AccessWatch:
                     "(check the user name and password in the Redis URL)"
                 )
             return "connect", RedisAuthError(message)
+        if isinstance(exc, OutOfMemoryError) or (
+            isinstance(exc, ResponseError) and text.startswith("OOM ")
+        ):
+            return self._memory_refusal(text, args)
         if isinstance(exc, ResponseError) and (
             "user executing the script can't" in text
             or (isinstance(exc, NoPermissionError) and " script: " in text)
@@ -153,6 +169,18 @@ class AccessWatch:
         if isinstance(exc, RedisError):
             return self._tls_refusal(exc)
         return None
+
+    def _memory_refusal(self, text: str, args: Sequence[Any]) -> tuple[str, RedisAccessError]:
+        name = command_name(args)
+        if name == "evalsha" and len(args) > 1:
+            sha = _text(args[1])
+            name = f"evalsha {self.scripts.get(sha, f'script {sha[:12]}')}"
+        message = (
+            f"Redis is out of memory and refuses writes (OOM {text.rstrip('.')}): it reached "
+            "maxmemory under the noeviction policy; free memory or raise maxmemory "
+            "(claims, decisions and records wait until it takes writes again)"
+        )
+        return name, RedisOutOfMemoryError(message, command=name)
 
     def _script_refusal(self, text: str, args: Sequence[Any]) -> tuple[str, RedisAccessError]:
         sha = _text(args[1]) if len(args) > 1 else ""

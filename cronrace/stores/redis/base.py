@@ -6,18 +6,27 @@ is missing was wiped, not new), and the pipelined commands that move garbage asi
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, Self
 
+from redis.asyncio.cluster import RedisCluster
+
+from cronrace.errors import StoreError
 from cronrace.stores import contract
 from cronrace.stores.redis.access import AccessWatch
 from cronrace.stores.redis.client import make_client
-from cronrace.stores.redis.errors import translating
+from cronrace.stores.redis.errors import RAW_FAILURES, translating
 from cronrace.stores.redis.fleet import FleetCommands
 from cronrace.stores.redis.garbage import Command, send_repairing
 from cronrace.stores.redis.keys import Keys
 from cronrace.stores.redis.schedules import ScheduleCommands
 from cronrace.stores.redis.scripts import Scripts
+
+log = logging.getLogger("cronrace.stores.redis")
+
+#: What reading INFO may meet: refused by the ACL or renamed away by a managed service.
+_INFO_FAILURES: tuple[type[BaseException], ...] = (*RAW_FAILURES, StoreError)
 
 #: The namespace-wide keys and the type each holds.
 NAMESPACE_KEY_TYPES = {"jobs": "set", "nodes": "zset", "epoch": "string", "control": "stream"}
@@ -58,8 +67,48 @@ class StoreBase(contract.Store):
         await self.scripts.load()
 
     async def prepare(self) -> None:
-        """Load the scripts: a running node calls them from its first wake-up on."""
+        """Load the scripts: a running node calls them from its first wake-up on.
+
+        Also says loudly when Redis may evict keys (see :meth:`check_eviction`).
+        """
         await self.load_scripts()
+        await self.check_eviction()
+
+    async def check_eviction(self) -> str | None:
+        """Log an ERROR when Redis may evict keys; return the eviction policy found.
+
+        A Redis with ``maxmemory`` and an evicting policy (``allkeys-*``, ``volatile-*``:
+        every claim, lease and hold has an expiry) drops claims, leases, watermarks and
+        fences when it fills up: ticks fire twice, runs overlap. Read from ``INFO memory``
+        (on every primary of a cluster); where the ACL or the service refuses it, one
+        WARNING says how to check by hand. Returns None when nothing could be read.
+        """
+        try:
+            if isinstance(self.client, RedisCluster):
+                found = await self.client.info("memory", target_nodes=RedisCluster.PRIMARIES)
+                infos = list(found.values()) if _per_node(found) else [found]
+            else:
+                infos = [await self.client.info("memory")]
+        except _INFO_FAILURES as exc:
+            self.access.went_through([("info", "memory")])  # not a refusal of our work
+            log.warning(
+                "cannot tell whether Redis may evict keys (INFO memory refused); check "
+                "that CONFIG GET maxmemory-policy says noeviction, or maxmemory says 0",
+                extra={"error": str(exc)},
+            )
+            return None
+        policies = {str(info.get("maxmemory_policy", "noeviction")) for info in infos}
+        limited = any(int(info.get("maxmemory", 0) or 0) > 0 for info in infos)
+        evicting = sorted(p for p in policies if p != "noeviction")
+        if limited and evicting:
+            log.error(
+                "Redis may EVICT keys: maxmemory is set with an evicting policy, so a full "
+                "Redis drops claims, leases, watermarks and fences (ticks may fire twice, "
+                "runs overlap); set maxmemory-policy noeviction (cronrace then reports "
+                "writes refused for memory) or maxmemory 0",
+                extra={"maxmemory_policy": ",".join(evicting)},
+            )
+        return ",".join(sorted(policies))
 
     async def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return await self.scripts.eval(name, keys, args)
@@ -100,3 +149,8 @@ class StoreBase(contract.Store):
         highest = max(fences, default=0)
         if highest > self._fences_seen.get(job, 0):
             self._fences_seen[job] = highest
+
+
+def _per_node(found: Any) -> bool:
+    """Whether a cluster's INFO reply is one dict per node (several primaries answered)."""
+    return isinstance(found, dict) and all(isinstance(v, dict) for v in found.values())

@@ -24,6 +24,7 @@ What leaves the store, by what redis-py raised or answered:
   them: ``RedisMovingError`` (a slot half-moved by a live resharding; it did not run);
 - ``READONLY``, ``CLUSTERDOWN``, ``MASTERDOWN``, ``LOADING`` in a reply, cluster errors:
   ``RedisUnavailableError`` (it did not run; a failover passes);
+- ``OOM`` (full under ``noeviction``): ``RedisOutOfMemoryError``, a refusal;
 - any other error reply (``WRONGTYPE``, a script's error): ``RedisDataError``.
 """
 
@@ -45,6 +46,7 @@ from redis.exceptions import (
     MasterDownError,
     MovedError,
     NoPermissionError,
+    OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
     RedisError,
@@ -59,6 +61,7 @@ from cronrace.errors import (
     RedisAuthError,
     RedisDataError,
     RedisMovingError,
+    RedisOutOfMemoryError,
     RedisPermissionError,
     RedisUnavailableError,
     StoreError,
@@ -97,6 +100,7 @@ PASSAGES: tuple[tuple[type[BaseException], Passage], ...] = (
     (RedisAccessError, Passage.REFUSED),
     (AuthenticationError, Passage.REFUSED),
     (NoPermissionError, Passage.REFUSED),
+    (OutOfMemoryError, Passage.REFUSED),  # full under noeviction: until memory is freed
     (StoreError, Passage.FAILED),  # translated already: see translate()
     (TryAgainError, Passage.MOVING),
     (AskError, Passage.MOVING),
@@ -169,6 +173,8 @@ def translate(exc: BaseException, *, in_reply: bool = False) -> StoreError:
         translated = RedisAuthError(f"authentication failed: {text}")
     elif isinstance(exc, NoPermissionError):
         translated = RedisPermissionError(f"permission denied: {text}", command="?")
+    elif isinstance(exc, OutOfMemoryError):
+        translated = RedisOutOfMemoryError(f"Redis is out of memory: {text}", command="?")
     elif meaning is Passage.AMBIGUOUS:
         translated = RedisAmbiguousError(text)
     elif meaning is Passage.MOVING:

@@ -13,6 +13,7 @@ from redis.exceptions import (
     DataError,
     InvalidResponse,
     NoPermissionError,
+    OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
     ResponseError,
@@ -103,6 +104,7 @@ async def test_a_dropped_connection_reaches_the_caller_as_a_store_error() -> Non
         (RedisConnectionError("reset"), Passage.AMBIGUOUS),
         (ResponseError("ERR user_script:3: bad"), Passage.FAILED),
         (NoPermissionError("NOPERM"), Passage.REFUSED),
+        (OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), Passage.REFUSED),
         # redis-py's own redirection failed (an ASK to a node it did not know yet):
         (AttributeError("'NoneType' object has no attribute 'connection_kwargs'"), Passage.MOVING),
     ],
