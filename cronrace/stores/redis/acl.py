@@ -21,6 +21,7 @@ CLIENT_COMMANDS = (
     "hincrby",
     "hmget",
     "hset",
+    "info",  # the eviction check at start-up (base.py): INFO memory, read only
     "ping",
     "pttl",
     "sadd",
