@@ -30,8 +30,9 @@ from cronrace.runtime.retry import Retry, backoff_s
 from cronrace.settings import AgentSettings
 from cronrace.stores.contract import Store
 from cronrace.stores.values import Owner
-from cronrace.tick.decisions import EXPIRED_COUNT_CAP, Proposal
+from cronrace.tick.decisions import Proposal
 from cronrace.tick.outbox import Outbox
+from cronrace.tick.plans import plan_due, window_start_s
 from cronrace.tick.race import TickRace
 from cronrace.tick.runner import Runner
 from cronrace.tick.share import RacerShare
@@ -47,11 +48,6 @@ MAX_SLEEP_S = 1.0
 PREFERRED_HEAD_START_S = 0.1
 #: How often a stopping loop tries to decide the claims whose answers were lost.
 STOP_ATTEMPTS = 5
-
-
-def window_start_s(now: float, catchup_window_s: float) -> int:
-    """The oldest tick attempted at ``now`` (``now - tick <= catchup_window``, rounded up)."""
-    return math.ceil(now - catchup_window_s)
 
 
 class Scheduler:
@@ -363,36 +359,7 @@ class Scheduler:
         heapq.heappush(self._heap, (wake_s, tick_s, name))
 
     def _plan(self, job: Job, first_due_s: int, now: float) -> tuple[TickPlan | None, int]:
-        """Classify a job's due ticks: expired, late (a backlog) or on time.
-
-        A backlog may hold ticks other nodes decided meanwhile: the decision counts what
-        was really missed, and logs it (decisions.report), so nothing is logged here.
-        """
-        now_s = int(now)
-        schedule = job.schedule
-        following = schedule.next_tick(first_due_s)
-        grace = self.settings.live_grace_s
-        if following > now_s and now - first_due_s <= grace:
-            # The steady state: one tick, on time.
-            return TickPlan(first_due_s, first_due_s, (first_due_s,), 0), following
-        cutoff_s = window_start_s(now, job.catchup_window_s)
-        expired = 0
-        first_expired: int | None = None
-        if first_due_s < cutoff_s:
-            first_expired = first_due_s
-            expired = schedule.count_between(first_due_s - 1, cutoff_s - 1, EXPIRED_COUNT_CAP)
-        due = schedule.ticks_between(max(first_due_s, cutoff_s) - 1, now_s, EXPIRED_COUNT_CAP)
-        newest_on_time = bool(due) and now - due[-1] <= grace
-        plan = plan_ticks(
-            job.catchup,
-            due_ticks_s=due,
-            newest_on_time=newest_on_time,
-            expired=expired,
-            first_expired_s=first_expired,
-            cutoff_s=cutoff_s,
-            max_catchup=job.max_catchup,
-        )
-        return plan, schedule.next_tick(now_s)
+        return plan_due(job, first_due_s, now, self.settings.live_grace_s)
 
     # -- racers = k: ticks left to others, and ticks whose racers left ---------------------
 

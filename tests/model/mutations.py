@@ -95,6 +95,7 @@ def _fires_early() -> Callable[[], None]:
 def _catchup_fires_twice() -> Callable[[], None]:
     from cronrace.model.policies import Catchup, TickPlan
     from cronrace.tick import loop as scheduler
+    from cronrace.tick import plans
 
     real = scheduler.plan_ticks
 
@@ -105,8 +106,15 @@ def _catchup_fires_twice() -> Callable[[], None]:
             return dataclasses.replace(plan, fire_ticks_s=fire)
         return plan
 
+    # The loop plans due ticks (tick/plans.py) and orphaned ones (tick/loop.py) alike.
     scheduler.plan_ticks = plan_ticks
-    return lambda: setattr(scheduler, "plan_ticks", real)
+    plans.plan_ticks = plan_ticks
+
+    def undo() -> None:
+        scheduler.plan_ticks = real
+        plans.plan_ticks = real
+
+    return undo
 
 
 PYTHON_MUTATIONS = {
