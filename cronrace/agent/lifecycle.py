@@ -168,6 +168,10 @@ class Lifecycle:
                     services.start_soon(self._run_service, service)
                 services.start_soon(self._watch_loop)
                 services.start_soon(outbox.run)
+                # Sentinel's announcements of a new primary, followed at once (Redis only).
+                follow = getattr(store, "follow_failovers", None)
+                if follow is not None:
+                    services.start_soon(follow)
                 task_status.started()
                 await self._loops(scheduler, runner, control)
                 services.cancel_scope.cancel()

@@ -15,7 +15,7 @@ from redis.asyncio.cluster import RedisCluster
 from cronrace.errors import StoreError
 from cronrace.stores import contract
 from cronrace.stores.redis.access import AccessWatch
-from cronrace.stores.redis.client import make_client
+from cronrace.stores.redis.client import follow_switch_master, make_client
 from cronrace.stores.redis.errors import RAW_FAILURES, translating
 from cronrace.stores.redis.fleet import FleetCommands
 from cronrace.stores.redis.garbage import Command, send_repairing
@@ -73,6 +73,12 @@ class StoreBase(contract.Store):
         """
         await self.load_scripts()
         await self.check_eviction()
+
+    async def follow_failovers(self) -> None:
+        """Follow Sentinel's announcements of a new primary until cancelled (see
+        :func:`~cronrace.stores.redis.client.follow_switch_master`); returns at once on
+        every other deployment."""
+        await follow_switch_master(self.client)
 
     async def check_eviction(self) -> str | None:
         """Log an ERROR when Redis may evict keys; return the eviction policy found.

@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, cast
 
+import anyio
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
@@ -446,3 +447,50 @@ async def follow_primary(client: Any) -> None:
         await pool.get_master_address()  # type: ignore[no-untyped-call]
     except (RedisError, OSError) as exc:
         log.warning("sentinels did not say where the primary is", extra={"error": str(exc)})
+
+
+#: How long a sentinel listener waits before it subscribes again after an error.
+SWITCH_RESUBSCRIBE_S = 1.0
+
+
+async def follow_switch_master(client: Any) -> None:
+    """Follow each sentinel's ``+switch-master`` announcement as it comes (until cancelled).
+
+    The heartbeat asks the sentinels where the primary is (``follow_primary``), so a node
+    leaves a demoted primary within a heartbeat; but Sentinel leaves the old primary
+    writable for about ten seconds after a graceful failover, and a node still writing
+    there for up to a heartbeat can win a tick another node wins on the new primary. The
+    sentinels announce the switch at once: each one's announcement makes the node ask
+    where the primary is and drop its idle connections elsewhere. Returns at once for
+    every deployment but Sentinel.
+    """
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, SentinelConnectionPool):
+        return
+    async with anyio.create_task_group() as tg:
+        for sentinel in pool.sentinel_manager.sentinels:
+            tg.start_soon(_listen_for_switch, client, sentinel, pool.service_name)
+
+
+async def _listen_for_switch(client: Any, sentinel: Any, master: str) -> None:
+    while True:
+        pubsub = sentinel.pubsub()
+        try:
+            await pubsub.subscribe("+switch-master")
+            async for message in pubsub.listen():
+                data = message.get("data")
+                text = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
+                if message.get("type") == "message" and text.split(" ", 1)[0] == master:
+                    log.warning(
+                        "Sentinel announced a new primary; following it now",
+                        extra={"announcement": text},
+                    )
+                    await follow_primary(client)
+        except (RedisError, OSError) as exc:
+            log.info(
+                "sentinel announcements not heard; subscribing again", extra={"error": str(exc)}
+            )
+        finally:
+            with anyio.CancelScope(shield=True):
+                await pubsub.aclose()
+        await anyio.sleep(SWITCH_RESUBSCRIBE_S)
