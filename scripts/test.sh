@@ -61,6 +61,8 @@ fi
 missing=""
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
+# PgBouncer (transaction mode) in front of the PostgreSQL tests' server: its fleet test.
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing="$missing pgbouncer"
 if [ -n "$missing" ] && [ -z "${CRONRACE_TEST_SKIP_APT:-}" ] && [ "$(id -u)" = "0" ] \
    && command -v apt-get >/dev/null 2>&1; then
   echo "installing Debian's$missing for the browser and alert-rule tests"

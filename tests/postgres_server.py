@@ -233,3 +233,84 @@ class PostgresServer:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+PGBOUNCER = shutil.which("pgbouncer") or (
+    "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
+)
+
+
+class PgBouncer:
+    """PgBouncer in transaction mode in front of ``server``, on a free loopback port.
+
+    Clients log in without a password (``auth_type = trust``, loopback only); PgBouncer
+    logs in to the server as the superuser with its password. As root it runs as the
+    server's unprivileged user (PgBouncer refuses root).
+    """
+
+    def __init__(self, server: PostgresServer, pool_size: int = 10) -> None:
+        assert PGBOUNCER is not None, "pgbouncer is not installed"
+        self.server = server
+        self.port = free_port()
+        self.directory = server.directory / "pgbouncer"
+        self.directory.mkdir(exist_ok=True)
+        self.pool_size = pool_size
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/postgres"
+
+    def start(self, timeout_s: float = 15.0) -> PgBouncer:
+        (self.directory / "users.txt").write_text(f'"{SUPERUSER}" "{PASSWORD}"\n')
+        (self.directory / "pgbouncer.ini").write_text(
+            "[databases]\n"
+            f"postgres = host=127.0.0.1 port={self.server.port} dbname=postgres "
+            f"user={SUPERUSER} password={PASSWORD}\n"
+            "[pgbouncer]\n"
+            "listen_addr = 127.0.0.1\n"
+            f"listen_port = {self.port}\n"
+            f"unix_socket_dir = {self.directory}\n"
+            "auth_type = trust\n"
+            f"auth_file = {self.directory / 'users.txt'}\n"
+            "pool_mode = transaction\n"
+            f"default_pool_size = {self.pool_size}\n"
+            "max_client_conn = 500\n"
+            "ignore_startup_parameters = extra_float_digits,options\n"
+            f"logfile = {self.directory / 'pgbouncer.log'}\n"
+        )
+        user = self.server.user
+        if user is not None:
+            for path in (self.directory, *self.directory.iterdir()):
+                os.chown(path, user.pw_uid, user.pw_gid)
+        self.process = subprocess.Popen(
+            [str(PGBOUNCER), str(self.directory / "pgbouncer.ini")],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            **self.server._popen_kwargs(),
+        )
+        import psycopg
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                log = (self.directory / "pgbouncer.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"pgbouncer exited with {self.process.returncode}: {log}")
+            try:
+                with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as conn:
+                    conn.execute("SELECT 1")
+                return self
+            except psycopg.Error:
+                time.sleep(0.05)
+        raise RuntimeError(f"pgbouncer on port {self.port} did not answer in {timeout_s}s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None

@@ -14,7 +14,7 @@ from cronrace.model.policies import Outcome
 from cronrace.stores.postgres import PostgresStore
 from cronrace.stores.values import Claim, Owner
 from tests.helpers import Recorder, running, settings, wait_for
-from tests.postgres_server import PostgresServer
+from tests.postgres_server import PGBOUNCER, PgBouncer, PostgresServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(90)]
 
@@ -116,3 +116,38 @@ async def test_a_missing_grant_is_refused_naming_the_table(
         assert "claims" in (store.access.problem() or "")
     finally:
         await store.aclose()
+
+
+@pytest.fixture
+def pgbouncer(postgres_server: PostgresServer) -> Iterator[PgBouncer]:
+    """PgBouncer in transaction mode in front of the session's server (pool of 4)."""
+    if PGBOUNCER is None:
+        pytest.skip("pgbouncer not installed")
+    bouncer = PgBouncer(postgres_server, pool_size=4)
+    bouncer.start()
+    yield bouncer
+    bouncer.stop()
+
+
+async def test_a_fleet_behind_pgbouncer_in_transaction_mode_fires_each_tick_once(
+    pgbouncer: PgBouncer, namespace: str
+) -> None:
+    """Five agents share four server connections: every statement may land on another
+    backend, so nothing may rely on session state (prepared statements, session locks)."""
+    recorder = Recorder()
+    agents = []
+    for index in range(5):
+        agent = Agent(settings=settings(pgbouncer.url, namespace, f"node{index}"))
+        agent.add_job(recorder.note, "* * * * * *", name="every-second", overlap="queue_one")
+        agents.append(agent)
+    async with running(*agents):
+        await wait_for(lambda: len(set(recorder.ticks())) >= 6, timeout_s=40, what="6 ticks")
+        history_ = await agents[1].history("every-second", 100)
+        problems = [agent.readiness_problem() for agent in agents]
+    assert problems == [None] * 5
+    ticks = recorder.ticks()
+    assert [t for t, n in Counter(ticks).items() if n > 1] == []
+    assert sorted(ticks) == list(range(min(ticks), max(ticks) + 1)), "a tick was missed"
+    fences = [run.fence for run in sorted(recorder.runs, key=lambda run: run.tick_s)]
+    assert fences == sorted(set(fences))
+    assert {r.tick_s for r in history_ if r.outcome is Outcome.OK} <= set(ticks)
