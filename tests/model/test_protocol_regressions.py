@@ -92,3 +92,22 @@ def test_a_won_tick_passed_while_undecided_is_decided_late_once(state: Steps) ->
     state.time_passes(awake=[], grains=6)  # past the hold of a job's first grants
     started = {t: len(runs) for (job, t), runs in machine.starts.items() if job == "j-allow"}
     assert started == {tick: 1, tick + 1: 1}
+
+
+def test_garbage_under_a_wiped_jobs_fence_key_still_holds_new_grants(state: Steps) -> None:
+    """The deep run's first open finding: a wipe, then garbage under the fence key, then an
+    acquire by a node that has seen a fence. The garbled counter was moved aside and
+    re-seeded without the hold ("the lease still guards the job"), but the wipe had taken
+    the lease: the new run overlapped the one started before the wipe (j-skip tick 1000001
+    on a and on b at once). Fixed: a garbled counter with no lease held holds new grants
+    for one lease_ttl, as a wipe does."""
+    state.define_jobs(catchup=ALL_SKIP)
+    state.redis_restarts(keeps_data=False)
+    state.decide_but_the_answers_are_lost(node="a", job="j-skip")
+    for _ in range(3):
+        state.decide(node="a")
+    state.redis_restarts(keeps_data=False)
+    state.decide_but_the_answers_are_lost(node="b", job="j-skip")
+    state.redis_restarts(keeps_data=False)
+    state.garbage_lands_under_a_key(job="j-skip", key="fence", kind="text")
+    state.decide(node="b")

@@ -77,7 +77,8 @@ if check_lease(lease_key) then
   -- Whether a run held the lease that was garbled is unknown: hold as after a wipe.
   start_hold(hold_key, ttl_ms)
 end
--- A garbled counter is re-seeded like a lost one, but it is no sign of lost data.
+-- A garbled counter is re-seeded like a lost one, but it is no sign of lost data (it holds
+-- new grants only when no lease guards the job: take_fence).
 local fence_garbled = check_int(fence_key, 'fence')
 check_int(last_key, 'watermark')
 check_int(pending_key, 'pending')
@@ -143,9 +144,15 @@ local function reply(decision, fence)
 end
 
 local function take_fence()
+  -- A garbled counter is no sign of lost data while a lease guards the job; with no lease
+  -- held, a wipe may have taken that lease too (garbage landing after it): hold as after
+  -- a wipe, since a run started before may still be alive.
+  local unguarded = fence_garbled and redis.call('EXISTS', lease_key) == 0
   local fence, lost = next_fence(fence_key, lease_key, known_fence)
   if lost and not fence_garbled then
     data_lost = 1
+    start_hold(hold_key, ttl_ms)
+  elseif unguarded then
     start_hold(hold_key, ttl_ms)
   end
   hold_ms = hold_left_ms(hold_key)
