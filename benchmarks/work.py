@@ -21,6 +21,7 @@ import json
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -100,6 +101,41 @@ async def one_cell(
     }
 
 
+def plot(rows_path: Path, out_path: Path) -> Path:
+    """Each node's CPU and the fleet's against N, one line per tag (before, after)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.startswith("{")]
+    fig, (per_node, fleet) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for tag in sorted({r["tag"] for r in rows}):
+        sel = sorted((r for r in rows if r["tag"] == tag), key=lambda r: r["nodes"])
+        xs = [r["nodes"] for r in sel]
+        per_node.plot(xs, [r["node_cpu_ms_per_s"] for r in sel], "o-", label=tag)
+        fleet.plot(xs, [r["fleet_cpu_s_per_s"] for r in sel], "o-", label=tag)
+        if tag == "after" and sel:
+            ideal = [sel[0]["node_cpu_ms_per_s"] * sel[0]["nodes"] / n for n in xs]
+            per_node.plot(xs, ideal, "k:", label="1/N from the first point")
+    jobs = rows[0]["jobs"] if rows else 0
+    for ax, title, label in (
+        (per_node, f"Each node's CPU ({jobs} one-second jobs, k = 2)", "ms per second"),
+        (fleet, "The fleet's CPU (the store's left out)", "cores"),
+    ):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("nodes N")
+        ax.set_ylabel(label)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return out_path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.work", description=__doc__)
     parser.add_argument("--nodes", default="10,20,50,100,200")
@@ -108,7 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--warmup-s", type=int, default=6)
     parser.add_argument("--tag", default="")
+    parser.add_argument(
+        "--plot", nargs=2, type=Path, metavar=("ROWS_JSONL", "PNG"), help="only draw the rows"
+    )
     args = parser.parse_args(argv)
+    if args.plot:
+        sys.stdout.write(f"wrote {plot(*args.plot)}\n")
+        return 0
     import cronrace
 
     _count_store_cpu()
