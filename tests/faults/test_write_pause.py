@@ -78,8 +78,10 @@ def test_write_pauses_lose_no_tick(
     skipped: dict[str, list[int]] = {}
     for job in JOBS:
         records = run_records(redis_server.url, namespace, job)
-        # Skipped for overlap only while the run it met had not ended (no slack).
-        excused = decided_late_or_overlapping(records, events, job, release_slack_s=0.0)
+        # Skipped for overlap only while the run it met was alive when Redis decided: its
+        # end may come a moment before the decision's answer reaches the node (0.5 s on a
+        # loaded machine), not a pause's length before it.
+        excused = decided_late_or_overlapping(records, events, job, release_slack_s=0.5)
         verdict = judge(events, job, first_tick_s=first_s, last_tick_s=last_s, excused=excused)
         assert verdict.duplicates == [], verdict.summary()
         if verdict.missed:
