@@ -296,7 +296,10 @@ def racers_line(nodes: list[NodeInfo]) -> str:
     if setting == "all":
         return f"racers: all {len(nodes)} live node(s) race for each tick"
     k = min(int(setting), len(nodes))
-    return f"racers: {k} of {len(nodes)} live node(s) race for each tick, chosen per tick"
+    return (
+        f"racers: {k} of {len(nodes)} live node(s) race for each tick, "
+        "chosen per job and 10-minute window"
+    )
 
 
 def print_nodes(rows: list[NodeInfo], namespace: str, width: int | None) -> None:
