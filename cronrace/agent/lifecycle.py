@@ -32,7 +32,7 @@ from cronrace.runtime.clock import SystemClock
 from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.retry import Retry
 from cronrace.settings import redact_url
-from cronrace.stores.contract import Store
+from cronrace.stores.contract import FailoverFollower, Store
 from cronrace.tick.loop import Scheduler
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.runner import CLEANUP_TIMEOUT_S, Runner
@@ -168,10 +168,9 @@ class Lifecycle:
                     services.start_soon(self._run_service, service)
                 services.start_soon(self._watch_loop)
                 services.start_soon(outbox.run)
-                # Sentinel's announcements of a new primary, followed at once (Redis only).
-                follow = getattr(store, "follow_failovers", None)
-                if follow is not None:
-                    services.start_soon(follow)
+                # Sentinel's announcements of a new primary, followed at once.
+                if isinstance(store, FailoverFollower):
+                    services.start_soon(store.follow_failovers)
                 task_status.started()
                 await self._loops(scheduler, runner, control)
                 services.cancel_scope.cancel()

@@ -20,7 +20,9 @@ The methods are grouped the way the protocol uses them:
 
 Features only one backend has are typed apart: :class:`RedisFeatures` (a fenced write on
 a Redis key, a Redis stream entry) is what the stream target and ``RunContext.fenced_set``
-need, and a store that lacks it says so by not being one.
+need, and a store that lacks it says so by not being one; :class:`FailoverFollower` (a
+deployment that announces its failovers, such as Sentinel's ``+switch-master``) is a
+service the agent runs beside its heartbeat.
 """
 
 from __future__ import annotations
@@ -352,4 +354,19 @@ class RedisFeatures(Protocol):
 
     async def aclose(self) -> None:
         """Close the store's connections."""
+        ...
+
+
+@runtime_checkable
+class FailoverFollower(Protocol):
+    """A store whose deployment announces failovers, followed while the agent runs.
+
+    Redis Sentinel announces a new primary at once (``+switch-master``); a store that
+    listens moves its connections then rather than at the next heartbeat. The agent runs
+    :meth:`follow_failovers` beside its heartbeat, on every store that is one.
+    """
+
+    async def follow_failovers(self) -> None:
+        """Follow the deployment's failover announcements until cancelled (return at once
+        where the deployment makes none)."""
         ...

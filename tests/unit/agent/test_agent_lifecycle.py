@@ -64,3 +64,35 @@ async def test_a_started_sidecar_is_ready(tmp_path: Path) -> None:
         assert [row.job for row in await sidecar.agent.jobs_status()] == ["daily"]
         sidecar.stop()
     assert not sidecar.agent.ready
+
+
+async def test_a_store_that_follows_failovers_is_followed_while_the_agent_runs() -> None:
+    clock = FakeClock(start_s=1_800_000_000.5)
+    agent = memory_agent(clock)
+    agent.add_job(lambda ctx: None, "@daily", name="daily")
+    following = anyio.Event()
+    stopped = anyio.Event()
+
+    async def follow_failovers() -> None:
+        following.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stopped.set()
+
+    agent.store.follow_failovers = follow_failovers  # type: ignore[attr-defined]
+    async with anyio.create_task_group() as tg:
+        await tg.start(agent.run)
+        with anyio.fail_after(5):
+            await following.wait()
+        agent.stop()
+    assert stopped.is_set()
+
+
+def test_only_the_redis_store_is_a_failover_follower() -> None:
+    from cronrace.stores.contract import FailoverFollower
+    from cronrace.stores.postgres.store import PostgresStore
+    from cronrace.stores.redis import Store as RedisStore
+
+    assert issubclass(RedisStore, FailoverFollower)
+    assert not issubclass(PostgresStore, FailoverFollower)
