@@ -6,23 +6,28 @@ statements are off (``prepare_threshold=None``), locks are row locks or transact
 advisory locks, never session ones. The pool connects lazily, at the first call.
 
 A pool whose connections cannot be made answers only "timed out" (it connects in the
-background); the store then connects once itself to learn why, so that a wrong password
-or an untrusted certificate is named and refused at once, not retried as an outage.
+background, retrying). So every connection the pool makes goes through
+:class:`Database`'s own connection class, which keeps the last refusal (a wrong password, a
+missing database, a certificate that does not verify) until a connection is made again; a
+call waiting for a connection looks at it every :data:`REFUSAL_CHECK_S` and raises it, so
+that a refusal is named at once, not retried as an outage until the pool's timeout. A
+call that times out without one connects once itself to learn why (down, or exhausted).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import psycopg
 import psycopg_pool
 
 from cronrace.errors import RedisAccessError, RedisUnavailableError
-from cronrace.stores.postgres.access import AccessWatch
+from cronrace.stores.postgres.access import AccessWatch, classify
 from cronrace.stores.postgres.errors import translate
 from cronrace.stores.postgres.queries import Statements
 from cronrace.stores.postgres.urls import PostgresTarget
@@ -30,6 +35,10 @@ from cronrace.stores.postgres.urls import PostgresTarget
 log = logging.getLogger("cronrace.stores.postgres")
 
 Row = tuple[Any, ...]
+
+#: How often (s) a call waiting for a pooled connection checks whether the pool's last
+#: attempt to connect was refused.
+REFUSAL_CHECK_S = 0.1
 
 
 class Database:
@@ -48,8 +57,11 @@ class Database:
         self.timeout_s = timeout_s
         self.statements = Statements(target.schema)
         self.access = AccessWatch(target.schema)
+        #: The pool's last attempt to connect was refused (None: it was not, or it made one).
+        self.connect_refused: psycopg.Error | None = None
         self.pool = psycopg_pool.AsyncConnectionPool(
             target.conninfo,
+            connection_class=self._connection_class(),
             min_size=1,
             max_size=max(1, max_connections),
             open=False,
@@ -59,6 +71,24 @@ class Database:
         )
         self._opened = False
         self._open_lock = anyio.Lock()
+
+    def _connection_class(self) -> type[psycopg.AsyncConnection[Row]]:
+        """The pool's connection class: it notes whether each attempt to connect was refused."""
+        db = self
+
+        class Connection(psycopg.AsyncConnection[Row]):
+            @classmethod
+            async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+                try:
+                    conn = await super().connect(conninfo, **kwargs)
+                except psycopg.Error as exc:
+                    refused = classify(exc, db.target.schema, "connect") is not None
+                    db.connect_refused = exc if refused else None
+                    raise
+                db.connect_refused = None
+                return conn
+
+        return Connection
 
     def connect_options(self) -> dict[str, Any]:
         """What every connection is made with (pooler-safe, autocommit)."""
@@ -82,13 +112,28 @@ class Database:
     @asynccontextmanager
     async def connection(self, statement: str) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
         """A pooled connection; refusals and an exhausted pool translated and named."""
+        conn = await self._getconn(statement)
+        try:
+            async with conn:  # as the pool's own connection(): commit or roll back
+                yield conn
+        finally:
+            await self.pool.putconn(conn)
+
+    async def _getconn(self, statement: str) -> psycopg.AsyncConnection[Row]:
+        """Wait up to ``timeout_s`` for a connection, raising the pool's refusal at once."""
         if not self._opened:
             await self._open()
-        try:
-            async with self.pool.connection() as conn:
-                yield conn
-        except psycopg_pool.PoolTimeout as exc:
-            raise await self._why_no_connection(exc, statement) from exc
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            left_s = deadline - time.monotonic()
+            try:
+                return await self.pool.getconn(timeout=max(0.001, min(REFUSAL_CHECK_S, left_s)))
+            except psycopg_pool.PoolTimeout as exc:
+                refused = self.connect_refused
+                if refused is not None:
+                    raise self.access.translate(refused, statement) from refused
+                if left_s <= REFUSAL_CHECK_S:
+                    raise await self._why_no_connection(exc, statement) from exc
 
     async def _why_no_connection(
         self, exc: psycopg_pool.PoolTimeout, statement: str
