@@ -15,13 +15,14 @@ from redis.asyncio.cluster import RedisCluster
 from cronrace.errors import StoreError
 from cronrace.stores import contract
 from cronrace.stores.redis.access import AccessWatch
-from cronrace.stores.redis.client import follow_switch_master, make_client
+from cronrace.stores.redis.client import make_client
 from cronrace.stores.redis.errors import RAW_FAILURES, translating
 from cronrace.stores.redis.fleet import FleetCommands
 from cronrace.stores.redis.garbage import Command, send_repairing
 from cronrace.stores.redis.keys import Keys
 from cronrace.stores.redis.schedules import ScheduleCommands
 from cronrace.stores.redis.scripts import Scripts
+from cronrace.stores.redis.sentinel import follow_switch_master
 
 log = logging.getLogger("cronrace.stores.redis")
 
@@ -76,7 +77,7 @@ class StoreBase(contract.Store):
 
     async def follow_failovers(self) -> None:
         """Follow Sentinel's announcements of a new primary until cancelled (see
-        :func:`~cronrace.stores.redis.client.follow_switch_master`); returns at once on
+        :func:`~cronrace.stores.redis.sentinel.follow_switch_master`); returns at once on
         every other deployment."""
         await follow_switch_master(self.client)
 

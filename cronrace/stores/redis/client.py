@@ -20,10 +20,9 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, cast
 
-import anyio
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
-from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, NodesManager, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
@@ -75,6 +74,8 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
             **options,
         )
         _asking_connections(cluster)
+        # redis-py builds its NodesManager itself; only set_nodes differs (see the class).
+        cluster.nodes_manager.__class__ = _KeepingNodesManager
         cluster.access = access
         cluster.in_flight = asyncio.Semaphore(max_connections)
         return cluster
@@ -308,6 +309,39 @@ def _asking_connections(cluster: RedisCluster) -> None:
         node.connection_class = asking
 
 
+class _KeepingNodesManager(NodesManager):
+    """redis-py's slot map, keeping the connections of nodes a re-read finds unchanged.
+
+    redis-py (8.1) marks every connection of every node for reconnection each time it
+    re-reads the slot map (every fifth MOVED, every CLUSTERDOWN or connection error), in
+    case a connection carries a replica's READONLY state. Ours never do (every command goes
+    to a primary), and a connection to the same address in the same role routes each
+    command by the slot map, not by the connection: it stays valid when slots move. A live
+    migration re-read the map several times per agent and reopened all its connections each
+    time (170 connections opened across the primaries while 4 slots moved, 3 agents, 49 in
+    the same time at rest; tests/faults/test_slot_migration.py). A node whose role changed
+    is still reconnected, and one that left is still disconnected.
+    """
+
+    __slots__ = ()  # the layout of redis-py's class, so that its instance can become one
+
+    def set_nodes(
+        self,
+        old: dict[str, ClusterNode],
+        new: dict[str, ClusterNode],
+        remove_old: bool = False,
+    ) -> None:
+        if remove_old:
+            gone = {name: old.pop(name) for name in list(old) if name not in new}
+            super().set_nodes(gone, {}, remove_old=True)  # disconnects them
+        changed = {
+            name: node
+            for name, node in new.items()
+            if name not in old or old[name].server_type != node.server_type
+        }
+        super().set_nodes(old, changed)
+
+
 class _WatchedCluster(RedisCluster):
     """redis-py's cluster client, translating refusals like :class:`WatchedRedis`.
 
@@ -430,67 +464,3 @@ def _sentinel_client(
         timeout=timeout_s,
         **options,
     )
-
-
-async def follow_primary(client: Any) -> None:
-    """Ask the sentinels where the primary is now, and drop idle connections elsewhere.
-
-    A no-op for every deployment but Sentinel. Called with each heartbeat, it bounds the
-    time a node keeps writing to a demoted primary to about one heartbeat. Sentinels that
-    do not answer are only logged: the primary may be fine, and a new connection asks
-    them again anyway.
-    """
-    pool = getattr(client, "connection_pool", None)
-    if not isinstance(pool, SentinelConnectionPool):
-        return
-    try:
-        await pool.get_master_address()  # type: ignore[no-untyped-call]
-    except (RedisError, OSError) as exc:
-        log.warning("sentinels did not say where the primary is", extra={"error": str(exc)})
-
-
-#: How long a sentinel listener waits before it subscribes again after an error.
-SWITCH_RESUBSCRIBE_S = 1.0
-
-
-async def follow_switch_master(client: Any) -> None:
-    """Follow each sentinel's ``+switch-master`` announcement as it comes (until cancelled).
-
-    The heartbeat asks the sentinels where the primary is (``follow_primary``), so a node
-    leaves a demoted primary within a heartbeat; but Sentinel leaves the old primary
-    writable for about ten seconds after a graceful failover, and a node still writing
-    there for up to a heartbeat can win a tick another node wins on the new primary. The
-    sentinels announce the switch at once: each one's announcement makes the node ask
-    where the primary is and drop its idle connections elsewhere. Returns at once for
-    every deployment but Sentinel.
-    """
-    pool = getattr(client, "connection_pool", None)
-    if not isinstance(pool, SentinelConnectionPool):
-        return
-    async with anyio.create_task_group() as tg:
-        for sentinel in pool.sentinel_manager.sentinels:
-            tg.start_soon(_listen_for_switch, client, sentinel, pool.service_name)
-
-
-async def _listen_for_switch(client: Any, sentinel: Any, master: str) -> None:
-    while True:
-        pubsub = sentinel.pubsub()
-        try:
-            await pubsub.subscribe("+switch-master")
-            async for message in pubsub.listen():
-                data = message.get("data")
-                text = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
-                if message.get("type") == "message" and text.split(" ", 1)[0] == master:
-                    log.warning(
-                        "Sentinel announced a new primary; following it now",
-                        extra={"announcement": text},
-                    )
-                    await follow_primary(client)
-        except (RedisError, OSError) as exc:
-            log.info(
-                "sentinel announcements not heard; subscribing again", extra={"error": str(exc)}
-            )
-        finally:
-            with anyio.CancelScope(shield=True):
-                await pubsub.aclose()
-        await anyio.sleep(SWITCH_RESUBSCRIBE_S)

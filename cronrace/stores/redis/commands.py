@@ -17,7 +17,6 @@ from typing import Any, cast
 from redis.exceptions import RedisClusterException, RedisError
 
 from cronrace.errors import RedisAccessError, RedisUnavailableError, StoreError
-from cronrace.stores.redis.client import follow_primary
 from cronrace.stores.redis.errors import Passage, passage, translate, translating
 from cronrace.stores.redis.garbage import is_wrong_type, report_quarantined
 from cronrace.stores.redis.keys import fence_key
@@ -30,6 +29,7 @@ from cronrace.stores.redis.replies import (
 )
 from cronrace.stores.redis.runs import RunCommands
 from cronrace.stores.redis.scripts import locate_lines
+from cronrace.stores.redis.sentinel import follow_primary
 from cronrace.stores.redis.shards import ShardReply, per_shard
 from cronrace.stores.values import (
     AcquireReply,
