@@ -1,0 +1,401 @@
+"""A day of J one-second jobs on PostgreSQL, in compressed time: do the tables stay bounded?
+
+``python -m benchmarks.tables`` starts its own postgres (benchmarks/pgserver.py) and
+drives the PostgreSQL store as one agent node does, tick after tick: every tick it claims
+every job's tick (claim.sql), decides the won claims (acquire_many), and releases each run
+with its record (release_many: the record pruned to ``history``); every ``heartbeat_s``
+it beats, pruning every ``PRUNE_EVERY_BEATS``-th beat (prune() in lib.sql), with the
+agent's own settings (the claim TTL of tick/race.py, the heartbeat TTL, the job defaults).
+A second node beats for the first minute and then dies without leaving: its membership
+row must expire.
+
+Time is compressed, honestly: the store's only clock is ``now_us()`` in SQL (claims'
+expiries, leases, fences, pruning all read it), so this run replaces it, in its private
+server only, with a clock the driver sets to each tick as it drives it. A tick then takes
+as long as its statements take, not a second. Autovacuum runs as configured, on real
+time: it gets less real time per simulated second than it would in a real day, which only
+makes the bytes a harder test.
+
+A whole day at full rate is 86.4 million claims; this machine drives a few thousand job
+ticks per second, so the run drives the first ``--full-s`` simulated seconds tick after
+tick (past every retention window: the claim TTL, ``history`` records per job, the
+membership TTL), then one ``--burst-s`` burst of consecutive ticks at each remaining hour
+of the day, the clock jumping between bursts as over a paused process (each jump's missed
+ticks recorded as the agent records them). Table rows, bytes (``pg_total_relation_size``)
+and dead tuples are sampled every ``--sample-s`` simulated seconds; the run ends with the
+growth after the plateau and a plot (``--plot``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from cronrace.fleet.heartbeat import PRUNE_EVERY_BEATS, heartbeat_ttl_ms
+from cronrace.model.job import JOB_DEFAULTS
+from cronrace.model.policies import Outcome, Overlap
+from cronrace.model.records import RunRecord
+from cronrace.settings import AgentSettings
+from cronrace.stores.postgres import PostgresStore
+from cronrace.stores.values import (
+    AcquireDecision,
+    AcquireMode,
+    AcquireReply,
+    AcquireRequest,
+    Claim,
+    ClaimOutcome,
+    FinishRequest,
+    Owner,
+)
+
+START_S = 1_767_225_600  # 2026-01-01T00:00:00Z
+DAY_S = 86_400
+TABLES = ("claims", "jobs", "runs", "nodes", "fleet", "control", "fenced_values", "quarantine")
+HEARTBEAT_S = 2.0
+#: The agent's claim TTL for a job with the default catch-up window (tick/race.py).
+CLAIM_TTL_MS = int(
+    (JOB_DEFAULTS["catchup_window"] + AgentSettings.model_fields["skew_tolerance_s"].default + 1)
+    * 1000
+)
+
+FAKE_CLOCK_SQL = """
+CREATE TABLE IF NOT EXISTS {schema}.bench_clock (now_us bigint NOT NULL);
+INSERT INTO {schema}.bench_clock SELECT 0 WHERE NOT EXISTS (SELECT FROM {schema}.bench_clock);
+CREATE OR REPLACE FUNCTION {schema}.now_us() RETURNS bigint
+LANGUAGE sql VOLATILE AS $$ SELECT now_us FROM {schema}.bench_clock $$;
+"""
+
+
+def fake_clock_sql(schema: str) -> str:
+    """Replace ``schema``'s clock with one the driver sets (never on a shared schema)."""
+    return FAKE_CLOCK_SQL.format(schema=f'"{schema}"')
+
+
+def clock_setter(store: PostgresStore) -> Callable[[float], Awaitable[None]]:
+    """A function that sets the fake clock of ``store``'s schema to a time in seconds."""
+    schema = store.db.target.schema
+
+    async def set_clock(now_s: float) -> None:
+        async with store.db.connection("clock") as conn:
+            await conn.execute(
+                f'UPDATE "{schema}".bench_clock SET now_us = %s',  # noqa: S608 - checked name
+                (int(now_s * 1_000_000),),
+            )
+
+    return set_clock
+
+
+@dataclass
+class Day:
+    """What to drive: the fleet's shape and how much of the day."""
+
+    jobs: int = 1000
+    full_s: int = 1200
+    hours: int = 24
+    burst_s: int = 60
+    sample_s: int = 60
+    history: int = JOB_DEFAULTS["history"]
+    claim_ttl_ms: int = CLAIM_TTL_MS
+    lease_ttl_ms: int = int(JOB_DEFAULTS["lease_ttl"] * 1000)
+    namespace: str = "day"
+
+
+class SimulatedNode:
+    """One node's store traffic for J one-second jobs, on the database's fake clock."""
+
+    def __init__(
+        self, store: PostgresStore, day: Day, set_clock: Callable[[float], Awaitable[None]]
+    ) -> None:
+        self.store = store
+        self.day = day
+        self.set_clock = set_clock
+        self.owner = Owner.new("n0")
+        self.jobs = [f"j{index:05d}" for index in range(day.jobs)]
+        self.beats = 0
+        self.last_tick: int | None = None
+        self.ran = 0
+        self.decisions: dict[str, int] = {}
+
+    async def tick(self, tick_s: int) -> None:
+        """Claim, decide, run and release every job's ``tick_s``; beat when it is time."""
+        await self.set_clock(tick_s + 0.001)
+        if self.last_tick is not None and tick_s - self.last_tick > 1:
+            await self._record_missed(tick_s)
+        claims = [Claim(job, tick_s, self.day.claim_ttl_ms) for job in self.jobs]
+        replies = await self.store.claim_each(claims, self.owner)
+        won = [c.job for c, r in zip(claims, replies, strict=True) if r.outcome is ClaimOutcome.WON]
+        requests = [
+            AcquireRequest(
+                job=job,
+                decide_tick_s=tick_s,
+                mark_tick_s=tick_s,
+                run_tick_s=tick_s,
+                owner=self.owner,
+                lease_ttl_ms=self.day.lease_ttl_ms,
+                overlap=Overlap.SKIP,
+                mode=AcquireMode.RUN,
+                prior_tick_s=tick_s - 1,
+            )
+            for job in won
+        ]
+        decided = await self.store.acquire(requests)
+        await self.set_clock(tick_s + 0.005)
+        finished = []
+        for request, reply in zip(requests, decided, strict=True):
+            if not isinstance(reply, AcquireReply):
+                raise RuntimeError(f"acquire failed for {request.job}: {reply}")  # noqa: TRY004
+            key = str(reply.decision)
+            self.decisions[key] = self.decisions.get(key, 0) + 1
+            if reply.decision is not AcquireDecision.RUN:
+                continue
+            record = RunRecord(
+                job=request.job,
+                tick_s=tick_s,
+                node="n0",
+                outcome=Outcome.OK,
+                fence=reply.fence,
+                started_ms=tick_s * 1000 + 2,
+                finished_ms=tick_s * 1000 + 5,
+            )
+            fence, ttl_ms = reply.fence, request.lease_ttl_ms
+            finished.append(FinishRequest(record, self.day.history, fence, self.owner, ttl_ms))
+        for reply in await self.store.finish_many(finished):
+            if isinstance(reply, Exception):
+                raise reply
+        self.ran += len(finished)
+        self.last_tick = tick_s
+        if tick_s % int(HEARTBEAT_S) == 0:
+            await self.beat("n0", tick_s)
+
+    async def beat(self, node: str, now_s: float) -> None:
+        prune = self.beats % PRUNE_EVERY_BEATS == 0
+        await self.store.heartbeat(
+            node,
+            now_ms=int(now_s * 1000),
+            ttl_ms=heartbeat_ttl_ms(HEARTBEAT_S),
+            epoch_candidate=secrets.token_hex(8),
+            prune=prune,
+        )
+        self.beats += 1
+
+    async def _record_missed(self, tick_s: int) -> None:
+        """What an agent with ``catchup = latest`` records on waking after a pause."""
+        assert self.last_tick is not None
+        gap = tick_s - self.last_tick - 1
+        records = [
+            RunRecord(
+                job=job,
+                tick_s=tick_s - 1,
+                node="n0",
+                outcome=Outcome.MISSED,
+                count=gap,
+                finished_ms=tick_s * 1000,
+            )
+            for job in self.jobs
+        ]
+        await self.store.record(records, history=self.day.history)
+
+
+async def table_sizes(store: PostgresStore) -> dict[str, dict[str, int]]:
+    """Rows of the namespace, bytes and dead tuples of each table (indexes included)."""
+    out: dict[str, dict[str, int]] = {}
+    schema = store.db.target.schema
+    async with store.db.connection("sizes") as conn:
+        for table in TABLES:
+            cursor = await conn.execute(
+                f'SELECT count(*) FROM "{schema}".{table} WHERE ns = %s',  # noqa: S608 - names checked
+                (store.ns,),
+            )
+            rows = (await cursor.fetchone() or (0,))[0]
+            cursor = await conn.execute(
+                "SELECT pg_total_relation_size(c.oid), coalesce(s.n_dead_tup, 0) "
+                "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
+                "WHERE n.nspname = %s AND c.relname = %s",
+                (schema, table),
+            )
+            size, dead = await cursor.fetchone() or (0, 0)
+            out[table] = {"rows": int(rows), "bytes": int(size), "dead": int(dead)}
+    return out
+
+
+def plan_ticks(day: Day) -> list[tuple[str, list[int]]]:
+    """The phases of the day: the full-rate start, then a burst at each later hour."""
+    phases = [("full", list(range(START_S, START_S + day.full_s)))]
+    first_hour = day.full_s // 3600 + 1
+    for hour in range(first_hour, day.hours + 1):
+        start = START_S + hour * 3600 - day.burst_s
+        phases.append((f"hour {hour}", list(range(start, start + day.burst_s))))
+    return phases
+
+
+async def drive(
+    url: str,
+    day: Day,
+    *,
+    progress: Callable[[str, float], None] | None = None,
+    on_sample: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Drive the day against ``url`` (the fake clock installed); return samples and checks."""
+    store = PostgresStore.from_url(url, day.namespace, max_connections=4, timeout_s=60.0)
+    clock = PostgresStore.from_url(url, day.namespace, max_connections=1, timeout_s=60.0)
+    set_clock = clock_setter(clock)
+    node = SimulatedNode(store, day, set_clock)
+    samples: list[dict[str, Any]] = []
+    started = time.monotonic()
+    phases = plan_ticks(day)
+    total = sum(len(ticks) for _name, ticks in phases)
+    done = 0
+    try:
+        await set_clock(START_S - 1)
+        await node.beat("dies", START_S - 1)  # a member that beats for a minute, then dies
+        for name, ticks in phases:
+            for tick in ticks:
+                await node.tick(tick)
+                done += 1
+                if tick - START_S < 60 and tick % int(HEARTBEAT_S) == 0:
+                    await node.beat("dies", tick)
+                last = tick == ticks[-1]
+                if (tick - START_S) % day.sample_s == 0 or last:
+                    sample = {
+                        "sim_s": tick - START_S,
+                        "phase": name,
+                        "wall_s": round(time.monotonic() - started, 1),
+                        "tables": await table_sizes(store),
+                    }
+                    samples.append(sample)
+                    if on_sample is not None:
+                        on_sample(sample)
+                if progress is not None:
+                    progress(f"{name}: simulated {(tick - START_S) / 3600:.2f} h", done / total)
+    finally:
+        await store.aclose()
+        await clock.aclose()
+    return {
+        "day": day.__dict__,
+        "samples": samples,
+        "ticks_driven": total,
+        "runs": node.ran,
+        "decisions": node.decisions,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """Each table's rows and bytes at the plateau and at the end, and what they bound."""
+    day = result["day"]
+    samples = result["samples"]
+    # The plateau: once every window has passed (history records per job written, and the
+    # claim TTL plus one prune period elapsed).
+    settled_s = max(day["history"], day["claim_ttl_ms"] // 1000 + 40) + 60
+    settled = [s for s in samples if s["sim_s"] >= settled_s]
+    out: dict[str, Any] = {"settled_from_s": settled_s, "tables": {}}
+    for table in TABLES:
+        rows = [s["tables"][table]["rows"] for s in settled]
+        size = [s["tables"][table]["bytes"] for s in settled]
+        out["tables"][table] = {
+            "rows_max": max((s["tables"][table]["rows"] for s in samples), default=0),
+            "rows_settled_first": rows[0] if rows else None,
+            "rows_settled_last": rows[-1] if rows else None,
+            "rows_settled_max": max(rows, default=None),
+            "bytes_settled_first": size[0] if size else None,
+            "bytes_settled_last": size[-1] if size else None,
+            "bytes_settled_max": max(size, default=None),
+        }
+    out["bounds"] = {
+        "claims": day["jobs"] * (day["claim_ttl_ms"] // 1000 + 20 * PRUNE_EVERY_BEATS // 10 + 2),
+        "runs": day["jobs"] * day["history"],
+        "nodes": 1,
+    }
+    return out
+
+
+def plot(result: dict[str, Any], out_path: Path) -> Path:
+    """Rows and MB of each table over the simulated day."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = result["samples"]
+    hours = [s["sim_s"] / 3600 for s in samples]
+    fig, (rows_ax, bytes_ax) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for table in ("claims", "runs", "jobs", "nodes"):
+        rows_ax.plot(hours, [s["tables"][table]["rows"] for s in samples], ".-", label=table)
+        bytes_ax.plot(
+            hours, [s["tables"][table]["bytes"] / 1e6 for s in samples], ".-", label=table
+        )
+    jobs = result["day"]["jobs"]
+    for ax, title, label in (
+        (rows_ax, f"Rows ({jobs} one-second jobs, one node)", "rows"),
+        (bytes_ax, "pg_total_relation_size", "MB"),
+    ):
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.set_xlabel("simulated hours (full rate to the first hour, then a burst per hour)")
+        ax.set_ylabel(label)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return out_path
+
+
+def run_day(day: Day, *, progress: Callable[[str, float], None] | None = None) -> dict[str, Any]:
+    """Start a private postgres, install the fake clock, drive the day, stop it."""
+    from benchmarks.pgserver import BenchPostgres
+
+    with BenchPostgres() as server:
+        server.execute(fake_clock_sql("cronrace"))
+        result = anyio.run(lambda: drive(server.url, day, progress=progress, on_sample=_log))
+        result["postgres"] = server.version
+    result["summary"] = summarize(result)
+    return result
+
+
+def _log(sample: dict[str, Any]) -> None:
+    parts = " ".join(
+        f"{t}={v['rows']}/{v['bytes'] // 1024}k" for t, v in sample["tables"].items() if v["rows"]
+    )
+    sys.stderr.write(f"[{sample['wall_s']:>7.1f}s] sim {sample['sim_s']:>6}s {parts}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tables", description=__doc__)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--full-s", type=int, default=1200)
+    parser.add_argument("--hours", type=int, default=24)
+    parser.add_argument("--burst-s", type=int, default=60)
+    parser.add_argument("--sample-s", type=int, default=60)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
+    parser.add_argument("--plot", action="store_true", help="draw tables_day.png beside the JSON")
+    args = parser.parse_args(argv)
+    day = Day(
+        jobs=args.jobs,
+        full_s=args.full_s,
+        hours=args.hours,
+        burst_s=args.burst_s,
+        sample_s=args.sample_s,
+    )
+    result = run_day(day)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "tables_day.json"
+    path.write_text(json.dumps(result, indent=1))
+    if args.plot:
+        plot(result, args.out / "tables_day.png")
+    sys.stdout.write(json.dumps(result["summary"]) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,10 @@
+-- 0002_prune_batches.sql: version 2 of the schema; no table changes.
+--
+-- Inputs: <schema>, substituted before the file is sent. Applied once, by `cronrace db
+--   upgrade`, inside its one transaction.
+-- Replies: none.
+--
+-- prune() (functions/lib.sql) deletes expired claims in batches until one comes back
+-- short (at most 20 of 5,000 a call) instead of one batch a call, which fell behind a
+-- single node's 1,000 one-second jobs. The functions are replaced by every upgrade; this
+-- file marks the version that carries the new one.
