@@ -86,6 +86,7 @@ def start_node(
     *,
     env: Mapping[str, str] | None = None,
     stderr_dir: Path | None = None,
+    metrics_port: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start one real agent process running ``tests.faults.app:agent``.
 
@@ -96,6 +97,7 @@ def start_node(
         witness: where the handlers log their events.
         env: extra environment (``FAULT_SLOW_S``, ``CRONRACE_*`` settings, ...).
         stderr_dir: keep the agent's log as ``<node>.err`` there (for post-mortems).
+        metrics_port: serve /metrics and /readyz on this loopback port (default: none).
     """
     full_env = {
         **os.environ,
@@ -111,9 +113,12 @@ def start_node(
     stderr: Any = subprocess.DEVNULL
     if stderr_dir is not None:
         stderr = (stderr_dir / f"{node}.err").open("ab")
+    argv = [sys.executable, "-m", "cronrace", "run", "tests.faults.app:agent"]
+    if metrics_port is not None:
+        argv += ["--metrics-address", f"127.0.0.1:{metrics_port}"]
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "cronrace", "run", "tests.faults.app:agent"],
+            argv,
             cwd=ROOT,
             env=full_env,
             stdin=subprocess.DEVNULL,
