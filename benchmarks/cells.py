@@ -26,7 +26,8 @@ from typing import Any
 from benchmarks.instrument import BACKGROUND_PHASES, TICK_PHASES
 from benchmarks.procs import Fleet, FleetError
 from benchmarks.server import BenchServer, InfoSnapshot
-from cronrace.stores.redis import Keys, Store
+from cronrace.stores.redis import Keys
+from cronrace.stores.urls import open_store
 from cronrace.timing.schedule import Schedule
 
 SCHEDULE = "* * * * * *"
@@ -102,13 +103,15 @@ class CellSpec:
 class Context:
     """What every cell of one run shares."""
 
-    server: BenchServer  # or a BenchCluster (benchmarks/cluster.py): the same interface
+    server: BenchServer  # or a BenchCluster or BenchPostgres: the same interface
     workdir: Path
     loop: str
     peer_python: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict)
     limit: dict[str, Any] = field(default_factory=dict)
     counter: int = 0
+    #: Which store the server is: "redis" or "postgres".
+    store: str = "redis"
 
 
 def percentile(values: list[float], pct: float) -> float | None:
@@ -153,9 +156,11 @@ def run_cell(spec: CellSpec, ctx: Context, status: Status) -> dict[str, Any]:
         else "sweep",
         "loop": ctx.loop,
         "racers": spec.racers,
+        "store": ctx.store,
     }
     base = {
         "redis_url": ctx.server.url,
+        "store_url": ctx.server.url,
         "port": ctx.server.port,
         "namespace": namespace,
         "jobs": spec.jobs,
@@ -322,6 +327,8 @@ def _exceeds(
 
 def _take_claims(ctx: Context, namespace: str, jobs: int, first: int, last: int) -> None:
     """Win every claim of ticks ``first .. last`` for a node that is not in the fleet."""
+    if ctx.store != "redis":
+        raise FleetError("losers-only cells take the claims with Redis commands: Redis only")
     keys = Keys(namespace)
     client = ctx.server.client()
     pipe = client.pipeline(transaction=False)
@@ -363,7 +370,7 @@ def _saturation(spec: CellSpec, done: dict[int, dict[str, Any]], expected: int) 
 
 async def _read_records(url: str, namespace: str, jobs: int) -> dict[tuple[int, int], list[str]]:
     """Every run record of every job: (job index, tick) -> outcomes."""
-    store = Store.from_url(url, namespace, max_connections=16)
+    store = open_store(url, namespace, max_connections=16)
     out: dict[tuple[int, int], list[str]] = defaultdict(list)
     try:
         names = [f"j{index:04d}" for index in range(jobs)]
@@ -515,7 +522,8 @@ def measure(
     by_phase: Counter[str] = Counter()
     for key, count in commands.items():
         by_phase[key.split("|", 1)[0]] += count
-    claim_sets = commands.get("claim|set", 0)
+    # A claim is one SET on Redis; on PostgreSQL one row of the wake-up's one statement.
+    claim_sets = commands.get("claim|set", 0) if ctx.store == "redis" else claims
     tick_cmds = sum(by_phase[phase] for phase in TICK_PHASES)
     background_cmds = sum(by_phase[phase] for phase in BACKGROUND_PHASES)
     winner_cmds = tick_cmds - claim_sets
@@ -573,6 +581,12 @@ def measure(
             "acquire_rtt_p50_ms": _round(percentile(acquire_rtts, 50)),
             "acquire_rtt_p99_ms": _round(percentile(acquire_rtts, 99)),
             "redis_cpu_ms_per_1k_claims": _round(redis_cpu_s / claims * 1e6, 2) if claims else None,
+            "server_cpu_ms_per_1k_claims": _round(redis_cpu_s / claims * 1e6, 2)
+            if claims
+            else None,
+            "agent_cpu_us_per_run": _round(fleet_cpu_s / row["runs_in_window"] * 1e6, 1)
+            if row["runs_in_window"]
+            else None,
             "agent_cpu_us_per_claim": _round(cpu_per_claim_us, 2),
             "raw_cpu_us_per_set": _round(raw.get("cpu_us_per_set"), 2),
             "store_claim_cpu_us_per_set": _round(store_raw.get("cpu_us_per_set"), 2),

@@ -721,7 +721,18 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RESULTS_JSON",
         help="run nothing: redraw tables and plots from a results.json of an earlier run",
     )
+    parser.add_argument(
+        "--store",
+        choices=("redis", "postgres", "both"),
+        default="redis",
+        help="redis: the sweep above; postgres or both: the store comparison "
+        "(benchmarks/stores.py: 5x100 and 10x1000 on each store, pgbench beside "
+        "redis-benchmark)",
+    )
+    parser.add_argument("--repeats", type=int, help="store comparison: repeats of each cell")
     args = parser.parse_args(argv)
+    if args.store != "redis":
+        return compare_stores(args)
     if args.from_json:
         out = json.loads(args.from_json.read_text())
         out_dir = args.out or args.from_json.parent
@@ -750,6 +761,113 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(headline(out) + "\n")
     sys.stdout.flush()
     return 0
+
+
+STORES_BEGIN = "<!-- BEGIN GENERATED: python -m benchmarks.fleet --store both --publish -->"
+
+
+def compare_stores(args: argparse.Namespace) -> int:
+    """Redis and PostgreSQL side by side (benchmarks/stores.py)."""
+    from benchmarks import stores
+
+    cells = (
+        [_cell(text) for text in args.cells.split(",")]
+        if args.cells
+        else list(stores.SMOKE_CELLS if args.smoke else stores.CELLS)
+    )
+    chosen = stores.STORES if args.store == "both" else ("postgres",)
+    repeats = args.repeats or (1 if args.smoke or args.quick else 3)
+    ticks = args.ticks or (4 if args.smoke else 5 if args.quick else 6)
+    limit = not args.no_limit
+    limit_s = 3.0 if args.smoke or args.quick else 8.0
+    out_dir = args.out or (RESULTS_DIR if args.publish else BENCH_DIR / "out")
+    display = Display(repeats * len(cells) * len(chosen) + (len(chosen) if limit else 0))
+    workdir = Path(tempfile.mkdtemp(prefix="cronrace-stores-"))
+    loop = "uvloop" if uvloop_installed() else "asyncio"
+    started = time.time()
+    try:
+        with display.running():
+            result = stores.run_stores(
+                cells,
+                stores=chosen,
+                repeats=repeats,
+                ticks=ticks,
+                quick=args.quick or args.smoke,
+                limit=limit,
+                limit_s=limit_s,
+                workdir=workdir,
+                loop=loop,
+                begin=display.begin,
+                status=display.status,
+                done=display.done,
+            )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    result.update(
+        machine=report.machine(),
+        commit=report.git_commit(),
+        loop=loop,
+        wall_s=round(time.time() - started, 1),
+        plan={"cells": cells, "stores": chosen, "repeats": repeats, "ticks": ticks},
+    )
+    result["machine"]["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "stores.json").write_text(json.dumps(result, indent=1, default=str))
+    report.write_csv(out_dir / "stores.csv", result["runs"])
+    tables = stores_markdown(result)
+    (out_dir / "stores_tables.md").write_text(tables)
+    if not args.smoke and report.can_plot():
+        stores.plot(result, out_dir / "stores_redis_vs_postgres.png")
+    if args.publish:
+        report.update_results_md(RESULTS_MD, tables, begin=STORES_BEGIN)
+    console = Console()
+    console.print(stores.fleet_table(result), markup=False, soft_wrap=True)
+    console.print(stores.limit_table(result), markup=False, soft_wrap=True)
+    sys.stdout.write(stores.headline(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def stores_markdown(result: dict[str, Any]) -> str:
+    from benchmarks import stores
+
+    machine = result["machine"]
+    plan = result["plan"]
+    return "\n".join(
+        [
+            f"Run of commit `{result['commit']}`: {result['wall_s']} s wall, event loop "
+            f"{result['loop']}, {plan['repeats']} repeats of {plan['ticks']} measured "
+            "1-second ticks per cell and store, the stores alternating first.",
+            "",
+            f"Machine: {machine.get('cpu_model')}, {machine.get('cpus')} cores; "
+            f"redis-server {result['servers'].get('redis')} (no persistence), PostgreSQL "
+            f"{result['servers'].get('postgres')} (fsync off); load average "
+            f"{' '.join(machine.get('loadavg_start', []))} at start, "
+            f"{' '.join(machine.get('loadavg_end', []))} at end (shared machine).",
+            "",
+            "### The fleets",
+            "",
+            "Medians of the repeats; 'PG / Redis' is the median of each repeat's ratio, both "
+            "stores measured one right after the other. A round trip on PostgreSQL is one "
+            "statement (the pool's autocommit connection); on Redis one pipeline.",
+            "",
+            stores.fleet_table(result),
+            "",
+            f"```\n{stores.headline(result)}\n```",
+            "",
+            "### The claim's own limit on each server",
+            "",
+            "redis-benchmark: `SET bench:<random> x NX PX 60000`, 50 clients, unpipelined and "
+            "pipelined by 100. pgbench: the store's claim statement (sql/statements/claim.sql, "
+            "as the agents send it), 50 clients, extended protocol, one random tick per "
+            "statement so that every claim inserts a row, with 1 and with 100 claims per "
+            "statement. Server CPU from `INFO` (Redis) and `/proc` (every postgres process).",
+            "",
+            stores.limit_table(result),
+            "",
+            "![Redis and PostgreSQL](results/stores_redis_vs_postgres.png)",
+        ]
+    )
 
 
 def _print_profile(out: dict[str, Any], console: Console) -> None:

@@ -1,4 +1,4 @@
-"""Count what an agent sends to Redis, by phase of its work, without changing the agent.
+"""Count what an agent sends to its store, by phase of its work, without changing the agent.
 
 Two hooks, both outside ``cronrace/``:
 
@@ -25,7 +25,6 @@ from typing import Any
 
 from redis.asyncio.connection import Connection
 
-from cronrace.stores.redis import Store
 from cronrace.stores.values import AcquireRequest, Claim
 
 #: What the agent is doing when it talks to Redis.
@@ -161,15 +160,37 @@ def _timed_acquire(method: Callable[..., Any]) -> Callable[..., Any]:
     return acquire
 
 
-def instrument(store: Store) -> None:
-    """Count ``store``'s traffic in :data:`COUNTERS`; call before its first command."""
-    pool = getattr(store.client, "connection_pool", None)
-    if pool is not None:
+def _counting_rows(method: Callable[..., Any]) -> Callable[..., Any]:
+    """The PostgreSQL store's one way to the server: a statement, one round trip each."""
+
+    @wraps(method)
+    async def rows(statement: str, *args: Any, **kwargs: Any) -> Any:
+        phase = PHASE.get()
+        COUNTERS.round_trips[phase] += 1
+        COUNTERS.commands[(phase, statement)] += 1
+        return await method(statement, *args, **kwargs)
+
+    return rows
+
+
+def instrument(store: Any) -> None:
+    """Count ``store``'s traffic in :data:`COUNTERS`; call before its first command.
+
+    A Redis store: every command and round trip, through its connections. A PostgreSQL
+    store: every statement, each its own round trip (``Database.rows``, the one call every
+    statement goes through; one autocommit statement per call, no pipelining).
+    """
+    db = getattr(store, "db", None)
+    if db is not None:
+        db.rows = _counting_rows(db.rows)
+    elif (pool := getattr(store.client, "connection_pool", None)) is not None:
         pool.connection_class = CountingConnection
     else:  # a cluster client: every node it discovers makes its connections from these
         store.client.nodes_manager.connection_kwargs["connection_class"] = CountingConnection
     for name, phase in STORE_PHASES.items():
-        method = getattr(store, name)
+        method = getattr(store, name, None)
+        if method is None:  # a Redis-only method (load_scripts)
+            continue
         if name == "claim_each":  # claim and resolve_claims call it: count once
             method = _counting_claim(method)
         elif name == "acquire":

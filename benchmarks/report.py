@@ -670,13 +670,14 @@ def _save(plt: Any, fig: Any, path: Path) -> Path:
     return path
 
 
-def update_results_md(path: Path, generated: str) -> None:
-    """Replace the generated block of RESULTS.md, keeping the hand-written analysis."""
-    block = f"{BEGIN}\n{generated.rstrip()}\n{END}"
+def update_results_md(path: Path, generated: str, begin: str = BEGIN) -> None:
+    """Replace a generated block of RESULTS.md (the one opened by ``begin``), keeping the
+    hand-written analysis and the other blocks."""
+    block = f"{begin}\n{generated.rstrip()}\n{END}"
     if path.exists():
         text = path.read_text()
-        if BEGIN in text and END in text:
-            head, rest = text.split(BEGIN, 1)
+        if begin in text and END in text.split(begin, 1)[-1]:
+            head, rest = text.split(begin, 1)
             tail = rest.split(END, 1)[1]
             path.write_text(head + block + tail)
             return

@@ -102,6 +102,7 @@ class Day:
     full_s: int = 1200
     hours: int = 24
     burst_s: int = 60
+    every_h: int = 1
     sample_s: int = 60
     history: int = JOB_DEFAULTS["history"]
     claim_ttl_ms: int = CLAIM_TTL_MS
@@ -233,6 +234,8 @@ def plan_ticks(day: Day) -> list[tuple[str, list[int]]]:
     phases = [("full", list(range(START_S, START_S + day.full_s)))]
     first_hour = day.full_s // 3600 + 1
     for hour in range(first_hour, day.hours + 1):
+        if hour % day.every_h and hour != day.hours:
+            continue
         start = START_S + hour * 3600 - day.burst_s
         phases.append((f"hour {hour}", list(range(start, start + day.burst_s))))
     return phases
@@ -376,6 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-s", type=int, default=1200)
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--burst-s", type=int, default=60)
+    parser.add_argument("--every-h", type=int, default=1, help="a burst every this many hours")
+    parser.add_argument(
+        "--history", type=int, default=JOB_DEFAULTS["history"], help="records kept per job"
+    )
     parser.add_argument("--sample-s", type=int, default=60)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     parser.add_argument("--plot", action="store_true", help="draw tables_day.png beside the JSON")
@@ -385,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         full_s=args.full_s,
         hours=args.hours,
         burst_s=args.burst_s,
+        every_h=args.every_h,
+        history=args.history,
         sample_s=args.sample_s,
     )
     result = run_day(day)

@@ -55,7 +55,7 @@ def make_handler(node_index: int) -> Any:
 
 def build_agent(config: dict[str, Any], node_index: int) -> Agent:
     settings = AgentSettings(
-        redis_url=config["redis_url"],
+        store_url=config.get("store_url", config["redis_url"]),
         node_id=f"n{node_index:03d}",
         namespace=config["namespace"],
         shutdown_grace_s=5.0,

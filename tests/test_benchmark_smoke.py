@@ -6,6 +6,7 @@ Correctness only, never timing: the machine running the tests may be busy.
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,47 @@ def test_smallest_quick_cell_fires_every_tick_once_and_losers_send_one_claim(
     assert int(row["record_duplicates"]) == 0
     assert int(row["record_missed"]) == 0
     assert int(row["runs_in_window"]) == int(row["jobs"]) * int(row["ticks"])
+
+
+@pytest.mark.postgres
+def test_store_comparison_runs_on_postgres_with_pgbench_on_the_claim_statement(
+    tmp_path: Path,
+) -> None:
+    """The PostgreSQL path of the store comparison: its own postgres, a 2 x 10 fleet, and
+    pgbench running the store's claim statement (three seconds each)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.fleet",
+            "--store",
+            "postgres",
+            "--smoke",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = dict(part.split("=", 1) for part in done.stdout.strip().splitlines()[-1].split())
+    assert figures["postgres_runs"] == "1/1"
+    assert figures["postgres_duplicates"] == "0"
+    assert figures["postgres_missed"] == "0"
+    assert figures["postgres_claims_per_node_job_tick"] == "1.00"
+    assert figures["postgres_rtt_per_node_wake"] == "1.00"
+    with (tmp_path / "stores.csv").open() as rows:
+        (row,) = csv.DictReader(rows)
+    assert row["store"] == "postgres"
+    assert row["status"] == "ok"
+    assert int(row["record_duplicates"]) == 0
+    assert int(row["record_missed"]) == 0
+    assert int(row["runs_in_window"]) == int(row["jobs"]) * int(row["ticks"])
+    result = json.loads((tmp_path / "stores.json").read_text())
+    assert result["pgbench"]["available"], result["pgbench"]
+    for batch in (1, 100):
+        assert result["pgbench"][f"batch{batch}_claims_per_s"] > 0
+        assert result["pgbench"][f"batch{batch}_server_cpu_ms_per_1k"] > 0
