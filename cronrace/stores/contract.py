@@ -28,7 +28,7 @@ service the agent runs beside its heartbeat.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol, runtime_checkable
 
 from cronrace.errors import RedisAccessError, StoreError
@@ -196,13 +196,33 @@ class Store(abc.ABC):
         """Read claims back without claiming: True where ``owner`` holds one."""
 
     @abc.abstractmethod
+    async def take_over(
+        self, claims: Sequence[Claim], departed: Collection[str], owner: Owner
+    ) -> list[Owner | None]:
+        """Take over won claims that nobody decided and whose winner's node has departed.
+
+        Each claim is a compare-and-set: it changes to ``owner`` only if it still holds a
+        process of a node in ``departed`` (whose heartbeat expired) and no decision, in
+        one atomic step. The winner, should it come back, is then answered ``stale`` by
+        :meth:`acquire` (its claim no longer names it), so the tick is decided once: by
+        the taker, which claims it again with ``read_back`` and decides it.
+
+        Returns:
+            One reply per claim: the process it was taken from, or None (decided, gone,
+            held by a live node, or taken by another node first).
+        """
+
+    @abc.abstractmethod
     async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
         """Decide every won claim, each atomically (DESIGN.md section 3, step 4).
 
         Refuses a tick an earlier decision covered (``stale``), advances the watermark,
         applies the pause flag and the overlap policy against the lease, notes passed ticks,
         holds grants after a wipe, and remembers its answer under the claim, so that a retry
-        after a lost reply gets the same decision and fence. Fences only ever grow.
+        after a lost reply gets the same decision and fence. Fences only ever grow. A
+        claim another owner took over (:meth:`take_over`) is answered ``stale``. A replayed
+        grant may start (``renewed``) only while its lease holds its fence and no fence
+        above it is known (a lagging failover can put back a grant others followed).
 
         Returns:
             One reply per request, or the error of that request alone.

@@ -112,6 +112,7 @@ class Won:
     era: int = 0  # the job's data-loss era when the claim was won
     won_ms: int = 0  # when the claim was won
     prior: int = 0  # the node's newest tick before this plan (a decision may note it passed)
+    taken_in_era: int | None = None  # another node took this claim over, in this data era
 
 
 @dataclass
@@ -163,7 +164,9 @@ class ProtocolModel(RuleBasedStateMachine):
         self.trigger_ids = itertools.count(1)
         self.triggers: dict[str, list[tuple[str, int]]] = defaultdict(list)  # id, issued
         self.know = {job: Knowledge() for job in JOBS}
-        self.snapshots: list[tuple[list[redis_state.KeyCopy], dict[str, Knowledge]]] = []
+        self.snapshots: list[tuple[list[redis_state.KeyCopy], dict[str, Knowledge], int]] = []
+        #: Undecided claims of crashed processes, by node: (owner, won), for takeovers.
+        self.forgotten: dict[str, list[tuple[str, Won]]] = defaultdict(list)
         self.era = 0  # bumped by every event that loses Redis data
         self.job_era: dict[str, int] = dict.fromkeys(JOBS, 0)
         self.max_fence: dict[str, int] = dict.fromkeys(JOBS, 0)
@@ -328,14 +331,28 @@ class ProtocolModel(RuleBasedStateMachine):
         if not wins:
             return
         requests = [self._request(n, w) for w in wins]
-        blind = {w.job: n.store.known_fence(w.job) == 0 for w in wins}
+        known = {w.job: n.store.known_fence(w.job) for w in wins}
         replies = self.run_async(n.store.acquire(requests))
         for w, reply in zip(wins, replies, strict=True):
             assert not isinstance(reply, Exception), f"acquire failed for {w}: {reply!r}"
+            if self._taken_from(n, w, reply):
+                continue
             if w.first is None:
-                self._decided(n, w, reply, blind=blind[w.job])
+                self._decided(n, w, reply, blind=known[w.job] == 0)
             else:
-                self._decided_again(n, w, reply, blind=blind[w.job])
+                self._decided_again(n, w, reply, blind=known[w.job] == 0, known=known[w.job])
+
+    def _taken_from(self, n: Node, w: Won, reply: AcquireReply) -> bool:
+        """A late decision of a claim another node took over: refused, unless data was lost
+        since (the taken claim may be gone with it; the duplicate window covers that)."""
+        if w.taken_in_era is None or w.taken_in_era != self.job_era[w.job]:
+            return False
+        assert reply.decision == "stale", (
+            f"{n.owner} {w.job} tick {w.plan.claim_tick_s}: the claim was taken over, but "
+            f"the late decision of its first winner answered {reply.decision} fence {reply.fence}"
+        )
+        _event("a taken-over winner's late decision was refused")
+        return True
 
     @rule(node=st.sampled_from(NODES), job=st.sampled_from(list(JOBS)))
     def decide_but_the_answers_are_lost(self, node: str, job: str) -> None:
@@ -353,7 +370,9 @@ class ProtocolModel(RuleBasedStateMachine):
             w.first = reply
             w.first_run = self._decided(n, w, reply, node_knows=False, blind=blind[w.job])
 
-    def _decided_again(self, n: Node, w: Won, reply: AcquireReply, *, blind: bool) -> None:
+    def _decided_again(
+        self, n: Node, w: Won, reply: AcquireReply, *, blind: bool, known: int
+    ) -> None:
         """A retry after a lost answer: the same decision and fence, never a second grant
         while the first may run (acquire is idempotent per owner and tick)."""
         first = w.first
@@ -379,6 +398,15 @@ class ProtocolModel(RuleBasedStateMachine):
             return
         if run.leased and not reply.renewed:
             return  # its lease moved on before the node knew of it: it must not start
+        if run.leased and reply.fence < self.max_fence[w.job]:
+            # A failover to a lagging replica put the grant and its lease back, though
+            # fences above it were handed out meanwhile (the deep run's second finding).
+            assert known <= reply.fence, (
+                f"{w.job}: a replayed grant started with fence {reply.fence}, though the "
+                f"retrying node knew fence {known} (the newest handed out: "
+                f"{self.max_fence[w.job]})"
+            )
+            _event("a replayed grant restored by a failover started (no newer fence known)")
         run.state = "active"
         if run.leased:
             run.renewed_ms = self.now_ms
@@ -661,6 +689,9 @@ class ProtocolModel(RuleBasedStateMachine):
         n = self.nodes[node]
         if n.status == "down":
             return
+        self.forgotten[node] = [
+            (n.owner, w) for w in n.won if w.first is None and not w.trigger
+        ] + self.forgotten[node]
         n.status, n.won, n.unsent = "down", [], []
         self.faults_since_probe += 1
         for run in self.live_runs():
@@ -795,6 +826,38 @@ class ProtocolModel(RuleBasedStateMachine):
             else:
                 self._lose(n, run, "lease expired or was taken")
 
+    # -- a winner that died: the takeover ----------------------------------------------------
+
+    @rule(taker=st.sampled_from(NODES), victim=st.sampled_from(NODES))
+    def a_dead_winners_claims_are_taken_over(self, taker: str, victim: str) -> None:
+        """The victim froze or died between winning claims and deciding them; the taker
+        sees its heartbeat expire, takes its undecided claims over (``take_over``, a
+        compare-and-set), claims them again with read-back and will decide them. A frozen
+        victim that thaws decides them too, late: it must be refused (``_taken_from``)."""
+        t, v = self.nodes[taker], self.nodes[victim]
+        if taker == victim or t.status != "up" or v.status not in ("paused", "down"):
+            return
+        if v.status == "paused":
+            held = [(v.owner, w) for w in v.won if w.first is None and not w.trigger]
+        else:
+            held, self.forgotten[victim] = self.forgotten[victim], []
+        mine = {(w.job, w.plan.claim_tick_s) for w in t.won if not w.trigger}
+        held = [(o, w) for o, w in held if (w.job, w.plan.claim_tick_s) not in mine]
+        if not held:
+            return
+        claims = [Claim(w.job, w.plan.claim_tick_s, CLAIM_TTL_MS) for _o, w in held]
+        taken = self.run_async(t.store.take_over(claims, {victim}, t.owner))
+        for (owner, w), claim, holder in zip(held, claims, taken, strict=True):
+            if holder is None:
+                continue
+            assert str(holder) == owner, f"{claim}: taken from {holder}, expected {owner}"
+            (ours,) = self.run_async(t.store.resolve_claims([claim], t.owner))
+            assert ours, f"{claim}: taken over by {t.owner} but not read back as its own"
+            w.taken_in_era = self.job_era[w.job]
+            era = self.job_era[w.job]
+            t.won.append(Won(w.job, w.plan, skewed=w.skewed, era=era, won_ms=self.now_ms))
+            _event("an undecided claim of a dead winner was taken over")
+
     # -- operators ------------------------------------------------------------------------
 
     @rule(job=st.sampled_from(list(JOBS)), paused=st.booleans())
@@ -826,17 +889,20 @@ class ProtocolModel(RuleBasedStateMachine):
         """The replica catches up with the primary (it lags again from here)."""
         self._apply_elapsed()
         copies = redis_state.snapshot(self.raw, NAMESPACE)
-        self.snapshots = [*self.snapshots[-2:], (copies, self._copy_knowledge())]
+        self.snapshots = [*self.snapshots[-2:], (copies, self._copy_knowledge(), self.now_ms)]
 
     @rule(back=st.integers(0, 2))
     def failover_to_a_lagging_replica(self, back: int) -> None:
         """The replica that took an earlier snapshot becomes the primary."""
         if not self.snapshots:
             return
-        copies, know = self.snapshots[-1 - min(back, len(self.snapshots) - 1)]
+        copies, know, taken_ms = self.snapshots[-1 - min(back, len(self.snapshots) - 1)]
         self._data_lost(set(JOBS), "failover")
         self._apply_elapsed()
-        redis_state.restore(self.raw, NAMESPACE, copies)
+        # A replica keeps each key's expiry as an instant (Redis 7 replicates PXAT; before,
+        # the replica applied the relative TTL as it received it): what expired on the
+        # primary since the replica's copy expired on the replica too.
+        redis_state.restore(self.raw, NAMESPACE, copies, elapsed_ms=self.now_ms - taken_ms)
         redis_state.flush_scripts(self.raw)
         self.know = {job: dataclasses.replace(k) for job, k in know.items()}
         for job in JOBS:

@@ -15,6 +15,7 @@ it is the test's hand on the server, not cronrace's.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,12 +76,17 @@ def snapshot(client: Any, namespace: str) -> list[KeyCopy]:
     return out
 
 
-def restore(client: Any, namespace: str, copies: list[KeyCopy]) -> None:
-    """Make the namespace hold exactly ``copies`` (a failover to a replica that lags)."""
+def restore(client: Any, namespace: str, copies: list[KeyCopy], *, elapsed_ms: int = 0) -> None:
+    """Make the namespace hold exactly ``copies`` (a failover to a replica that lags),
+    ``elapsed_ms`` after they were taken: keys that have expired since are not restored."""
     pipe = client.pipeline(transaction=True)
     for key in namespace_keys(client, namespace):
         pipe.delete(key)
     for copy in copies:
+        if copy.pttl_ms > 0:
+            if copy.pttl_ms <= elapsed_ms:
+                continue
+            copy = dataclasses.replace(copy, pttl_ms=copy.pttl_ms - elapsed_ms)
         if copy.kind == "string":
             pipe.set(copy.key, copy.value)
         elif copy.kind == "hash" and copy.value:

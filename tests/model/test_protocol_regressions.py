@@ -111,3 +111,87 @@ def test_garbage_under_a_wiped_jobs_fence_key_still_holds_new_grants(state: Step
     state.redis_restarts(keeps_data=False)
     state.garbage_lands_under_a_key(job="j-skip", key="fence", kind="text")
     state.decide(node="b")
+
+
+def test_a_replayed_grant_does_not_start_after_a_newer_fence_was_handed_out(
+    state: Steps,
+) -> None:
+    """The deep run's second finding: a failover to a replica that lagged restored a won
+    claim's remembered grant and its lease; the node retrying its lost answer got the old
+    grant back and started it, though it had itself seen a fence above it since (here: its
+    own later decision, whose answer was lost too). Fixed: a replayed grant starts only
+    while neither the job's counter nor the caller knows a fence above it."""
+    machine = state.machine
+    state.define_jobs(catchup=ALL_SKIP)
+    state.decide_but_the_answers_are_lost(node="a", job="j-replace")  # tick 1, fence F1
+    state.time_passes(awake=[], grains=1, replica_syncs=True)  # the replica has F1's lease
+    state.time_passes(awake=[], grains=2)
+    state.decide_but_the_answers_are_lost(node="a", job="j-replace")  # tick 2 replaces: F2
+    assert machine.max_fence["j-replace"] > machine.runs[0].fence
+    state.failover_to_a_lagging_replica(back=0)  # F1's grant and lease are back
+    state.decide(node="a")  # a retries both: F1's grant must not start
+
+
+def test_a_lagging_failover_does_not_bring_back_a_lease_that_had_expired(state: Steps) -> None:
+    """Not a protocol bug: the model restored a lagging replica's keys with the TTLs they
+    had when it copied them, as if the replica's clock had stopped. A lease that had
+    expired on the primary (and been followed by another node's run) came back alive, and
+    the retried grant under it started beside that run. A replica keeps expiries as
+    instants (Redis 7 replicates them as PXAT): the model now ages the copies."""
+    state.define_jobs(catchup=ALL_SKIP)
+    state.decide_but_the_answers_are_lost(node="a", job="j-skip")
+    state.time_passes(awake=[], grains=1, replica_syncs=True)
+    state.time_passes(awake=["b"], grains=5)  # F1's lease expires; b runs tick 3
+    state.failover_to_a_lagging_replica(back=0)
+    state.decide(node="a")
+
+
+def test_a_frozen_winners_claim_is_taken_over_and_its_late_decision_refused(
+    state: Steps,
+) -> None:
+    """Issue 21's known gap: a winner frozen between its claim and its decision took the
+    tick with it. A live node now takes the claim over; the winner, thawed, is refused."""
+    machine = state.machine
+    state.define_jobs(catchup=dict.fromkeys(ALL_SKIP, Catchup.ALL))
+    state.claim(node="a", job="j-skip", late=False)
+    tick = machine.head()
+    state.pause(node="a")
+    state.a_dead_winners_claims_are_taken_over(taker="b", victim="a")
+    state.resume(node="a", notices_first=True)
+    state.decide(node="a")  # first: refused, though no decision has been made yet
+    state.decide(node="b")
+    state.time_passes(awake=[], grains=6)  # past the hold of a job's first grants
+    assert [r.node for r in machine.starts[("j-skip", tick)]] == ["b"]
+
+
+def test_a_dead_winners_tick_that_a_later_decision_passed_runs_late_once(state: Steps) -> None:
+    """A wins tick 1 and freezes; b wins tick 2 and decides it, passing tick 1; c takes
+    tick 1 over and runs it late (catchup = all); a, thawed, is refused."""
+    machine = state.machine
+    state.define_jobs(catchup=dict.fromkeys(ALL_SKIP, Catchup.ALL))
+    state.claim(node="a", job="j-allow", late=False)
+    state.claim(node="b", job="j-allow", late=False)  # b loses tick 1
+    tick = machine.head()
+    state.pause(node="a")
+    state.time_passes(awake=[], grains=3)
+    state.claim(node="b", job="j-allow", late=False)  # b wins tick 2
+    state.decide(node="b")
+    state.a_dead_winners_claims_are_taken_over(taker="c", victim="a")
+    state.decide(node="c")
+    state.resume(node="a", notices_first=True)
+    state.decide(node="a")
+    state.time_passes(awake=[], grains=6)
+    started = {t: [r.node for r in runs] for (job, t), runs in machine.starts.items()}
+    assert started == {tick: ["c"], tick + 1: ["b"]}
+
+
+def test_a_crashed_winners_claim_is_taken_over(state: Steps) -> None:
+    machine = state.machine
+    state.define_jobs(catchup=ALL_SKIP)
+    state.claim(node="a", job="j-queue", late=False)
+    tick = machine.head()
+    state.crash(node="a")
+    state.a_dead_winners_claims_are_taken_over(taker="c", victim="a")
+    state.decide(node="c")
+    state.time_passes(awake=[], grains=6)
+    assert [r.node for r in machine.starts[("j-queue", tick)]] == ["c"]

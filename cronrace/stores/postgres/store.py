@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Self
 
 import orjson
@@ -198,6 +198,26 @@ class PostgresStore(RunSide, Store):
         )
         value = str(owner)
         return [found == value for _index, found in rows]
+
+    async def take_over(
+        self, claims: Sequence[Claim], departed: Collection[str], owner: Owner
+    ) -> list[Owner | None]:
+        """Take over undecided claims of departed nodes, in one statement (take_over.sql)."""
+        if not claims or not departed:
+            return [None] * len(claims)
+        rows = await self.db.rows(
+            "take_over",
+            {
+                "ns": self.ns,
+                "owner": str(owner),
+                "departed": sorted(departed),
+                "jobs": [claim.job for claim in claims],
+                "ticks": [0 if claim.trigger_id else claim.tick_s for claim in claims],
+                "triggers": [claim.trigger_id or "" for claim in claims],
+            },
+        )
+        taken = {int(index): Owner.parse(str(holder)) for index, holder in rows}
+        return [taken.get(i) for i in range(1, len(claims) + 1)]
 
     async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
         """Decide every won claim in one statement (acquire_many(), one commit).

@@ -23,6 +23,7 @@ from cronrace.stores.redis.keys import Keys
 from cronrace.stores.redis.schedules import ScheduleCommands
 from cronrace.stores.redis.scripts import Scripts
 from cronrace.stores.redis.sentinel import follow_switch_master
+from cronrace.stores.values import Claim
 
 log = logging.getLogger("cronrace.stores.redis")
 
@@ -51,6 +52,11 @@ class StoreBase(contract.Store):
         # What Redis refused (wrong password, NOPERM, TLS); the embedded store refuses nothing.
         watch = getattr(client, "access", None)
         self.access: AccessWatch = watch if isinstance(watch, AccessWatch) else AccessWatch()
+
+    def _claim_key(self, claim: Claim) -> str:
+        if claim.trigger_id is not None:
+            return self.keys.trigger_claim(claim.job, claim.trigger_id)
+        return self.keys.claim(claim.job, claim.tick_s)
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "cronrace", **client_options: Any) -> Self:

@@ -27,10 +27,10 @@ from cronrace.stores.redis.replies import (
     decode_text,
     int_or_none,
 )
-from cronrace.stores.redis.runs import RunCommands
 from cronrace.stores.redis.scripts import locate_lines
 from cronrace.stores.redis.sentinel import follow_primary
 from cronrace.stores.redis.shards import ShardReply, per_shard
+from cronrace.stores.redis.takeover import TakeoverCommands
 from cronrace.stores.values import (
     AcquireReply,
     AcquireRequest,
@@ -50,7 +50,7 @@ WITNESS_MARGIN_S = 1.0
 
 
 @translating
-class Store(RunCommands):
+class Store(TakeoverCommands):
     """Redis operations of one namespace: the race, decisions, leases, records, handlers.
 
     The shared state lives in :class:`~cronrace.stores.redis.base.StoreBase`, the operator side
@@ -59,11 +59,6 @@ class Store(RunCommands):
     """
 
     # -- the race --------------------------------------------------------------------
-
-    def _claim_key(self, claim: Claim) -> str:
-        if claim.trigger_id is not None:
-            return self.keys.trigger_claim(claim.job, claim.trigger_id)
-        return self.keys.claim(claim.job, claim.tick_s)
 
     async def claim_each(
         self,

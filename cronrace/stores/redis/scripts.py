@@ -25,7 +25,7 @@ from cronrace.stores.redis.shards import per_shard
 
 log = logging.getLogger("cronrace.stores.redis")
 
-SCRIPTS = ("acquire", "renew", "release", "fenced_set", "quarantine", "schedules")
+SCRIPTS = ("acquire", "renew", "release", "fenced_set", "quarantine", "schedules", "takeover")
 
 
 def _read_lua(name: str) -> str:

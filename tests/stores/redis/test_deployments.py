@@ -18,7 +18,7 @@ from cronrace.errors import RedisUnavailableError, StoreError
 from cronrace.stores.redis import Store
 from cronrace.stores.redis.keys import fence_key, hash_tag
 from cronrace.stores.values import Claim, ClaimOutcome
-from tests.stores.contract.helpers import request
+from tests.stores.contract.helpers import N1, request
 from tests.topology import ClusterSet, SentinelSet, client
 
 pytestmark = pytest.mark.redis
@@ -73,7 +73,7 @@ async def test_a_shard_that_does_not_answer_costs_only_its_own_jobs(
         return await original(node, commands)
 
     monkeypatch.setattr(ClusterNode, "execute_pipeline", dead_shard)
-    replies = await cluster_store.claim_each([Claim(job, 100, 5000) for job in JOBS], "a:1")
+    replies = await cluster_store.claim_each([Claim(job, 100, 5000) for job in JOBS], N1)
     on_dead = [shard_of(cluster_store, cluster_store.keys.claim(j, 100)) == dead for j in JOBS]
     assert [r.outcome for r in replies] == [
         ClaimOutcome.UNKNOWN if dead_job else ClaimOutcome.WON for dead_job in on_dead
@@ -85,7 +85,7 @@ async def test_a_shard_that_does_not_answer_costs_only_its_own_jobs(
     monkeypatch.setattr(ClusterNode, "execute_pipeline", original)
     # Back again: the ambiguous claims are read back and found unwritten.
     again = await cluster_store.claim_each(
-        [Claim(job, 100, 5000) for job in JOBS], "a:1", read_back=True
+        [Claim(job, 100, 5000) for job in JOBS], N1, read_back=True
     )
     assert {reply.outcome for reply in again} == {ClaimOutcome.WON}
 
@@ -168,14 +168,14 @@ async def test_a_sentinel_store_follows_the_primary_within_a_heartbeat(
     try:
         await store.load_scripts()
         old = sentinels.primary_port()
-        assert await store.claim([Claim("j", 100, 60_000)], "a:1") == [True]
+        assert await store.claim([Claim("j", 100, 60_000)], N1) == [True]
         sentinels.failover()
         new = sentinels.wait_for_new_primary(old)
         # The old primary stays writable for seconds after SENTINEL FAILOVER; the heartbeat
         # asks the sentinels and drops connections to it.
         await store.heartbeat("n1", now_ms=0, ttl_ms=1000, epoch_candidate="e")
-        assert await store.claim([Claim("j", 101, 60_000)], "a:1") == [True]
-        assert client(new).get(store.keys.claim("j", 101)) == "a:1"
+        assert await store.claim([Claim("j", 101, 60_000)], N1) == [True]
+        assert client(new).get(store.keys.claim("j", 101)) == str(N1)
         replies = await store.acquire([request(tick=101)])
         assert replies[0].decision == "run"  # type: ignore[union-attr]
     finally:

@@ -50,8 +50,14 @@
 --     owner and request_id (a retry after a lost reply): nothing was decided again
 --   renewed: 1 when a replayed run's lease still held its fence and was extended by
 --     this call (the run may start now). A replayed run whose lease another fence holds
---     lost it (replayed, not renewed: it must not start). A run whose lease is gone
+--     lost it (replayed, not renewed: it must not start). So did one whose fence is below
+--     the job's counter or below a fence the caller has seen: a failover to a replica that
+--     lagged restored the grant and its lease, but fences above it were handed out on the
+--     primary it replaced (the deep model's second finding). A run whose lease is gone
 --     is decided again (a fresh answer, a new fence: the first one never ran).
+--   A claim that another owner holds now (a live node took it over from this one, whose
+--   heartbeat had expired: takeover.lua) is answered 'stale' and decides nothing: its
+--   tick is the taker's to decide.
 --
 -- Every key is checked before the first write: a decision either happens whole or not
 -- at all, and never leaves the watermark advanced without a decision.
@@ -108,9 +114,13 @@ if request_id ~= '' then
     local held = redis.call('HGET', lease_key, 'fence')
     if memo[1] ~= 'run' or overlap == 'allow' or held then
       -- A granted run whose lease still holds its fence may start now: extend the lease
-      -- from now. Held by another fence, it lost its lease before it could start.
+      -- from now. Held by another fence, it lost its lease before it could start; and so
+      -- did a grant that fences above it followed (the counter, or the caller, knows one),
+      -- though a lagging failover put its lease back.
+      local granted = tonumber(memo[2])
+      local newest = math.max(tonumber(redis.call('GET', fence_key) or '0'), known_fence)
       local renewed = 0
-      if memo[1] == 'run' and tonumber(held) == tonumber(memo[2]) then
+      if memo[1] == 'run' and tonumber(held) == granted and newest <= granted then
         redis.call('PEXPIRE', lease_key, ttl_ms)
         renewed = 1
       end
@@ -124,6 +134,13 @@ if request_id ~= '' then
     mode = 'trigger'
     prev = tonumber(memo[3])
     remember = true
+  elseif claim and string.match(claim, '^[^\n]*') ~= owner then
+    -- Another owner holds the claim: a live node took it over (takeover.lua) while this
+    -- one was frozen or cut off. The tick is the taker's to decide; deciding it here too
+    -- could fire it twice.
+    local raw = redis.call('GET', last_key)
+    if raw then prev = tonumber(raw) end
+    return {'stale', 0, prev, 0, '', 0, 0, '', table.concat(warnings, ','), 0, 0, 0, '', 0, 0}
   end
 end
 

@@ -35,7 +35,11 @@
 --   hold_ms: a granted run must wait this long before its handler starts (the wipe hold)
 --   data_lost: this call found the job's fence counter lost (and started the hold)
 --   replayed: the remembered answer of an earlier call with this owner and request_id
---   renewed: a replayed run's lease still held its fence and was extended by this call
+--   renewed: a replayed run's lease still held its fence and was extended by this call;
+--     never when the job's counter or the caller knows a fence above the replayed one (a
+--     failover to a lagging replica put back a grant that others followed)
+--   A claim another owner holds now (taken over from this one: take_over.sql) is answered
+--   'stale' and decides nothing.
 --
 -- Atomic: the job's row is locked first (every decision, renewal and release of the job
 -- waits for it), and the function runs in its caller's one transaction.
@@ -73,6 +77,7 @@ DECLARE
   nf record;
   queued_tick bigint;
   renewed boolean;
+  taken boolean := false;
   reply jsonb;
 BEGIN
   INSERT INTO @schema@.jobs (ns, job) VALUES (p_ns, p_job) ON CONFLICT DO NOTHING;
@@ -108,7 +113,7 @@ BEGIN
 
   -- A retry of a decision already made (its answer was lost) gets that answer again.
   IF p_request_id <> '' THEN
-    SELECT cl.owner, cl.request_id, cl.memo INTO c FROM @schema@.claims cl
+    SELECT cl.owner, cl.request_id, cl.memo, cl.expires_us INTO c FROM @schema@.claims cl
     WHERE cl.ns = p_ns AND cl.job = p_job AND cl.tick = claim_tick
       AND cl.trigger_id = p_trigger_id;
     IF FOUND AND c.owner = p_owner THEN
@@ -117,8 +122,11 @@ BEGIN
         IF c.memo->>'decision' <> 'run' OR p_overlap = 'allow' OR alive THEN
           -- A granted run whose lease still holds its fence may start now: extend the
           -- lease from now. Held by another fence, it lost its lease before it could start.
+          -- Nor after fences above it: a lagging failover may have put its lease back.
           renewed := c.memo->>'decision' = 'run' AND alive
-                     AND j.lease_fence = (c.memo->>'fence')::bigint;
+                     AND j.lease_fence = (c.memo->>'fence')::bigint
+                     AND greatest(coalesce(j.fence, 0), p_known_fence)
+                         <= (c.memo->>'fence')::bigint;
           IF renewed THEN
             j.lease_expires_us := t_now + p_ttl_ms * 1000;
           END IF;
@@ -138,11 +146,20 @@ BEGIN
         prev := (c.memo->>'prev_watermark')::bigint;
         remember := true;
       END IF;
+    ELSIF FOUND AND c.expires_us > t_now THEN
+      -- Another owner holds the claim: a live node took it over (take_over.sql) while
+      -- this one was frozen or cut off. The tick is the taker's to decide.
+      taken := true;
     END IF;
   END IF;
 
   <<decide>>
   BEGIN
+    IF taken THEN
+      prev := coalesce(j.watermark, -1);
+      decision := 'stale';
+      EXIT decide;
+    END IF;
     IF v_mode <> 'trigger' THEN
       prev := coalesce(j.watermark, -1);
       IF prev >= p_decide_tick THEN
