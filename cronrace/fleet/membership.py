@@ -60,6 +60,8 @@ class Membership:
         #: Each member's last heartbeat, epoch ms, as of the last read.
         self.last_beat_ms: dict[str, int] = {}
         self.on_change: ChangeHook | None = None
+        #: Called with the members that went silent since the last read (any fingerprint).
+        self.on_departed: Callable[[frozenset[str]], None] | None = None
         #: Whether every live member publishes what this node does (the same jobs,
         #: handlers, refusals and racers setting), as of the last fleet exchange.
         self.uniform = False
@@ -84,7 +86,10 @@ class Membership:
         self.last_beat_ms = {node: expiry - ttl_ms for node, expiry in expiries_ms.items()}
         live = {node for node, beat in self.last_beat_ms.items() if now_ms - beat <= silent_ms}
         live.add(self.node_id)  # this node races for its own view, whatever Redis says
+        departed = self.live - live
         self.live = frozenset(live)
+        if departed and self.on_departed is not None:
+            self.on_departed(departed)
 
         def last_beat_ms(node: str) -> int:
             return seen_before.get(node, self.last_beat_ms.get(node, now_ms))

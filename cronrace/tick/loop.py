@@ -82,9 +82,7 @@ class Scheduler:
         self.membership.on_change = self._members_changed
         #: racers = k: the jobs this node races, window by window, and the ticks their
         #: racers may have lost (passed, orphans, left: tick/share.py).
-        self.share = RacerShare(
-            settings.node_id, self.membership, self.jobs, self._orphan_window_s()
-        )
+        self.share = RacerShare(settings.node_id, self.membership, jobs, self._orphan_window_s())
         self._passed = self.share.passed
         self._orphans = self.share.orphans
         #: Each job's newest tick this node planned (raced or left to others) and had an
@@ -115,6 +113,7 @@ class Scheduler:
             observer=observer,
             set_ready=set_ready,
         )
+        self.tick_race.watch_departures(self.membership, lambda: self._woken.set())
         # A clock whose sleepers wake exactly when it steps (the testing FakeClock) says so
         # with max_sleep_s; re-checking it every second would only cost its users time.
         self._max_sleep_s = float(getattr(clock, "max_sleep_s", MAX_SLEEP_S))
@@ -131,6 +130,7 @@ class Scheduler:
             await self._seed()
         while not self.gate.stopping:
             now = self.clock.time()
+            await self.tick_race.take_over_claims(self._orphans)  # winners that went silent
             if self._orphans:
                 await self._race_orphans(runs, now)
                 continue

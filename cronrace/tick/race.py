@@ -18,6 +18,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from cronrace.errors import StoreError
+from cronrace.fleet.membership import Membership, late_fire_bound_s
 from cronrace.model.job import Job
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.runtime import tracing
@@ -42,6 +43,7 @@ from cronrace.tick.lease import SAFETY_MARGIN
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
 from cronrace.tick.runner import Runner
+from cronrace.tick.takeover import Takeovers
 from cronrace.tick.wakeup import ABORT_TIMEOUT_S, WakeUp, account_for_cut_wakeup
 
 log = logging.getLogger("cronrace.tick.loop")
@@ -84,6 +86,10 @@ class TickRace:
         self._set_ready = set_ready
         self._backoff = backoff
         self._ambiguous: set[tuple[str, int, str | None]] = set()
+        #: Claims this node lost, taken over when their winner goes silent (takeover.py).
+        self.takeovers = Takeovers(
+            settings.node_id, late_fire_bound_s(settings.heartbeat_s) + settings.heartbeat_s
+        )
         self._unreachable_since: float | None = None
         self._recovered_mono = float("-inf")  # when claims went through after an outage
 
@@ -132,6 +138,10 @@ class TickRace:
         short = by_outcome.get(ClaimOutcome.NOT_REPLICATED, [])
         lost = by_outcome.get(ClaimOutcome.LOST, [])
         wakeup.winners = winners
+        now = self.clock.time()
+        for p, _reply in lost:
+            if p.trigger_id is None:
+                self.takeovers.lost(p.job.name, p.plan.claim_tick_s, now)
         if winners or short or lost:
             self.observer.claims(len(winners) + len(short), len(lost))
         span.answered(len(winners) + len(short), len(lost))
@@ -142,6 +152,31 @@ class TickRace:
             await self._decide(wakeup, runs)
         wakeup.decided = True
         return {p.job.name for p, _reply in by_outcome.get(ClaimOutcome.UNKNOWN, [])}
+
+    def watch_departures(self, membership: Membership, wake: Callable[[], None]) -> None:
+        """Look for claims to take over whenever members go silent (then ``wake`` the loop)."""
+
+        def departed(nodes: frozenset[str]) -> None:
+            self.takeovers.departed(nodes)
+            wake()
+
+        membership.on_departed = departed
+
+    async def take_over_claims(self, orphans: dict[str, list[int]]) -> None:
+        """Take over the claims of departed winners that nobody decided (takeover.py).
+
+        The ticks taken are added to ``orphans``, which the loop races for at once: each
+        is claimed again and read back (as a claim whose reply was lost is) and decided.
+        Returns at once unless members departed since the last look.
+        """
+        if not self.takeovers.due(self.clock.monotonic()):
+            return
+        taken = await self.takeovers.take(
+            self.store, self.owner, now=self.clock.time(), now_mono=self.clock.monotonic()
+        )
+        for job, ticks in taken.items():
+            self._ambiguous |= {(job, t, None) for t in ticks}
+            orphans[job] = sorted({*orphans.get(job, ()), *ticks})
 
     async def _not_replicated(self, short: list[tuple[Proposal, ClaimReply]]) -> None:
         """Record won claims that too few replicas confirmed: they do not run."""

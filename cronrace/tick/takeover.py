@@ -1,0 +1,112 @@
+"""Claims whose winner died before deciding them: taken over by a live node (issue 21).
+
+A node that wins a claim and then dies, freezes or is cut off before its decision
+reaches the store would take the tick with it: every other node lost that claim and moved
+on. So each node remembers, for a while, the claims it lost. When its heartbeat reads a
+member gone silent (:class:`~cronrace.fleet.membership.Membership`, a heartbeat older than
+1.5 periods), it asks the store to take over those claims the departed nodes still hold
+undecided (:meth:`~cronrace.stores.contract.Store.take_over`, a compare-and-set per
+claim: of several nodes asking, one takes each). It then races for the ticks it took, as
+for ticks whose racers left (``Scheduler._race_orphans``), reading its claim back, and
+decides them under the job's catch-up policy: a tick a later decision has passed runs
+late under ``catchup = "all"`` and is recorded ``missed`` otherwise. The winner, should it
+come back, finds another owner under its claim and is answered ``stale``: the tick is
+decided once.
+
+How late: a member counts as departed once its last heartbeat is 1.5 periods old, and
+every live node reads that at its next beat, at most one period later. A winner frozen or
+killed at its claim (its last beat at or before the tick) has its tick decided at most 2.5
+heartbeats after that beat, plus one take-over, claim and decision round trip: 5 s after
+the tick at the default ``heartbeat_s = 2``, the bound of a tick whose k racers all died
+(:func:`~cronrace.fleet.membership.late_fire_bound_s`). Within the job's catch-up window
+(and its claim's TTL, which outlives that window) the tick fires; beyond it, it is missed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Collection
+
+from cronrace.errors import StoreError
+from cronrace.stores.contract import Store
+from cronrace.stores.values import Claim, Owner
+
+log = logging.getLogger("cronrace.tick.takeover")
+
+#: After a failed attempt (the store unreachable), wait this long before the next one.
+RETRY_AFTER_S = 1.0
+
+
+class Takeovers:
+    """The claims this node lost lately, and the members seen departing since it looked.
+
+    Args:
+        node_id: this node.
+        keep_s: how long a lost claim is remembered: long enough for its winner's silence
+            to be seen (the late-fire bound and a heartbeat).
+    """
+
+    def __init__(self, node_id: str, keep_s: float) -> None:
+        self.node_id = node_id
+        self.keep_s = keep_s
+        #: (tick, job) of every claim lost, oldest first.
+        self._lost: deque[tuple[int, str]] = deque()
+        self._departed: set[str] = set()
+        self._retry_at = float("-inf")
+        #: Total claims taken over by this node (for tests and the status line).
+        self.taken = 0
+
+    def lost(self, job: str, tick_s: int, now: float) -> None:
+        """Remember a claim this node lost (a tick, not a manual trigger)."""
+        self._lost.append((tick_s, job))
+        oldest_s = now - self.keep_s
+        while self._lost and self._lost[0][0] < oldest_s:
+            self._lost.popleft()
+
+    def departed(self, nodes: Collection[str]) -> None:
+        """Members seen departing (the membership's hook): their claims are looked at."""
+        self._departed.update(node for node in nodes if node != self.node_id)
+
+    def due(self, now_mono: float) -> bool:
+        """Whether members departed since the last look, and it is time to look."""
+        return bool(self._departed) and now_mono >= self._retry_at
+
+    async def take(
+        self, store: Store, owner: Owner, *, now: float, now_mono: float
+    ) -> dict[str, list[int]]:
+        """Take over the departed members' undecided claims among those this node lost.
+
+        Returns:
+            The ticks taken over, per job (oldest first): the caller races for them.
+        """
+        departed, self._departed = self._departed, set()
+        oldest_s = now - self.keep_s
+        pairs = sorted({(t, job) for t, job in self._lost if t >= oldest_s})
+        if not pairs:
+            return {}
+        claims = [Claim(job, tick_s, 0) for tick_s, job in pairs]
+        try:
+            holders = await store.take_over(claims, departed, owner)
+        except StoreError as exc:
+            self._departed |= departed
+            self._retry_at = now_mono + RETRY_AFTER_S
+            log.warning(
+                "cannot look for claims of departed nodes yet",
+                extra={"node": self.node_id, "departed": sorted(departed)[:10], "error": str(exc)},
+            )
+            return {}
+        taken: dict[str, list[int]] = {}
+        for (tick_s, job), holder in zip(pairs, holders, strict=True):
+            if holder is None:
+                continue
+            taken.setdefault(job, []).append(tick_s)
+            log.warning(
+                "took over a claim whose winner went silent before deciding it",
+                extra={"job": job, "tick": tick_s, "node": self.node_id, "winner": str(holder)},
+            )
+        if taken:
+            gone = {(t, job) for job, ticks in taken.items() for t in ticks}
+            self._lost = deque(pair for pair in self._lost if pair not in gone)
+            self.taken += len(gone)
+        return taken
