@@ -116,3 +116,36 @@ for _index in range(EXTRA_JOBS):
         catchup=EXTRA_CATCHUP,
         overlap=EXTRA_OVERLAP,
     )
+
+
+#: When set (to a job name), this process stops itself (SIGSTOP) between winning a claim of
+#: that job and deciding it, once, after the file ``$FAULT_FREEZE_ARM`` appears; it writes
+#: the tick to ``$FAULT_FREEZE_MARK`` first. The test then kills it, or lets it go on
+#: (SIGCONT) to send its late decision: the window between a claim and its decision, made
+#: reproducible (tests/faults/test_dead_winner.py).
+FREEZE_JOB = os.environ.get("FAULT_FREEZE_AFTER_CLAIM")
+
+if FREEZE_JOB:
+    import signal
+    from typing import Any
+
+    from cronrace.tick import race as _race
+
+    _decide = _race.TickRace._decide
+
+    async def _decide_frozen(self: Any, wakeup: Any, runs: Any) -> None:
+        arm = os.environ["FAULT_FREEZE_ARM"]
+        won = [
+            p.plan.claim_tick_s
+            for p in wakeup.winners or ()
+            if p.job.name == FREEZE_JOB and p.trigger_id is None
+        ]
+        if won and os.path.exists(arm):  # noqa: ASYNC240 (the point is to block: a freeze)
+            os.unlink(arm)
+            fd = os.open(os.environ["FAULT_FREEZE_MARK"], os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, f"{won[0]} {time.time()}".encode())
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGSTOP)
+        await _decide(self, wakeup, runs)
+
+    _race.TickRace._decide = _decide_frozen  # type: ignore[method-assign]

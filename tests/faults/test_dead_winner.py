@@ -1,0 +1,126 @@
+"""Real agent processes: a winner stopped between its claim and its decision.
+
+Issue 21's known gap: a node that wins a tick's claim and dies (or freezes) before its
+decision reaches Redis took the tick with it: every other node had lost that claim and
+moved on, and the next tick's decision passed it. The window is made reproducible here:
+node ``n0`` stops itself (SIGSTOP, tests/faults/app.py) right after winning a claim of
+the job, once the test arms it, and writes the tick down first. Then either
+
+- it is SIGKILLed (a crash between claim and decision): a live node must take the claim
+  over once n0's heartbeat goes silent, and fire the tick, late by at most about 2.5
+  heartbeats (tick/takeover.py); or
+- it is let go on (SIGCONT) seconds later, past that bound, and sends its late decision:
+  the tick has run on another node meanwhile, and the late decision must be refused
+  (``stale``), not run it a second time.
+
+Both with ``catchup = "all"``, judged from the witness: every tick once, none twice.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.faults.witness import Witness, judge, run_records, start_node, stop_all
+from tests.redis_server import RedisServer
+from tests.topology import wait_until
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+JOB = "extra000"
+HEARTBEAT_S = 0.5
+#: The takeover's bound (2.5 heartbeats after the winner's last beat) and slack for the
+#: claim, decision and handler round trips of a loaded machine.
+LATE_BOUND_S = 2.5 * HEARTBEAT_S + 2.0
+#: How long a frozen winner stays frozen before it is let go on: well past the bound.
+FROZEN_S = 4.0
+
+
+def start_fleet(
+    redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path
+) -> list:  # type: ignore[type-arg]
+    env = {
+        "FAULT_CODE_JOBS": "",
+        "FAULT_EXTRA_JOBS": "1",
+        "FAULT_EXTRA_CATCHUP": "all",
+        "FAULT_EXTRA_OVERLAP": "skip",
+        "CRONRACE_HEARTBEAT_S": str(HEARTBEAT_S),
+        "CRONRACE_LOG_FORMAT": "text",
+    }
+    freeze = {
+        "FAULT_FREEZE_AFTER_CLAIM": JOB,
+        "FAULT_FREEZE_ARM": str(tmp_path / "arm"),
+        "FAULT_FREEZE_MARK": str(tmp_path / "mark"),
+    }
+    return [
+        start_node(
+            redis_server.url,
+            namespace,
+            f"n{i}",
+            witness,
+            env={**env, **(freeze if i == 0 else {})},
+            stderr_dir=tmp_path,
+        )
+        for i in range(3)
+    ]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("then", ["killed", "thawed"])
+def test_a_winner_stopped_between_claim_and_decision_loses_no_tick_and_fires_none_twice(
+    redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path, then: str
+) -> None:
+    procs = start_fleet(redis_server, namespace, witness, tmp_path)
+    try:
+        wait_until(
+            lambda: sum("agent started" in p.read_text() for p in tmp_path.glob("*.err")) == 3,
+            timeout_s=40,
+            what="the agents started",
+        )
+        first_s = int(time.time()) + 2
+        witness.wait_for(
+            lambda evs: any(e["job"] == JOB and e["tick"] >= first_s for e in evs),
+            timeout_s=20,
+            what="the job running on the fleet",
+        )
+        (tmp_path / "arm").write_text("")
+        mark = tmp_path / "mark"
+        wait_until(mark.exists, timeout_s=30, what="n0 winning a claim and stopping")
+        time.sleep(0.05)  # the mark is written just before SIGSTOP
+        frozen_tick = int(mark.read_text().split()[0])
+        if then == "killed":
+            procs[0].send_signal(signal.SIGKILL)
+        else:
+            time.sleep(FROZEN_S)
+            procs[0].send_signal(signal.SIGCONT)
+        last_s = frozen_tick + 8
+        witness.wait_for(
+            lambda evs: any(e["job"] == JOB and e["tick"] >= last_s for e in evs),
+            timeout_s=30,
+            what="the job running past the stopped winner's tick",
+        )
+        time.sleep(1.0)  # a late decision of n0 (thawed) lands meanwhile
+    finally:
+        stop_all(procs)
+    events = witness.events()
+    verdict = judge(events, JOB, first_tick_s=first_s, last_tick_s=last_s, leased=True)
+    runs = [e for e in events if e["job"] == JOB and e["tick"] == frozen_tick]
+    starts = [e for e in runs if e["event"] == "start"]
+    late_s = [round(e["wall"] - frozen_tick, 2) for e in starts]
+    records = run_records(redis_server.url, namespace, JOB)
+    mine = [(r.node, r.outcome) for r in records if r.tick_s == frozen_tick]
+    print(
+        verdict.summary(),
+        f"tick {frozen_tick}: started {late_s} s late on "
+        f"{[e['node'] for e in starts]}; records {mine}",
+        sep="\n",
+    )
+    assert (verdict.duplicates, verdict.missed) == ([], []), verdict.summary()
+    assert [e["node"] for e in starts] != ["n0"], "the stopped winner ran its tick itself"
+    assert late_s[0] <= LATE_BOUND_S, f"tick {frozen_tick} fired {late_s[0]} s late"
+    if then == "thawed":
+        # n0's late decision reached Redis and was refused: a stale record, no run.
+        assert ("n0", "stale") in mine, mine
