@@ -13,18 +13,25 @@ the job, once the test arms it, and writes the tick down first. Then either
   the tick has run on another node meanwhile, and the late decision must be refused
   (``stale``), not run it a second time.
 
-Both with ``catchup = "all"``, judged from the witness: every tick once, none twice.
+Both with ``catchup = "all"``, judged from the witness: every tick once, none twice; on
+Redis and on PostgreSQL (the witness stays on a redis-server no fault touches).
 """
 
 from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
-from tests.faults.witness import Witness, judge, run_records, start_node, stop_all
+from cronrace.model.records import RunRecord
+from cronrace.stores.urls import open_store
+from tests.conftest import upgrade_schema
+from tests.faults.witness import Witness, judge, start_node, stop_all
+from tests.postgres_server import PostgresServer, postgres_available
 from tests.redis_server import RedisServer
 from tests.topology import wait_until
 
@@ -39,9 +46,35 @@ LATE_BOUND_S = 2.5 * HEARTBEAT_S + 2.0
 FROZEN_S = 4.0
 
 
-def start_fleet(
-    redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path
-) -> list:  # type: ignore[type-arg]
+@pytest.fixture(params=["redis", pytest.param("postgres", marks=pytest.mark.postgres)])
+def fleet_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> Iterator[str]:
+    """Where the fleet meets: the test's redis-server, or a PostgreSQL server of its own."""
+    if request.param == "redis":
+        yield redis_server.url
+        return
+    if not postgres_available():
+        pytest.skip("PostgreSQL not installed")
+    server = PostgresServer()
+    try:
+        server.start()
+        upgrade_schema(server.url)
+        yield server.url
+    finally:
+        server.cleanup()
+
+
+def records_of(url: str, namespace: str, job: str) -> list[RunRecord]:
+    async def read() -> list[RunRecord]:
+        store = open_store(url, namespace)
+        try:
+            return await store.history(job, 500)
+        finally:
+            await store.aclose()
+
+    return anyio.run(read)
+
+
+def start_fleet(url: str, namespace: str, witness: Witness, tmp_path: Path) -> list:  # type: ignore[type-arg]
     env = {
         "FAULT_CODE_JOBS": "",
         "FAULT_EXTRA_JOBS": "1",
@@ -57,7 +90,7 @@ def start_fleet(
     }
     return [
         start_node(
-            redis_server.url,
+            url,
             namespace,
             f"n{i}",
             witness,
@@ -71,9 +104,9 @@ def start_fleet(
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("then", ["killed", "thawed"])
 def test_a_winner_stopped_between_claim_and_decision_loses_no_tick_and_fires_none_twice(
-    redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path, then: str
+    fleet_url: str, namespace: str, witness: Witness, tmp_path: Path, then: str
 ) -> None:
-    procs = start_fleet(redis_server, namespace, witness, tmp_path)
+    procs = start_fleet(fleet_url, namespace, witness, tmp_path)
     try:
         wait_until(
             lambda: sum("agent started" in p.read_text() for p in tmp_path.glob("*.err")) == 3,
@@ -110,7 +143,7 @@ def test_a_winner_stopped_between_claim_and_decision_loses_no_tick_and_fires_non
     runs = [e for e in events if e["job"] == JOB and e["tick"] == frozen_tick]
     starts = [e for e in runs if e["event"] == "start"]
     late_s = [round(e["wall"] - frozen_tick, 2) for e in starts]
-    records = run_records(redis_server.url, namespace, JOB)
+    records = records_of(fleet_url, namespace, JOB)
     mine = [(r.node, r.outcome) for r in records if r.tick_s == frozen_tick]
     print(
         verdict.summary(),
