@@ -46,7 +46,7 @@ LATE_BOUND_S = 2.5 * HEARTBEAT_S + 2.0
 FROZEN_S = 4.0
 
 
-@pytest.fixture(params=["redis", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture
 def fleet_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> Iterator[str]:
     """Where the fleet meets: the test's redis-server, or a PostgreSQL server of its own."""
     if request.param == "redis":
@@ -102,7 +102,18 @@ def start_fleet(url: str, namespace: str, witness: Witness, tmp_path: Path) -> l
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("then", ["killed", "thawed"])
+@pytest.mark.parametrize(
+    ("fleet_url", "then"),
+    [
+        ("redis", "killed"),
+        ("redis", "thawed"),
+        # The thawed case covers both the takeover and the refusal; PostgreSQL's killed
+        # case (measured when it was added: 0 lost, 0.87 s late) stays out of the suite's
+        # ten minutes.
+        pytest.param("postgres", "thawed", marks=pytest.mark.postgres),
+    ],
+    indirect=["fleet_url"],
+)
 def test_a_winner_stopped_between_claim_and_decision_loses_no_tick_and_fires_none_twice(
     fleet_url: str, namespace: str, witness: Witness, tmp_path: Path, then: str
 ) -> None:
