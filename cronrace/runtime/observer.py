@@ -17,6 +17,9 @@ class Observer:
     def claims(self, won: int, lost: int) -> None:
         """A claim pipeline returned."""
 
+    def claims_taken_over(self, count: int) -> None:
+        """``count`` undecided claims of members gone silent were taken over by this node."""
+
     def claims_skipped(self, count: int) -> None:
         """``count`` due ticks were left to other racers (``racers = k``): no claim sent."""
 

@@ -177,6 +177,8 @@ class TickRace:
         for job, ticks in taken.items():
             self._ambiguous |= {(job, t, None) for t in ticks}
             orphans[job] = sorted({*orphans.get(job, ()), *ticks})
+        if taken:
+            self.observer.claims_taken_over(sum(len(ticks) for ticks in taken.values()))
 
     async def _not_replicated(self, short: list[tuple[Proposal, ClaimReply]]) -> None:
         """Record won claims that too few replicas confirmed: they do not run."""

@@ -85,7 +85,8 @@ class PrometheusObserver(Observer):
         )
         self.claims_total = Counter(
             "cronrace_claims",
-            "Tick claims sent, by result (won: this node runs the tick's decision).",
+            "Tick claims sent, by result (won: this node runs the tick's decision; taken_over: "
+            "a claim whose winner went silent undecided, taken over by this node).",
             ["result"],
             registry=registry,
         )
@@ -257,6 +258,9 @@ class PrometheusObserver(Observer):
             self.claims_total.labels(result="won").inc(won)
         if lost:
             self.claims_total.labels(result="lost").inc(lost)
+
+    def claims_taken_over(self, count: int) -> None:
+        self.claims_total.labels(result="taken_over").inc(count)
 
     def claims_skipped(self, count: int) -> None:
         self.claims_skipped_total.inc(count)

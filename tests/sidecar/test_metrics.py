@@ -120,6 +120,7 @@ def test_observer_counts_decisions_by_reason_and_keeps_registries_apart() -> Non
     first.decision("backup", Outcome.QUEUED)
     first.decision("backup", Outcome.ABANDONED)
     first.claims(won=1, lost=2)
+    first.claims_taken_over(3)
     first.run_started("backup", 0.01)
     first.run_finished("backup", Outcome.LEASE_LOST, 2.0, 0.5)
     first.record_dropped("backup", Outcome.LEASE_LOST)
@@ -133,6 +134,7 @@ def test_observer_counts_decisions_by_reason_and_keeps_registries_apart() -> Non
     dropped = {"job": "backup", "outcome": "lease_lost"}
     assert sample("cronrace_records_dropped_total", dropped) == 1
     assert sample("cronrace_claims_total", {"result": "lost"}) == 2
+    assert sample("cronrace_claims_total", {"result": "taken_over"}) == 3
     assert sample("cronrace_running_runs") == 0
     assert second.registry.get_sample_value("cronrace_claims_total", {"result": "lost"}) is None
 

@@ -1,0 +1,90 @@
+"""The agent's side of the takeover (tick/takeover.py): lost claims remembered, taken over
+when their winner departs, on the embedded store."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import pytest
+
+from cronrace.errors import RedisUnavailableError
+from cronrace.stores.redis import Store
+from cronrace.stores.values import Claim, Owner
+from cronrace.tick.takeover import RETRY_AFTER_S, Takeovers
+
+A, B = Owner("a", "1"), Owner("b", "2")
+NOW = 1_000.0
+
+
+class DownStore(Store):
+    """A store whose takeovers fail while ``down``."""
+
+    down = False
+
+    async def take_over(
+        self, claims: Sequence[Claim], departed: Collection[str], owner: Owner
+    ) -> list[Owner | None]:
+        if self.down:
+            raise RedisUnavailableError("Connection refused")
+        return await super().take_over(claims, departed, owner)
+
+
+@pytest.fixture
+def store(namespace: str) -> DownStore:
+    made = DownStore.from_url(f"memory://{namespace}", namespace)
+    assert isinstance(made, DownStore)
+    return made
+
+
+async def won_by_a(store: Store, *ticks: int, job: str = "j") -> None:
+    claims = [Claim(job, t, 60_000) for t in ticks]
+    assert await store.claim(claims, A) == [True] * len(ticks)
+
+
+async def test_claims_lost_to_a_departed_winner_are_taken_over_once(store: DownStore) -> None:
+    await won_by_a(store, 998, 999)
+    takeovers = Takeovers("b", keep_s=5)
+    takeovers.lost("j", 998, NOW)
+    takeovers.lost("j", 999, NOW)
+    assert not takeovers.due(0)
+    takeovers.departed({"a", "b"})  # this node's own id is never a departure
+    assert takeovers.due(0)
+    taken = await takeovers.take(store, B, now=NOW, now_mono=0)
+    assert taken == {"j": [998, 999]}
+    assert takeovers.taken == 2
+    assert await store.read_claims([Claim("j", 998, 0), Claim("j", 999, 0)], B) == [True, True]
+    assert not takeovers.due(0)
+    takeovers.departed({"a"})
+    assert await takeovers.take(store, B, now=NOW, now_mono=0) == {}  # nothing left to take
+
+
+async def test_claims_of_live_or_deciding_winners_are_left_alone(store: DownStore) -> None:
+    await won_by_a(store, 999)
+    takeovers = Takeovers("b", keep_s=5)
+    takeovers.lost("j", 999, NOW)
+    takeovers.departed({"c"})  # another node left; a is alive
+    assert await takeovers.take(store, B, now=NOW, now_mono=0) == {}
+    assert await store.read_claims([Claim("j", 999, 0)], A) == [True]
+
+
+async def test_a_lost_claim_is_forgotten_after_keep_s(store: DownStore) -> None:
+    await won_by_a(store, 990, 999)
+    takeovers = Takeovers("b", keep_s=5)
+    takeovers.lost("j", 990, NOW - 10)
+    takeovers.lost("j", 999, NOW)  # drops 990: older than keep_s
+    takeovers.departed({"a"})
+    assert await takeovers.take(store, B, now=NOW, now_mono=0) == {"j": [999]}
+    assert await store.read_claims([Claim("j", 990, 0)], A) == [True]
+
+
+async def test_a_store_that_does_not_answer_is_asked_again_later(store: DownStore) -> None:
+    await won_by_a(store, 999)
+    takeovers = Takeovers("b", keep_s=5)
+    takeovers.lost("j", 999, NOW)
+    takeovers.departed({"a"})
+    store.down = True
+    assert await takeovers.take(store, B, now=NOW, now_mono=10) == {}
+    assert not takeovers.due(10 + RETRY_AFTER_S / 2)
+    assert takeovers.due(10 + RETRY_AFTER_S)
+    store.down = False
+    assert await takeovers.take(store, B, now=NOW, now_mono=12) == {"j": [999]}
