@@ -58,7 +58,16 @@ class RedisUnavailableError(StoreError):
     """
 
 
-class RedisMovingError(RedisUnavailableError):
+class JobBusyError(RedisUnavailableError):
+    """One job's data is busy for a while; the call did not run, and passes by itself.
+
+    A PostgreSQL row another session holds locked (an open transaction), a Redis Cluster
+    slot moving between shards: the store is healthy, so this is no outage. A decision
+    meeting it is retried apart from the wake-up's other jobs, which go on.
+    """
+
+
+class RedisMovingError(JobBusyError):
     """The key's Cluster slot is moving between shards (a live resharding): not run.
 
     ``TRYAGAIN`` (a script whose keys are partly moved), an ``ASK`` or ``MOVED`` that did

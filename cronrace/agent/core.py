@@ -37,7 +37,7 @@ from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.watchdog import LoopWatchdog
 from cronrace.settings import AgentSettings, is_embedded, load_settings
 from cronrace.stores.contract import Store
-from cronrace.stores.urls import open_store
+from cronrace.stores.urls import open_store, server_name
 from cronrace.stores.values import Owner
 from cronrace.tick.loop import Scheduler
 from cronrace.tick.runner import Runner
@@ -82,7 +82,13 @@ class Agent:
         self._store: Store | None = None
         self.watchdog = LoopWatchdog(threshold_s=self.settings.loop_lag_threshold_s)
         #: Ready or not, and why (``/readyz``).
-        self.readiness = Readiness(self.node_id, self.observer, self.watchdog, self._refusal)
+        self.readiness = Readiness(
+            self.node_id,
+            self.observer,
+            self.watchdog,
+            self._refusal,
+            server=server_name(self.settings.store_url),
+        )
         #: The racers' view of the fleet, read with every heartbeat (membership.py).
         self.membership = Membership(
             self.settings.node_id, Racers.parse(self.settings.racers), self.settings.heartbeat_s

@@ -298,6 +298,7 @@ class Lifecycle:
         retry = Retry(SystemClock())
         last_error = "no answer"
         where = redact_url(self.agent.settings.redis_url)
+        server = self.agent.readiness.server
         with anyio.move_on_after(self.agent.settings.startup_timeout_s) as scope:
             while True:
                 try:
@@ -311,15 +312,15 @@ class Lifecycle:
                 except RedisAccessError:
                     raise
                 except RedisDataError as exc:  # a failover passes (unavailable); this not
-                    raise RedisUnavailableError(f"Redis at {where} refused: {exc}") from exc
+                    raise RedisUnavailableError(f"{server} at {where} refused: {exc}") from exc
                 except RedisUnavailableError as exc:
                     last_error = str(exc) or type(exc).__name__
-                    log.warning("Redis not reachable yet", extra={"error": last_error})
+                    log.warning(f"{server} not reachable yet", extra={"error": last_error})
                     await retry.wait()
         if scope.cancelled_caught:
             raise RedisUnavailableError(
-                f"Redis at {where} unreachable for {self.agent.settings.startup_timeout_s:g}s at "
-                f"start-up; last error: {last_error}"
+                f"{server} at {where} unreachable for "
+                f"{self.agent.settings.startup_timeout_s:g}s at start-up; last error: {last_error}"
             )
 
     async def _after_beat(self, reconnected: bool) -> None:

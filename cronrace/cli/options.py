@@ -69,7 +69,7 @@ def fail_lines(error: CronraceError, code: int = EXIT_INVALID) -> typer.Exit:
 def refused(redis_url: str, error: RedisAccessError) -> typer.Exit:
     """Print why the store refused us, naming the server; return the Exit to raise."""
     from cronrace.settings import redact_url  # the settings stack, only once Redis refused
-    from cronrace.stores.urls import POSTGRES_SCHEMES, scheme_of
+    from cronrace.stores.urls import server_name
 
-    server = "PostgreSQL" if scheme_of(redis_url) in POSTGRES_SCHEMES else "Redis"
+    server = server_name(redis_url)
     return fail(f"{server} at {redact_url(redis_url)} refused: {error}", EXIT_REFUSED)

@@ -182,5 +182,7 @@ class Heartbeat:
                         extra={"node": self.node_id, "error": str(exc)},
                     )
                     continue
-                self.readiness.set_reachable(False, why=f"Redis unreachable: {exc}")
+                self.readiness.set_reachable(
+                    False, why=f"{self.readiness.server} unreachable: {exc}"
+                )
                 log.warning("heartbeat failed", extra={"node": self.node_id, "error": str(exc)})

@@ -1,15 +1,21 @@
 """Whether an agent is ready (``/readyz``) and alive (``/healthz``), and why not.
 
-Ready means Redis answered the last heartbeat (or the last claims) and refuses none of
-the commands this agent sends: a refusal (ACL, password) is not an outage and does not
-pass by itself, so it keeps the agent not ready until the command goes through again.
+Ready means the store answered the last heartbeat, claims and decisions, and refuses none
+of the calls this agent sends: a refusal (ACL, password) is not an outage and does not
+pass by itself, so it keeps the agent not ready until the call goes through again. Each
+part reports for itself (``source``): a store that answers the heartbeat while the claims
+time out (a table locked, a statement_timeout) keeps the agent not ready, rather than
+flapping with every beat, until the claims go through or stop failing for
+:data:`FAILURE_HOLD_S`.
 Alive means the event loop answers (:class:`~cronrace.runtime.watchdog.LoopWatchdog`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
+from typing import Protocol
 
 from cronrace.errors import RedisAccessError
 from cronrace.runtime.observer import Observer
@@ -17,15 +23,27 @@ from cronrace.runtime.watchdog import LoopWatchdog
 
 log = logging.getLogger("cronrace.agent.core")
 
+#: How long (s) a failure one part reported keeps the agent not ready although another
+#: part got through since (each part clears its own failures when it gets through).
+FAILURE_HOLD_S = 2.0
+
+
+class SetReady(Protocol):
+    """How a part of the agent reports whether the store answered it (and why not)."""
+
+    def __call__(self, reachable: bool, *, why: str | None = None, source: str = ...) -> None:
+        """Report that ``source``'s last call got through (or not: ``why``)."""
+
 
 class Readiness:
     """One agent's readiness, fed by its heartbeat, its tick loop and the store's access watch.
 
     Args:
         node_id: named in the log lines.
-        observer: told when readiness flips and when Redis refuses a command.
+        observer: told when readiness flips and when the store refuses a call.
         watchdog: the event-loop watchdog (liveness).
-        refusal: what Redis refuses right now, or None (the store's access watch).
+        refusal: what the store refuses right now, or None (the store's access watch).
+        server: the store's kind as log lines name it (``Redis``, ``PostgreSQL``).
     """
 
     def __init__(
@@ -34,14 +52,16 @@ class Readiness:
         observer: Observer,
         watchdog: LoopWatchdog,
         refusal: Callable[[], str | None],
+        server: str = "Redis",
     ) -> None:
         self.node_id = node_id
         self.observer = observer
         self.watchdog = watchdog
+        self.server = server
         self._refusal = refusal
         self._ready = False
-        self._reachable = False
-        self._unreachable_why = "Redis unreachable"
+        #: source -> (when it last failed, monotonic; why)
+        self._failing: dict[str, tuple[float, str]] = {"heartbeat": (0.0, "not started")}
         self._not_ready_why = "not started"
         #: Whether the agent runs: refusals met by an operator call are the caller's to
         #: report, not this agent's to log.
@@ -49,7 +69,7 @@ class Readiness:
 
     @property
     def ready(self) -> bool:
-        """Whether Redis answered last and refuses nothing this agent sends."""
+        """Whether the store answered last and refuses nothing this agent sends."""
         return self._ready
 
     def problem(self) -> str | None:
@@ -59,16 +79,32 @@ class Readiness:
             return lag
         return None if self._ready else self._not_ready_why
 
-    def set_reachable(self, reachable: bool, *, why: str = "Redis unreachable") -> None:
-        """Redis answered (or did not: ``why``)."""
-        self._reachable = reachable
-        if not reachable:
-            self._unreachable_why = why
+    def set_reachable(
+        self, reachable: bool, *, why: str | None = None, source: str = "heartbeat"
+    ) -> None:
+        """The store answered ``source``'s last call (or did not: ``why``)."""
+        now = time.monotonic()
+        if reachable:
+            self._failing.pop(source, None)
+        else:
+            self._failing[source] = (now, why or f"{self.server} unreachable")
         self.publish()
+
+    def _unreachable_why(self) -> str | None:
+        """Why the store counts as unreachable now (the newest failure), or None."""
+        now = time.monotonic()
+        self._failing = {
+            source: (since, why)
+            for source, (since, why) in self._failing.items()
+            if source == "heartbeat" or now - since < FAILURE_HOLD_S
+        }
+        if not self._failing:
+            return None
+        return max(self._failing.values())[1]
 
     def publish(self) -> None:
         """Ready = reachable and nothing refused; log and report when that changes."""
-        why = self._refusal() or (None if self._reachable else self._unreachable_why)
+        why = self._refusal() or self._unreachable_why()
         ready = why is None
         if why is not None:
             self._not_ready_why = why
@@ -89,11 +125,11 @@ class Readiness:
         self.observer.ready(False)
 
     def refused(self, label: str, error: RedisAccessError, first: bool) -> None:
-        """Redis refused a command (the store's access watch calls this)."""
+        """The store refused a call (its access watch calls this)."""
         self.observer.redis_refused(error.command, error.cause)
         if first and self.running:
             log.error(
-                "Redis refused a command; this is not an outage and will not pass by itself",
+                f"{self.server} refused a call; this is not an outage and will not pass by itself",
                 extra={
                     "node": self.node_id,
                     "refused": label,
@@ -105,6 +141,6 @@ class Readiness:
             self.publish()
 
     def allowed(self, label: str) -> None:
-        """A command Redis refused went through again."""
-        log.info("Redis allows it again", extra={"node": self.node_id, "refused": label})
+        """A call the store refused went through again."""
+        log.info(f"{self.server} allows it again", extra={"node": self.node_id, "refused": label})
         self.publish()

@@ -35,6 +35,14 @@ def scheme_of(url: str) -> str:
     return scheme.lower() if sep else ""
 
 
+def server_name(url: str) -> str:
+    """The kind of server ``url`` names, as messages call it (``Redis``, ``PostgreSQL``)."""
+    scheme = scheme_of(url)
+    if scheme in POSTGRES_SCHEMES:
+        return "PostgreSQL"
+    return "the embedded store" if scheme == "memory" else "Redis"
+
+
 def is_embedded(url: str) -> bool:
     """Whether ``url`` names the embedded in-process store (it serves one process only)."""
     return scheme_of(url) == "memory"

@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from cronrace.errors import CronraceError, RedisMovingError, RedisUnavailableError
+from cronrace.errors import CronraceError, JobBusyError, RedisUnavailableError
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
+from cronrace.runtime.readiness import SetReady
 from cronrace.runtime.retry import BACKOFF, Backoff, Retry
 from cronrace.stores.contract import Store
 from cronrace.stores.values import AcquireReply, AcquireRequest
@@ -33,10 +34,17 @@ async def acquire_retrying(
     give_up_at_s: Sequence[float],
     *,
     observer: Observer,
-    set_ready: Callable[[bool], None],
+    set_ready: SetReady,
     backoff: Backoff = BACKOFF,
+    settle: Callable[[list[int], list[Answer]], None] | None = None,
+    hand_off: Callable[[list[int]], None] | None = None,
+    wait_first: bool = False,
 ) -> list[Answer]:
     """Decide every request; retry those Redis did not answer, each until its deadline.
+
+    A request answered is settled at once (``settle``), not held until the others are:
+    one job whose decisions keep failing (its row locked by another session, its slot
+    moving) must not hold back the runs of every job decided with it.
 
     Args:
         store: where the scripts run.
@@ -46,8 +54,15 @@ async def acquire_retrying(
             again: its tick's catch-up window ends there, and the claim holding the
             remembered answer outlives it.
         observer: told about every failed attempt.
-        set_ready: readiness follows whether Redis answers.
+        set_ready: readiness follows whether the store answers.
         backoff: the waits between attempts (default the project's one policy).
+        settle: called after each attempt with the indexes whose answers became final
+            there (not retried any more) and the answers so far; synchronous, so that
+            whatever it registers is registered before anything else awaits.
+        hand_off: takes the indexes whose job was busy (:class:`JobBusyError`: a row
+            locked, a slot moving) to retry them apart, so that the caller's loop goes on
+            with every other job meanwhile; without it they are retried here.
+        wait_first: the requests failed just before (handed off): back off first.
 
     Returns:
         Per request, its reply (or error) and the monotonic time its lease counts from:
@@ -58,6 +73,8 @@ async def acquire_retrying(
     answers: list[Answer] = [(RedisUnavailableError("not sent"), first_sent)] * len(requests)
     todo = list(range(len(requests)))
     attempts = Retry(clock, backoff)
+    if wait_first:
+        await attempts.wait()
     while True:
         attempt = attempts.attempt
         sent = clock.monotonic()
@@ -78,9 +95,24 @@ async def acquire_retrying(
             observer.redis_error("acquire")
         # A slot moving between shards (a live resharding) is no outage: the cluster is
         # healthy and the decision passes once the slot has moved.
-        outage = any(not isinstance(answers[i][0], RedisMovingError) for i in retry)
+        outage = any(not isinstance(answers[i][0], JobBusyError) for i in retry)
         now_s = clock.time()
+        sent_now = todo
         todo = [index for index in retry if now_s < give_up_at_s[index]]
+        busy = [i for i in todo if isinstance(answers[i][0], JobBusyError)]
+        if hand_off is not None and busy:
+            log.warning(
+                "acquire met a job busy (a row locked, a slot moving); retrying it apart",
+                extra={
+                    "jobs": [requests[i].job for i in busy],
+                    "error": str(answers[busy[0]][0]),
+                },
+            )
+            hand_off(busy)
+            todo = [index for index in todo if index not in busy]
+            sent_now = [index for index in sent_now if index not in busy]
+        if settle is not None:
+            settle([index for index in sent_now if index not in todo], answers)
         for index in sorted(set(retry) - set(todo)):
             log.error(
                 "acquire kept failing until the tick left its catch-up window; it will not run",
@@ -90,16 +122,17 @@ async def acquire_retrying(
                     "attempts": attempt + 1,
                 },
             )
+        failed = f"decisions failed: {answers[retry[0]][0]}" if retry else None
         if not todo:
-            set_ready(not outage)
+            set_ready(not outage, why=failed, source="decisions")
             return answers
         if outage:
-            set_ready(False)
+            set_ready(False, why=failed, source="decisions")
         log.log(
             logging.WARNING if outage else logging.INFO,
             "acquire failed after winning claims; retrying"
             if outage
-            else "acquire met a slot moving between shards; retrying",
+            else "acquire met a job busy (a row locked, a slot moving); retrying",
             extra={
                 "jobs": [requests[i].job for i in todo],
                 "attempt": attempt + 1,

@@ -14,7 +14,6 @@ import dataclasses
 import heapq
 import logging
 import math
-from collections.abc import Callable
 
 import anyio
 from anyio.abc import TaskGroup
@@ -26,6 +25,7 @@ from cronrace.model.job import Job
 from cronrace.model.policies import TickPlan, plan_ticks
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
+from cronrace.runtime.readiness import SetReady
 from cronrace.runtime.retry import Retry, backoff_s
 from cronrace.settings import AgentSettings
 from cronrace.stores.contract import Store
@@ -64,7 +64,7 @@ class Scheduler:
         runner: Runner,
         outbox: Outbox,
         observer: Observer,
-        set_ready: Callable[[bool], None],
+        set_ready: SetReady,
         membership: Membership | None = None,
     ) -> None:
         self.jobs = jobs
@@ -278,7 +278,7 @@ class Scheduler:
                 marks = await self.store.watermarks(names)
                 break
             except StoreError as exc:
-                self._set_ready(False)
+                self._set_ready(False, why=f"cannot read watermarks: {exc}", source="seed")
                 log.warning("cannot read watermarks yet", extra={"error": str(exc)})
                 await retry.wait()
         now_s = int(self.clock.time())

@@ -11,7 +11,7 @@ a claim is sent for a tick; the scheduler's loop decides only what to propose, a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -24,11 +24,12 @@ from cronrace.model.policies import Outcome, Overlap
 from cronrace.runtime import tracing
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
+from cronrace.runtime.readiness import SetReady
 from cronrace.runtime.retry import BACKOFF, Backoff
 from cronrace.settings import AgentSettings
 from cronrace.stores.contract import Store
 from cronrace.stores.values import Claim, ClaimOutcome, ClaimReply, Owner
-from cronrace.tick.acquire import acquire_retrying
+from cronrace.tick.acquire import Answer, acquire_retrying
 from cronrace.tick.decisions import (
     RAN_OUT,
     Proposal,
@@ -73,7 +74,7 @@ class TickRace:
         runner: Runner,
         outbox: Outbox,
         observer: Observer,
-        set_ready: Callable[[bool], None],
+        set_ready: SetReady,
         backoff: Backoff = BACKOFF,
     ) -> None:
         self.store = store
@@ -116,17 +117,34 @@ class TickRace:
             with tracing.claims_span(self.settings.node_id, len(claims)) as span:
                 return await self._race(wakeup, runs, span)
         except anyio.get_cancelled_exc_class():
-            if not wakeup.decided:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_TIMEOUT_S):
-                    await account_for_cut_wakeup(
-                        wakeup,
-                        store=self.store,
-                        runner=self.runner,
-                        outbox=self.outbox,
-                        owner=self.owner,
-                        node_id=self.settings.node_id,
-                        clock=self.clock,
-                    )
+            await self._account_if_cut(wakeup)
+            raise
+
+    async def _account_if_cut(self, wakeup: WakeUp) -> None:
+        """A forced stop cut ``wakeup`` short: account for what it had won, not decided."""
+        if not wakeup.decided:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(ABORT_TIMEOUT_S):
+                await account_for_cut_wakeup(
+                    wakeup,
+                    store=self.store,
+                    runner=self.runner,
+                    outbox=self.outbox,
+                    owner=self.owner,
+                    node_id=self.settings.node_id,
+                    clock=self.clock,
+                )
+
+    async def _decide_apart(self, winners: list[Proposal], runs: TaskGroup) -> None:
+        """Decide, apart from the wake-up, won claims whose jobs were busy (JobBusyError)."""
+        claims = [
+            Claim(p.job.name, p.plan.claim_tick_s, self.claim_ttl_ms(p.job), p.trigger_id)
+            for p in winners
+        ]
+        wakeup = WakeUp(winners, claims, winners=list(winners))
+        try:
+            await self._decide(wakeup, runs, apart=True)
+        except anyio.get_cancelled_exc_class():
+            await self._account_if_cut(wakeup)
             raise
 
     async def _race(self, wakeup: WakeUp, runs: TaskGroup, span: Any) -> set[str]:
@@ -232,6 +250,9 @@ class TickRace:
         except StoreError as exc:
             log.error("claims failed; will retry and read back", extra={"error": str(exc)})
             replies = [ClaimReply(ClaimOutcome.UNKNOWN)] * len(claims)
+            failed = str(exc)
+        else:
+            failed = "claims got no answer"
         unknown = {
             key
             for key, reply in zip(keys, replies, strict=True)
@@ -253,16 +274,48 @@ class TickRace:
             self._unreachable_since = None
         elif self._unreachable_since is None:
             self._unreachable_since = self.clock.monotonic()
-        self._set_ready(not unknown)
+        self._set_ready(not unknown, why=failed, source="claims")
         return replies
 
     def _after_long_outage(self) -> bool:
         since = self._unreachable_since
         return since is not None and self.clock.monotonic() - since >= LONG_OUTAGE_S
 
-    async def _decide(self, wakeup: WakeUp, runs: TaskGroup) -> None:
-        winners = wakeup.winners or []
-        answers = await acquire_retrying(
+    async def _decide(self, wakeup: WakeUp, runs: TaskGroup, *, apart: bool = False) -> None:
+        """Decide the wake-up's won claims; those of busy jobs go on apart (unless this is
+        that already), so that the loop claims every other job's ticks meanwhile."""
+        winners = list(wakeup.winners or [])
+        unrun: list[tuple[Proposal, RunStart]] = []
+        node = self.settings.node_id
+
+        def leave(indexes: list[int]) -> None:
+            gone = {id(winners[i]) for i in indexes}
+            wakeup.winners = [p for p in wakeup.winners or [] if id(p) not in gone]
+
+        def hand_off(indexes: list[int]) -> None:
+            leave(indexes)
+            runs.start_soon(self._decide_apart, [winners[i] for i in indexes], runs)
+
+        def settle(indexes: list[int], answers: list[Answer]) -> None:
+            # Nothing awaits in here: each run is registered with the runner before a
+            # forced stop can come, and a winner settled leaves the wake-up's account.
+            leave(indexes)
+            now_ms = int(self.clock.time() * 1000)
+            for index in indexes:
+                p, (reply, granted_mono) = winners[index], answers[index]
+                if isinstance(reply, Exception):
+                    continue
+                deadline_mono = granted_mono + p.job.lease_ttl_s * (1 - SAFETY_MARGIN)
+                late = self.clock.monotonic() >= deadline_mono
+                verdict = decide(p, reply, node_id=node, now_ms=now_ms, answered_late=late)
+                report(p, reply, verdict, node_id=node, observer=self.observer)
+                wakeup.records += verdict.records
+                if verdict.unrun is not None:
+                    unrun.append((p, verdict.unrun))
+                if verdict.start is not None:
+                    self._start(p, verdict.start, granted_mono, runs)
+
+        await acquire_retrying(
             self.store,
             self.clock,
             [acquire_request(p, self.owner) for p in winners],
@@ -270,25 +323,11 @@ class TickRace:
             observer=self.observer,
             set_ready=self._set_ready,
             backoff=self._backoff,
+            settle=settle,
+            hand_off=None if apart else hand_off,
+            wait_first=apart,
         )
-        # From here on nothing awaits until every run is registered with the runner: a
-        # forced stop finds each one there (started or not) and none in between.
         wakeup.decided = True
-        unrun: list[tuple[Proposal, RunStart]] = []
-        now_ms = int(self.clock.time() * 1000)
-        node = self.settings.node_id
-        for p, (reply, granted_mono) in zip(winners, answers, strict=True):
-            if isinstance(reply, Exception):
-                continue
-            deadline_mono = granted_mono + p.job.lease_ttl_s * (1 - SAFETY_MARGIN)
-            late = self.clock.monotonic() >= deadline_mono
-            verdict = decide(p, reply, node_id=node, now_ms=now_ms, answered_late=late)
-            report(p, reply, verdict, node_id=node, observer=self.observer)
-            wakeup.records += verdict.records
-            if verdict.unrun is not None:
-                unrun.append((p, verdict.unrun))
-            if verdict.start is not None:
-                self._start(p, verdict.start, granted_mono, runs)
         for p, grant in unrun:
             await self.runner.release_unrun(
                 p.job,
@@ -299,7 +338,7 @@ class TickRace:
                 trigger_id=p.trigger_id,
                 retry_s=0,
             )
-        if wakeup.records:
+        if wakeup.records and winners:
             history = max(p.job.history for p in winners)
             await self.outbox.write(wakeup.records, history=history)
 

@@ -26,7 +26,7 @@ import anyio
 import psycopg
 import psycopg_pool
 
-from cronrace.errors import RedisAccessError, RedisUnavailableError
+from cronrace.errors import RedisAccessError, RedisAmbiguousError, RedisUnavailableError
 from cronrace.stores.postgres.access import AccessWatch, classify
 from cronrace.stores.postgres.errors import translate
 from cronrace.stores.postgres.queries import Statements
@@ -170,6 +170,13 @@ class Database:
                 async with self.connection(statement) as conn:
                     cursor = await conn.execute(sql, params)
                     found = await cursor.fetchall() if cursor.description else []
+        except TimeoutError as exc:
+            # Cancelled here, the statement is cancelled on the server too (psycopg sends
+            # the cancel request); whether it had committed is unknown.
+            raise RedisAmbiguousError(
+                f"PostgreSQL did not answer {statement} in {self.timeout_s * 2:g}s (a lock "
+                "held by another session, an overloaded server?)"
+            ) from exc
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 await self._check_idle()

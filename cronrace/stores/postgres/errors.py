@@ -4,6 +4,8 @@ The one table of this store (DESIGN.md, STYLE.md "Boundaries"), used by every pa
 
 - a refusal (a wrong password, a missing grant, a certificate, a missing or older
   schema): ``RedisAccessError`` and its family, translated by ``access.py``; never retried;
+- a row another session holds locked past the functions' lock wait (lock_not_available):
+  ``JobBusyError``, one job's, not an outage; it passes, retry apart from the other jobs;
 - the statement certainly did not run to its commit: a serialization failure or deadlock,
   a lock not available, a statement cancelled (``statement_timeout``), a read-only
   (standby) server, a server starting up or out of connections, the pool exhausted:
@@ -28,6 +30,7 @@ import psycopg
 import psycopg_pool
 
 from cronrace.errors import (
+    JobBusyError,
     RedisAmbiguousError,
     RedisDataError,
     RedisUnavailableError,
@@ -50,6 +53,8 @@ DID_NOT_RUN = frozenset(
     }
 )
 
+LOCK_NOT_AVAILABLE = "55P03"
+
 #: What a call into psycopg may raise; the wrapped methods let nothing else of it out.
 RAW_FAILURES: tuple[type[BaseException], ...] = (psycopg.Error, OSError, TimeoutError)
 
@@ -66,8 +71,10 @@ def translate(exc: BaseException) -> StoreError:
     translated: StoreError
     if isinstance(exc, psycopg_pool.PoolTimeout):
         translated = RedisUnavailableError(f"no connection to PostgreSQL: {text}")
+    elif sqlstate == LOCK_NOT_AVAILABLE:
+        translated = JobBusyError(f"{text} (SQLSTATE {sqlstate}): {LOCKED_HINT}")
     elif sqlstate in DID_NOT_RUN:
-        translated = RedisUnavailableError(text)
+        translated = RedisUnavailableError(f"{text} (SQLSTATE {sqlstate})")
     elif isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)):
         translated = RedisAmbiguousError(text)
     elif isinstance(exc, TimeoutError):
@@ -78,9 +85,18 @@ def translate(exc: BaseException) -> StoreError:
     return translated
 
 
+#: What a call met that another session holds locked (lock_not_available) is named so.
+LOCKED_HINT = (
+    "another session holds the job's row locked (an open transaction? see pg_locks and "
+    "pg_stat_activity); retrying"
+)
+
+
 def reply_error(job: str, what: str, error: str, sqlstate: str) -> StoreError:
     """The error for one request of a batch that failed inside its function."""
     message = f"{what} failed for job {job!r}: {error} (SQLSTATE {sqlstate})"
+    if sqlstate == LOCK_NOT_AVAILABLE:
+        return JobBusyError(f"{message}: {LOCKED_HINT}")
     if sqlstate in DID_NOT_RUN:
         return RedisUnavailableError(message)
     return StoreError(message)

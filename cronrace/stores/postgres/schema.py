@@ -27,7 +27,12 @@ from cronrace.stores.postgres.queries import functions_digest, latest_version
 log = logging.getLogger("cronrace.stores.postgres")
 
 #: The digest of the functions of each schema version (queries.functions_digest).
-FUNCTION_DIGESTS = {1: "e37bd967e05007d9", 2: "d9640e932faf1b69", 3: "5db935b6b16e3ae8"}
+FUNCTION_DIGESTS = {
+    1: "e37bd967e05007d9",
+    2: "d9640e932faf1b69",
+    3: "5db935b6b16e3ae8",
+    4: "01a4721fa09aba7c",
+}
 
 
 async def current_version(db: Database) -> tuple[int, str] | None:

@@ -14,29 +14,51 @@
 -- job whose row makes the function fail costs that job only, never the whole wake-up.
 -- Requests are handled in job order, so that two batches lock their jobs' rows in one
 -- order and never deadlock.
+--
+-- A job's row locked by another session costs that job only: a first pass waits at most
+-- FIRST_WAIT_MS for each row and puts aside the jobs it could not lock; a second pass waits
+-- at most LOCKED_WAIT_MS for each of those (both bounded by the statement_timeout, see
+-- lock_wait in lib.sql), and a job still locked then answers lock_not_available (55P03:
+-- not run, retried). Every other job of the batch is decided without waiting for it.
+-- FIRST_WAIT_MS = 20 (another node's decision or renewal holds a row for milliseconds),
+-- LOCKED_WAIT_MS = 500.
 
 CREATE OR REPLACE FUNCTION @schema@.acquire_many(p_ns text, p_requests jsonb)
 RETURNS TABLE (i integer, reply jsonb)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   r record;
+  locked integer[] := '{}';
+  pass integer;
 BEGIN
-  FOR r IN
-    SELECT (e.ord - 1)::integer AS ord, e.req
-    FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e (req, ord)
-    ORDER BY e.req->>'job', e.ord
-  LOOP
-    i := r.ord;
-    BEGIN
-      reply := @schema@.acquire(p_ns, r.req->>'job', (r.req->>'decide_tick')::bigint,
-        (r.req->>'mark_tick')::bigint, (r.req->>'run_tick')::bigint, r.req->>'owner',
-        (r.req->>'ttl_ms')::bigint, r.req->>'overlap', r.req->>'mode',
-        r.req->>'request_id', (r.req->>'known_fence')::bigint, r.req->>'trigger_id',
-        (r.req->>'prior_tick')::bigint, (r.req->>'late_ok')::boolean);
-    EXCEPTION WHEN others THEN
-      reply := jsonb_build_object('error', SQLERRM, 'sqlstate', SQLSTATE);
-    END;
-    RETURN NEXT;
+  FOR pass IN 1..2 LOOP
+    EXIT WHEN pass = 2 AND cardinality(locked) = 0;
+    PERFORM @schema@.lock_wait(CASE pass WHEN 1 THEN 20 ELSE 500 END);
+    FOR r IN
+      SELECT (e.ord - 1)::integer AS ord, e.req
+      FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e (req, ord)
+      ORDER BY e.req->>'job', e.ord
+    LOOP
+      CONTINUE WHEN pass = 2 AND NOT r.ord = ANY (locked);
+      i := r.ord;
+      BEGIN
+        reply := @schema@.acquire(p_ns, r.req->>'job', (r.req->>'decide_tick')::bigint,
+          (r.req->>'mark_tick')::bigint, (r.req->>'run_tick')::bigint, r.req->>'owner',
+          (r.req->>'ttl_ms')::bigint, r.req->>'overlap', r.req->>'mode',
+          r.req->>'request_id', (r.req->>'known_fence')::bigint, r.req->>'trigger_id',
+          (r.req->>'prior_tick')::bigint, (r.req->>'late_ok')::boolean);
+      EXCEPTION
+        WHEN lock_not_available THEN
+          IF pass = 1 THEN
+            locked := locked || r.ord;
+            CONTINUE;
+          END IF;
+          reply := jsonb_build_object('error', SQLERRM, 'sqlstate', SQLSTATE);
+        WHEN others THEN
+          reply := jsonb_build_object('error', SQLERRM, 'sqlstate', SQLSTATE);
+      END;
+      RETURN NEXT;
+    END LOOP;
   END LOOP;
 END
 $$;
@@ -46,21 +68,35 @@ RETURNS TABLE (i integer, reply jsonb)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   r record;
+  locked integer[] := '{}';
+  pass integer;
 BEGIN
-  FOR r IN
-    SELECT (e.ord - 1)::integer AS ord, e.req
-    FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e (req, ord)
-    ORDER BY e.req->>'job', e.ord
-  LOOP
-    i := r.ord;
-    BEGIN
-      reply := @schema@.release(p_ns, r.req->>'job', (r.req->>'fence')::bigint,
-        r.req->>'owner', (r.req->>'ttl_ms')::bigint, (r.req->>'continue_tick')::bigint,
-        nullif(r.req->'record', 'null'::jsonb), (r.req->>'history')::integer);
-    EXCEPTION WHEN others THEN
-      reply := jsonb_build_object('error', SQLERRM, 'sqlstate', SQLSTATE);
-    END;
-    RETURN NEXT;
+  FOR pass IN 1..2 LOOP
+    EXIT WHEN pass = 2 AND cardinality(locked) = 0;
+    PERFORM @schema@.lock_wait(CASE pass WHEN 1 THEN 20 ELSE 500 END);
+    FOR r IN
+      SELECT (e.ord - 1)::integer AS ord, e.req
+      FROM jsonb_array_elements(p_requests) WITH ORDINALITY AS e (req, ord)
+      ORDER BY e.req->>'job', e.ord
+    LOOP
+      CONTINUE WHEN pass = 2 AND NOT r.ord = ANY (locked);
+      i := r.ord;
+      BEGIN
+        reply := @schema@.release(p_ns, r.req->>'job', (r.req->>'fence')::bigint,
+          r.req->>'owner', (r.req->>'ttl_ms')::bigint, (r.req->>'continue_tick')::bigint,
+          nullif(r.req->'record', 'null'::jsonb), (r.req->>'history')::integer);
+      EXCEPTION
+        WHEN lock_not_available THEN
+          IF pass = 1 THEN
+            locked := locked || r.ord;
+            CONTINUE;
+          END IF;
+          reply := jsonb_build_object('error', SQLERRM, 'sqlstate', SQLSTATE);
+        WHEN others THEN
+          reply := jsonb_build_object('error', SQLERRM, 'sqlstate', SQLSTATE);
+      END;
+      RETURN NEXT;
+    END LOOP;
   END LOOP;
 END
 $$;

@@ -20,7 +20,8 @@
 -- add_record(p_ns, p_job, p_record, p_history, p_now_us) -> void
 --   Append one record and prune the job's records to the newest p_history.
 --
--- Both lock the job's row, as acquire does.
+-- Both lock the job's row, as acquire does; renew waits at most 500 ms for it (lock_wait
+-- in lib.sql): a row another session holds answers lock_not_available, retried.
 
 CREATE OR REPLACE FUNCTION @schema@.add_record(
   p_ns text, p_job text, p_record jsonb, p_history integer, p_now_us bigint
@@ -55,6 +56,7 @@ DECLARE
   t_now bigint := @schema@.now_us();
   warning text;
 BEGIN
+  PERFORM @schema@.lock_wait(500);
   SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = p_job FOR UPDATE;
   IF NOT FOUND THEN
     RETURN jsonb_build_object('answer', 0, 'warnings', '');

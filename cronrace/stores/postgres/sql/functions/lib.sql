@@ -29,10 +29,31 @@
 --   one-node fleet's 1,000 one-second jobs (the table grew without end); 100,000 a call
 --   keeps up with 5,000 one-second jobs per pruning node. Rows another node is deleting
 --   are skipped (SKIP LOCKED). Returns how many went.
+--
+-- lock_wait(p_ms) -> void
+--   For the rest of the transaction, wait at most p_ms for a row lock (lock_timeout), and
+--   at most a quarter of the session's statement_timeout when one is set: a row another
+--   session holds locked (an open transaction, a DBA's UPDATE) fails the call that needs
+--   it with lock_not_available (55P03, retried), instead of holding it, and every job
+--   batched with it, until the caller's timeout or a statement_timeout cancels them all.
 
 CREATE OR REPLACE FUNCTION @schema@.now_us() RETURNS bigint
 LANGUAGE sql VOLATILE AS $$
   SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.lock_wait(p_ms integer) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  wait_ms bigint := p_ms;
+  statement_ms bigint :=
+    (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::bigint;
+BEGIN
+  IF statement_ms > 0 THEN
+    wait_ms := least(wait_ms, greatest(1, statement_ms / 4));
+  END IF;
+  PERFORM set_config('lock_timeout', wait_ms || 'ms', true);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION @schema@.next_fence(

@@ -1,0 +1,8 @@
+-- 0004_lock_waits.sql: version 4 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): a job's row locked by another session
+-- costs that job only (lock_wait in lib.sql, the two passes of batches.sql, renew in
+-- lease.sql), where it held every decision and release batched with it.
