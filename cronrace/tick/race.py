@@ -11,7 +11,7 @@ a claim is sent for a tick; the scheduler's loop decides only what to propose, a
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
