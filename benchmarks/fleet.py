@@ -785,6 +785,7 @@ def compare_stores(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="cronrace-stores-"))
     loop = "uvloop" if uvloop_installed() else "asyncio"
     started = time.time()
+    machine = report.machine()  # the load average at the start
     try:
         with display.running():
             result = stores.run_stores(
@@ -804,7 +805,7 @@ def compare_stores(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result.update(
-        machine=report.machine(),
+        machine=machine,
         commit=report.git_commit(),
         loop=loop,
         wall_s=round(time.time() - started, 1),

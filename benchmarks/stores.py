@@ -416,9 +416,21 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     for ax, groups, values, unit, log, title in panels:
         width = 0.38
         for offset, store in ((-width / 2, "redis"), (width / 2, "postgres")):
-            ys = [v or 0 for v in values(store)]
+            found = values(store)
             xs = [i + offset for i in range(len(groups))]
-            ax.bar(xs, ys, width, color=colours[store], label=names[store])
+            ax.bar(xs, [v or 0 for v in found], width, color=colours[store], label=names[store])
+            for x, value in zip(xs, found, strict=True):
+                if value is None:  # nothing measured (no run in the window): say so
+                    ax.annotate(
+                        "none",
+                        (x, 0),
+                        xycoords=("data", "axes fraction"),
+                        xytext=(0, 4),
+                        textcoords="offset points",
+                        ha="center",
+                        fontsize=8,
+                        color=colours[store],
+                    )
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels(groups)
         if log:
