@@ -19,7 +19,7 @@ from tests.stores.contract import helpers
 from tests.stores.contract.helpers import acquire, lease, watermark
 from tests.stores.harness import Backend
 
-A, B, C = Owner.parse("a:1"), Owner.parse("b:2"), Owner.parse("c:3")
+A, B, C, D = (Owner.parse(text) for text in ("a:1", "b:2", "c:3", "d:4"))
 
 
 def request(
@@ -106,3 +106,46 @@ async def test_a_decided_prior_claim_is_not_noted_passed(store: Store, backend: 
     await backend.faults.forget_answer(Claim("j", 100, 60_000), A)
     reply: AcquireReply = await acquire(store, request(100, A))
     assert (reply.decision, reply.replayed) == (AcquireDecision.STALE, False)
+
+
+# -- several decisions held back together (passed ranges) --------------------------------
+#
+# A Cluster slot moving between shards holds back every decision of its jobs until it has
+# moved (TRYAGAIN), and a row lock another session holds on a job's row does the same on
+# PostgreSQL; then the decisions come back in whatever order their retries come. The first
+# to pass the watermark must leave every tick between the watermark and its own previous
+# tick to whoever holds that tick's claim, not only its previous tick: before, the others
+# were answered ``stale`` and never ran (the slot-migration fault test lost one this way).
+
+
+async def test_every_tick_between_the_watermark_and_the_prior_is_left_to_its_winner(
+    store: Store, backend: Backend
+) -> None:
+    await claim(store, 100, A)
+    await acquire(store, request(100, A))
+    for tick, owner in ((101, A), (102, B), (103, C), (104, D)):
+        await claim(store, tick, owner)
+    newest = await acquire(store, request(104, D, prior=103, overlap=Overlap.ALLOW))
+    assert newest.decision is AcquireDecision.RUN
+    # Not C's claim: stale, and the tick stays left to its winner.
+    assert (await acquire(store, request(102, C))).decision is AcquireDecision.STALE
+    fences = set()
+    for tick, owner in ((102, B), (101, A), (103, C)):
+        late = await acquire(store, request(tick, owner, overlap=Overlap.ALLOW))
+        assert late.decision is AcquireDecision.RUN, (tick, late)
+        fences.add(late.fence)
+    assert len(fences) == 3
+    assert await watermark(store) == 104
+    # Each once: with its claim's remembered answer gone, nothing decides it again.
+    await backend.faults.forget_answer(Claim("j", 102, 60_000), B)
+    assert (await acquire(store, request(102, B))).decision is AcquireDecision.STALE
+
+
+async def test_a_tick_the_newer_decision_covered_is_not_left_to_anyone(store: Store) -> None:
+    """Ticks after the caller's prior are the caller's plan (a catch-up): it decided them."""
+    await claim(store, 100, A)
+    await acquire(store, request(100, A))
+    await claim(store, 102, B)
+    await claim(store, 103, C)
+    await acquire(store, request(103, C, prior=101))
+    assert (await acquire(store, request(102, B))).decision is AcquireDecision.STALE

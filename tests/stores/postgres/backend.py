@@ -31,7 +31,8 @@ _WIPED = {
     "fence": "fence = NULL",
     "watermark": "watermark = NULL",
     "state": "paused = false, run_fence = NULL, run_tick = NULL, run_owner = NULL, "
-    "passed = '{}', skipped_overlap = NULL, skipped_paused = NULL, missed = NULL, "
+    "passed = '{}', passed_ranges = '{}', skipped_overlap = NULL, skipped_paused = NULL, "
+    "missed = NULL, "
     "queued = NULL, abandoned = NULL, pending_trigger = NULL, spec = '{}', registered = false",
     "pending": "pending_tick = NULL",
 }

@@ -20,7 +20,10 @@
 --                  a trigger that has to wait (queue_one) stays one, as pending_trigger
 --   p_prior_tick   the tick before those this decision covers (0: none). Deciding past it
 --                  while its claim is won but undecided notes it in jobs.passed: no one
---                  else will decide it, so its winner still may, late
+--                  else will decide it, so its winner still may, late. The ticks between
+--                  the watermark and it are noted too (jobs.passed_ranges, as acquire.lua's
+--                  state.passed_ranges): this caller raced them and left them to their
+--                  winners, whose decisions may be on the way in any order
 --   p_late_ok      a passed tick decided late runs (catchup = all), under the overlap
 --                  policy; otherwise it is answered 'missed'
 --
@@ -79,6 +82,9 @@ DECLARE
   renewed boolean;
   taken boolean := false;
   reply jsonb;
+  ranges bigint[];
+  k integer;
+  in_range boolean := false;
 BEGIN
   INSERT INTO @schema@.jobs (ns, job) VALUES (p_ns, p_job) ON CONFLICT DO NOTHING;
   SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = p_job FOR UPDATE;
@@ -166,7 +172,27 @@ BEGIN
         -- A later tick was decided first. Stale, unless that decision passed this tick
         -- while this owner's claim on it was undecided: then no one else decided it, and
         -- no one else can (the claim is ours), so it is decided now, late.
-        IF NOT (v_mode = 'run' AND remember AND p_decide_tick = ANY (j.passed)) THEN
+        -- Ranges of passed ticks are pairs (lo, hi]: lo < tick <= hi, newest last.
+        IF v_mode = 'run' AND remember AND NOT p_decide_tick = ANY (j.passed) THEN
+          FOR k IN 1 .. coalesce(array_length(j.passed_ranges, 1), 0) / 2 LOOP
+            IF j.passed_ranges[2 * k - 1] < p_decide_tick
+               AND p_decide_tick <= j.passed_ranges[2 * k] THEN
+              -- Taken out: the range is split around it, empty halves dropped.
+              ranges := j.passed_ranges[1 : 2 * k - 2];
+              IF j.passed_ranges[2 * k - 1] < p_decide_tick - 1 THEN
+                ranges := ranges || ARRAY[j.passed_ranges[2 * k - 1], p_decide_tick - 1];
+              END IF;
+              IF p_decide_tick < j.passed_ranges[2 * k] THEN
+                ranges := ranges || ARRAY[p_decide_tick, j.passed_ranges[2 * k]];
+              END IF;
+              j.passed_ranges := ranges || j.passed_ranges[2 * k + 1 :];
+              in_range := true;
+              EXIT;
+            END IF;
+          END LOOP;
+        END IF;
+        IF NOT (v_mode = 'run' AND remember AND (p_decide_tick = ANY (j.passed) OR in_range))
+        THEN
           decision := 'stale';
           EXIT decide;
         END IF;
@@ -187,6 +213,14 @@ BEGIN
           j.passed := j.passed || p_prior_tick;
           IF cardinality(j.passed) > 16 THEN
             j.passed := j.passed[cardinality(j.passed) - 15:];
+          END IF;
+        END IF;
+        -- Every tick between the watermark and that one: left to whoever holds its claim.
+        IF prev >= 0 AND p_prior_tick > prev AND p_prior_tick < p_decide_tick
+           AND p_prior_tick - prev > 1 THEN
+          j.passed_ranges := j.passed_ranges || ARRAY[prev, p_prior_tick - 1];
+          IF cardinality(j.passed_ranges) > 32 THEN  -- the newest 16 ranges
+            j.passed_ranges := j.passed_ranges[cardinality(j.passed_ranges) - 31:];
           END IF;
         END IF;
         j.watermark := p_mark_tick;
@@ -292,7 +326,7 @@ BEGIN
     lease_started_ms = j.lease_started_ms, lease_expires_us = j.lease_expires_us,
     pending_tick = j.pending_tick, pending_trigger = j.pending_trigger,
     run_fence = j.run_fence, run_tick = j.run_tick, run_owner = j.run_owner,
-    passed = j.passed, hold_until_us = j.hold_until_us,
+    passed = j.passed, passed_ranges = j.passed_ranges, hold_until_us = j.hold_until_us,
     skipped_overlap = j.skipped_overlap, skipped_paused = j.skipped_paused,
     queued = j.queued, abandoned = j.abandoned
   WHERE ns = p_ns AND job = p_job;
