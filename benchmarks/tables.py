@@ -4,10 +4,11 @@
 drives the PostgreSQL store as one agent node does, tick after tick: every tick it claims
 every job's tick (claim.sql), decides the won claims (acquire_many), and releases each run
 with its record (release_many: the record pruned to ``history``); every ``heartbeat_s``
-it beats, pruning every ``PRUNE_EVERY_BEATS``-th beat (prune() in lib.sql), with the
-agent's own settings (the claim TTL of tick/race.py, the heartbeat TTL, the job defaults).
+it beats (and exchanges fingerprints, forgetting nodes that left), pruning every
+``PRUNE_EVERY_BEATS``-th beat (prune() in lib.sql), with the agent's own settings (the
+claim TTL of tick/race.py, the heartbeat TTL, the job defaults).
 A second node beats for the first minute and then dies without leaving: its membership
-row must expire.
+and fleet rows must go.
 
 Time is compressed, honestly: the store's only clock is ``now_us()`` in SQL (claims'
 expiries, leases, fences, pruning all read it), so this run replaces it, in its private
@@ -189,6 +190,13 @@ class SimulatedNode:
             epoch_candidate=secrets.token_hex(8),
             prune=prune,
         )
+        # The fleet exchange that follows each beat (fleet/definitions.py): publish, read
+        # the live nodes', forget the rows of nodes that left the live set.
+        reply = await self.store.fleet.exchange(
+            node, f"fp-{node}", details=b"{}" if beats == 0 else None, now_ms=int(now_s * 1000)
+        )
+        if reply.dead:
+            await self.store.fleet.forget(reply.dead)
         self.beats[node] = beats + 1
 
     async def _record_missed(self, tick_s: int) -> None:

@@ -101,8 +101,8 @@ async def test_one_prune_deletes_every_expired_claim_below_the_watermark(
 async def test_tables_stay_bounded_over_many_ticks(clocked_store: PostgresStore) -> None:
     """120 ticks of 20 one-second jobs on one node (claim TTL 6 s, history 5) and a member
     that beats for 10 s and dies: claims stay within the TTL plus one prune period of
-    ticks, records at the history, the dead member's row goes; nothing grows after the
-    plateau."""
+    ticks, records at the history, the dead member's rows go (live set and fleet);
+    nothing grows after the plateau."""
     store = clocked_store
     day = Day(jobs=20, full_s=120, hours=0, history=5, claim_ttl_ms=6000, namespace=store.ns)
     node = SimulatedNode(store, day, clock_setter(store))
@@ -124,6 +124,8 @@ async def test_tables_stay_bounded_over_many_ticks(clocked_store: PostgresStore)
     assert sizes[-1]["jobs"]["rows"] == day.jobs
     live = await sql(store, "SELECT node FROM @schema@.nodes WHERE ns = %(ns)s")
     assert live == [("n0",)]
+    published = await sql(store, "SELECT node FROM @schema@.fleet WHERE ns = %(ns)s")
+    assert published == [("n0",)]
     # The plateau: after the first prune periods the claims neither grow nor vanish.
     settled = [found["claims"]["rows"] for found in sizes[2:]]
     assert max(settled) - min(settled) <= day.jobs * prune_period_s, settled
