@@ -19,7 +19,10 @@ from cronrace.errors import (
     RedisDataError,
     RedisUnavailableError,
     ScheduleError,
+    StoreAmbiguousError,
+    StoreDataError,
     StoreError,
+    StoreUnavailableError,
     TargetError,
     UnknownJobError,
 )
@@ -54,7 +57,10 @@ __all__ = [
     "RunRecord",
     "Schedule",
     "ScheduleError",
+    "StoreAmbiguousError",
+    "StoreDataError",
     "StoreError",
+    "StoreUnavailableError",
     "TargetError",
     "UnknownJobError",
 ]

@@ -41,24 +41,31 @@ class ConfigError(CronraceError, ValueError):
 
 
 class StoreError(CronraceError):
-    """A Redis call failed; the base of every error ``cronrace.stores.redis`` raises.
+    """A store call failed; the base of every error a store (Redis, PostgreSQL) raises.
 
-    The store translates redis-py's exceptions into these where they leave it, so nothing
-    above ``cronrace/stores/redis/`` needs to know redis-py (DESIGN.md section 7). A plain
-    ``StoreError`` is something cronrace cannot use (a script that failed, a key that
-    cannot be named); the subclasses say why the call failed.
+    Each store translates its driver's exceptions into these where they leave it, so
+    nothing above ``cronrace/stores/`` needs to know redis-py or psycopg (DESIGN.md
+    section 7). A plain ``StoreError`` is something cronrace cannot use (a script that
+    failed, a key that cannot be named); the subclasses say why the call failed.
+
+    The subclasses have store-neutral names; the ``Redis*`` names they had before the
+    PostgreSQL store are kept as aliases (the same classes), public API included.
     """
 
 
-class RedisUnavailableError(StoreError):
-    """Redis cannot be reached (yet): a transient failure, worth retrying.
+class StoreUnavailableError(StoreError):
+    """The store cannot be reached (yet): a transient failure, worth retrying.
 
     Also a primary that is read-only, loading its data, or a cluster re-electing a
-    primary: the call did not run, and will once the failover is over.
+    primary; a statement cancelled by a statement_timeout: the call did not run, and will
+    once the failover (or the wait) is over.
     """
 
 
-class JobBusyError(RedisUnavailableError):
+RedisUnavailableError = StoreUnavailableError
+
+
+class JobBusyError(StoreUnavailableError):
     """One job's data is busy for a while; the call did not run, and passes by itself.
 
     A PostgreSQL row another session holds locked (an open transaction), a Redis Cluster
@@ -76,7 +83,7 @@ class RedisMovingError(JobBusyError):
     """
 
 
-class RedisAmbiguousError(RedisUnavailableError):
+class StoreAmbiguousError(StoreUnavailableError):
     """The connection failed or timed out with a call in flight: it may have run.
 
     A write that meets this must be read back before anything is decided from it (a claim
@@ -84,19 +91,28 @@ class RedisAmbiguousError(RedisUnavailableError):
     """
 
 
-class RedisDataError(StoreError):
-    """Redis answered the call with an error: a key holding the wrong type, a bad script.
+RedisAmbiguousError = StoreAmbiguousError
+
+
+class StoreDataError(StoreError):
+    """The store answered the call with an error: a key holding the wrong type, a bad
+    script, a function that failed.
 
     Waiting will not fix it; the store moves garbage aside where it can, and reports it.
     """
 
 
-class RedisAccessError(StoreError):
-    """Redis answers but refuses this client; waiting will not fix it (DESIGN.md section 8).
+RedisDataError = StoreDataError
+
+
+class StoreAccessError(StoreError):
+    """The store answers but refuses this client; waiting will not fix it (DESIGN.md
+    section 8).
 
     Attributes:
-        command: the refused command as ACL names it (``xread``, ``script|load``,
-            ``evalsha`` ...), or ``connect`` when the connection itself was refused.
+        command: the refused call: a command as Redis's ACL names it (``xread``,
+            ``script|load``, ``evalsha`` ...), a PostgreSQL statement (``claim``, ...), or
+            ``connect`` when the connection itself was refused.
     """
 
     #: What kind of refusal this is, for metrics and logs.
@@ -107,25 +123,38 @@ class RedisAccessError(StoreError):
         self.command = command
 
 
-class RedisAuthError(RedisAccessError):
-    """Redis refused the user name or password (or wants one and none was given)."""
+RedisAccessError = StoreAccessError
+
+
+class StoreAuthError(StoreAccessError):
+    """The store refused the user name or password (or wants one and none was given)."""
 
     cause = "authentication"
 
 
-class RedisPermissionError(RedisAccessError):
-    """The ACL user may not run a command or touch a key (``NOPERM``)."""
+RedisAuthError = StoreAuthError
+
+
+class StorePermissionError(StoreAccessError):
+    """The user may not run a command or touch a key (Redis's ``NOPERM``), or the role
+    may not use a table or function (PostgreSQL's missing grant)."""
 
     cause = "permission"
 
 
-class RedisTLSError(RedisAccessError):
+RedisPermissionError = StorePermissionError
+
+
+class StoreTLSError(StoreAccessError):
     """The TLS handshake failed: a certificate that does not verify, an unreadable CA file."""
 
     cause = "tls"
 
 
-class StoreSchemaError(RedisAccessError):
+RedisTLSError = StoreTLSError
+
+
+class StoreSchemaError(StoreAccessError):
     """The PostgreSQL schema is missing or older than this cronrace needs.
 
     Waiting will not fix it: ``cronrace db upgrade`` (or a DBA running ``cronrace db sql``)
@@ -138,7 +167,7 @@ class StoreSchemaError(RedisAccessError):
         super().__init__(message, command="schema")
 
 
-class RedisOutOfMemoryError(RedisAccessError):
+class RedisOutOfMemoryError(StoreAccessError):
     """Redis refuses writes: it reached ``maxmemory`` under the ``noeviction`` policy.
 
     Refused, not unavailable: retrying will not help until memory is freed or the limit

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from cronrace.errors import RedisAccessError
+from cronrace.errors import StoreAccessError
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.watchdog import LoopWatchdog
 
@@ -124,7 +124,7 @@ class Readiness:
         self._not_ready_why = "stopped"
         self.observer.ready(False)
 
-    def refused(self, label: str, error: RedisAccessError, first: bool) -> None:
+    def refused(self, label: str, error: StoreAccessError, first: bool) -> None:
         """The store refused a call (its access watch calls this)."""
         self.observer.redis_refused(error.command, error.cause)
         if first and self.running:

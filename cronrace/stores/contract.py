@@ -31,7 +31,7 @@ import abc
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol, runtime_checkable
 
-from cronrace.errors import RedisAccessError, StoreError
+from cronrace.errors import StoreAccessError, StoreError
 from cronrace.model.records import NodeInfo, RunRecord
 from cronrace.stores.values import (
     AcquireReply,
@@ -59,7 +59,7 @@ class Refusals(Protocol):
         on_allowed: called with ``label`` when a refused operation went through again.
     """
 
-    on_refused: Callable[[str, RedisAccessError, bool], None] | None
+    on_refused: Callable[[str, StoreAccessError, bool], None] | None
     on_allowed: Callable[[str], None] | None
 
     def problem(self) -> str | None:

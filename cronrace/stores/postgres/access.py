@@ -4,7 +4,7 @@ libpq reports a wrong password and a server that is down alike, as a failed conn
 (``OperationalError``): a caller retrying connection errors would retry a wrong password
 until its patience ran out and then blame the network. :meth:`AccessWatch.translate` tells
 them apart where they enter the store and turns them into cronrace's
-:class:`~cronrace.errors.RedisAccessError` family (the access errors of every store); a
+:class:`~cronrace.errors.StoreAccessError` family (the access errors of every store); a
 schema that is missing or older than this cronrace is one too
 (:class:`~cronrace.errors.StoreSchemaError`), naming the command that fixes it. The watch
 remembers each refusal until the same kind of call goes through again: readiness, the log
@@ -22,11 +22,11 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from cronrace.errors import (
-    RedisAccessError,
-    RedisAuthError,
-    RedisPermissionError,
-    RedisTLSError,
+    StoreAccessError,
+    StoreAuthError,
+    StorePermissionError,
     StoreSchemaError,
+    StoreTLSError,
 )
 
 MAX_REFUSALS = 64
@@ -54,13 +54,13 @@ class Refusal:
     """What the server refused, since when, and the error saying so."""
 
     label: str
-    error: RedisAccessError
+    error: StoreAccessError
     since_mono: float
 
 
 def classify(
     exc: BaseException, schema: str, statement: str
-) -> tuple[str, RedisAccessError] | None:
+) -> tuple[str, StoreAccessError] | None:
     """The refusal ``exc`` is (label, cronrace's error), or None when it is something else.
 
     A permission refusal is labelled by the statement that met it (``claim``, ...), so it
@@ -79,7 +79,7 @@ def classify(
             f"(PostgreSQL: {text.splitlines()[0]}); grant what the README's "
             "PostgreSQL GRANTs list"
         )
-        return statement, RedisPermissionError(message, command=statement)
+        return statement, StorePermissionError(message, command=statement)
     if isinstance(
         exc, (pg_errors.UndefinedTable, pg_errors.UndefinedFunction, pg_errors.InvalidSchemaName)
     ) and (schema in text or "does not exist" in text):
@@ -90,11 +90,11 @@ def classify(
             f"authentication failed: {_first_line(text)} (check the user name and password "
             "in the PostgreSQL URL, and pg_hba.conf)"
         )
-        return "connect", RedisAuthError(message)
+        return "connect", StoreAuthError(message)
     if sqlstate == "3D000" or ('database "' in lower and "does not exist" in lower):
-        return "connect", RedisAuthError(f"refused: {_first_line(text)}")
+        return "connect", StoreAuthError(f"refused: {_first_line(text)}")
     if isinstance(exc, psycopg.OperationalError) and any(t in lower for t in _TLS_TEXTS):
-        return "connect", RedisTLSError(
+        return "connect", StoreTLSError(
             f"TLS failed: {_first_line(text)} (give the CA that signed the server's "
             "certificate: postgresql://...?sslmode=verify-full&sslrootcert=/path/ca.pem)"
         )
@@ -115,7 +115,7 @@ class AccessWatch:
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
-        self.on_refused: Callable[[str, RedisAccessError, bool], None] | None = None
+        self.on_refused: Callable[[str, StoreAccessError, bool], None] | None = None
         self.on_allowed: Callable[[str], None] | None = None
         # Replaced, never mutated: the metrics thread reads it without a lock.
         self._refused: Mapping[str, Refusal] = {}
@@ -134,7 +134,7 @@ class AccessWatch:
             self.on_refused(label, error, first)
         return error
 
-    def refuse(self, label: str, error: RedisAccessError) -> None:
+    def refuse(self, label: str, error: StoreAccessError) -> None:
         """Remember a refusal found without an exception (an older schema)."""
         first = label not in self._refused
         if first:

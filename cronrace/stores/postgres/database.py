@@ -26,7 +26,7 @@ import anyio
 import psycopg
 import psycopg_pool
 
-from cronrace.errors import RedisAccessError, RedisAmbiguousError, RedisUnavailableError
+from cronrace.errors import StoreAccessError, StoreAmbiguousError, StoreUnavailableError
 from cronrace.stores.postgres.access import AccessWatch, classify
 from cronrace.stores.postgres.errors import translate
 from cronrace.stores.postgres.queries import Statements
@@ -147,13 +147,13 @@ class Database:
             await conn.close()
         except psycopg.Error as refused:
             translated = self.access.translate(refused, statement)
-            if isinstance(translated, RedisAccessError):
+            if isinstance(translated, StoreAccessError):
                 return translated
-            return RedisUnavailableError(f"cannot connect to PostgreSQL: {refused}")
+            return StoreUnavailableError(f"cannot connect to PostgreSQL: {refused}")
         except (OSError, TimeoutError) as failed:
-            return RedisUnavailableError(f"cannot connect to PostgreSQL: {failed}")
+            return StoreUnavailableError(f"cannot connect to PostgreSQL: {failed}")
         stats = self.pool.get_stats()
-        return RedisUnavailableError(
+        return StoreUnavailableError(
             f"the PostgreSQL connection pool is exhausted ({stats.get('pool_size', '?')} of "
             f"{self.pool.max_size} connections busy for {self.timeout_s:g}s): {exc}"
         )
@@ -173,7 +173,7 @@ class Database:
         except TimeoutError as exc:
             # Cancelled here, the statement is cancelled on the server too (psycopg sends
             # the cancel request); whether it had committed is unknown.
-            raise RedisAmbiguousError(
+            raise StoreAmbiguousError(
                 f"PostgreSQL did not answer {statement} in {self.timeout_s * 2:g}s (a lock "
                 "held by another session, an overloaded server?)"
             ) from exc

@@ -3,20 +3,20 @@
 The one table of this store (DESIGN.md, STYLE.md "Boundaries"), used by every path:
 
 - a refusal (a wrong password, a missing grant, a certificate, a missing or older
-  schema): ``RedisAccessError`` and its family, translated by ``access.py``; never retried;
+  schema): ``StoreAccessError`` and its family, translated by ``access.py``; never retried;
 - a row another session holds locked past the functions' lock wait (lock_not_available):
   ``JobBusyError``, one job's, not an outage; it passes, retry apart from the other jobs;
 - the statement certainly did not run to its commit: a serialization failure or deadlock,
   a lock not available, a statement cancelled (``statement_timeout``), a read-only
   (standby) server, a server starting up or out of connections, the pool exhausted:
-  ``RedisUnavailableError``; it passes, retry;
+  ``StoreUnavailableError``; it passes, retry;
 - the connection broke or timed out with the statement in flight (``OperationalError``
   without one of those codes, a killed backend, the client's own timeout): the commit may
-  or may not have happened: ``RedisAmbiguousError``; read back before deciding anything;
-- anything else the server answered (a function's error, bad data): ``RedisDataError``.
+  or may not have happened: ``StoreAmbiguousError``; read back before deciding anything;
+- anything else the server answered (a function's error, bad data): ``StoreDataError``.
 
-The error classes keep their historical Redis names: they are the store errors of every
-backend, and the layers above catch them alike.
+These are the store errors of every backend (cronrace/errors.py), and the layers above
+catch them alike; their older ``Redis*`` names are aliases of the same classes.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import psycopg_pool
 
 from cronrace.errors import (
     JobBusyError,
-    RedisAmbiguousError,
-    RedisDataError,
-    RedisUnavailableError,
+    StoreAmbiguousError,
+    StoreDataError,
     StoreError,
+    StoreUnavailableError,
 )
 
 #: SQLSTATEs after which the statement's transaction was certainly rolled back.
@@ -70,17 +70,17 @@ def translate(exc: BaseException) -> StoreError:
     sqlstate = getattr(exc, "sqlstate", None) or ""
     translated: StoreError
     if isinstance(exc, psycopg_pool.PoolTimeout):
-        translated = RedisUnavailableError(f"no connection to PostgreSQL: {text}")
+        translated = StoreUnavailableError(f"no connection to PostgreSQL: {text}")
     elif sqlstate == LOCK_NOT_AVAILABLE:
         translated = JobBusyError(f"{text} (SQLSTATE {sqlstate}): {LOCKED_HINT}")
     elif sqlstate in DID_NOT_RUN:
-        translated = RedisUnavailableError(f"{text} (SQLSTATE {sqlstate})")
+        translated = StoreUnavailableError(f"{text} (SQLSTATE {sqlstate})")
     elif isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)):
-        translated = RedisAmbiguousError(text)
+        translated = StoreAmbiguousError(text)
     elif isinstance(exc, TimeoutError):
-        translated = RedisAmbiguousError(f"PostgreSQL did not answer in time: {text}")
+        translated = StoreAmbiguousError(f"PostgreSQL did not answer in time: {text}")
     else:
-        translated = RedisDataError(text)
+        translated = StoreDataError(text)
     translated.__cause__ = exc
     return translated
 
@@ -98,7 +98,7 @@ def reply_error(job: str, what: str, error: str, sqlstate: str) -> StoreError:
     if sqlstate == LOCK_NOT_AVAILABLE:
         return JobBusyError(f"{message}: {LOCKED_HINT}")
     if sqlstate in DID_NOT_RUN:
-        return RedisUnavailableError(message)
+        return StoreUnavailableError(message)
     return StoreError(message)
 
 

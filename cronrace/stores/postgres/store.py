@@ -17,7 +17,7 @@ from typing import Self
 
 import orjson
 
-from cronrace.errors import RedisAccessError, RedisUnavailableError, StoreError
+from cronrace.errors import StoreAccessError, StoreError, StoreUnavailableError
 from cronrace.stores.contract import Store
 from cronrace.stores.postgres.database import Database
 from cronrace.stores.postgres.errors import reply_error, translating
@@ -103,7 +103,7 @@ class PostgresStore(RunSide, Store):
         a store"), so every won claim is confirmed by that many replicas or by none.
 
         Raises:
-            RedisUnavailableError: the database did not answer; every claim is ambiguous.
+            StoreUnavailableError: the database did not answer; every claim is ambiguous.
         """
         if not claims:
             return []
@@ -126,10 +126,10 @@ class PostgresStore(RunSide, Store):
                     "read_back": read_back,
                 },
             )
-        except RedisAccessError:
+        except StoreAccessError:
             raise
         except StoreError as exc:
-            raise RedisUnavailableError(f"claim failed: {exc}") from exc
+            raise StoreUnavailableError(f"claim failed: {exc}") from exc
         out: list[ClaimReply] = []
         for claim, (_index, won, fence, witness_kept) in zip(claims, rows, strict=True):
             # The job's counter, read with the race, is this node's evidence that the job
@@ -223,12 +223,12 @@ class PostgresStore(RunSide, Store):
         """Decide every won claim in one statement (acquire_many(), one commit).
 
         Returns:
-            One reply per request, or its error: :class:`RedisUnavailableError` when that
+            One reply per request, or its error: :class:`StoreUnavailableError` when that
             request's function did not run to its end (retry), a :class:`StoreError` when
             it failed.
 
         Raises:
-            RedisUnavailableError: no answer; the decisions may or may not have been
+            StoreUnavailableError: no answer; the decisions may or may not have been
                 committed. Sending the same requests again is safe: each returns its first
                 answer (``replayed``) when it had been.
         """
@@ -256,10 +256,10 @@ class PostgresStore(RunSide, Store):
             rows = await self.db.rows(
                 "acquire", {"ns": self.ns, "requests": orjson.dumps(payload).decode()}
             )
-        except RedisAccessError:
+        except StoreAccessError:
             raise
         except StoreError as exc:
-            raise RedisUnavailableError(f"acquire failed: {exc}") from exc
+            raise StoreUnavailableError(f"acquire failed: {exc}") from exc
         out: list[AcquireReply | Exception] = []
         for req, (_index, reply) in zip(requests, rows, strict=True):
             if "error" in reply:
@@ -366,7 +366,7 @@ class PostgresStore(RunSide, Store):
 def _won(replies: Sequence[ClaimReply]) -> list[bool]:
     """The all-or-nothing view of :meth:`PostgresStore.claim_each`."""
     if any(reply.outcome is ClaimOutcome.UNKNOWN for reply in replies):
-        raise RedisUnavailableError("claim failed: the database did not answer")
+        raise StoreUnavailableError("claim failed: the database did not answer")
     short = [reply for reply in replies if reply.outcome is ClaimOutcome.NOT_REPLICATED]
     if short:
         raise NotReplicatedError([reply.outcome is not ClaimOutcome.LOST for reply in replies], 0)

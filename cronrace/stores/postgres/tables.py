@@ -35,7 +35,7 @@ class ScheduleTable(ScheduleStore):
         """Apply ``changes`` all or nothing; the notice is posted in the same transaction.
 
         Raises:
-            RedisAmbiguousError: no answer; the batch may or may not be written.
+            StoreAmbiguousError: no answer; the batch may or may not be written.
         """
         reply = await self.db.value(
             "schedules_write",
