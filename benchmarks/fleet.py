@@ -730,6 +730,11 @@ def main(argv: list[str] | None = None) -> int:
         "redis-benchmark)",
     )
     parser.add_argument("--repeats", type=int, help="store comparison: repeats of each cell")
+    parser.add_argument(
+        "--pg-statements",
+        action="store_true",
+        help="store comparison: postgres's time by statement per cell (pg_stat_statements)",
+    )
     args = parser.parse_args(argv)
     if args.store != "redis":
         return compare_stores(args)
@@ -768,7 +773,7 @@ STORES_BEGIN = "<!-- BEGIN GENERATED: python -m benchmarks.fleet --store both --
 
 def compare_stores(args: argparse.Namespace) -> int:
     """Redis and PostgreSQL side by side (benchmarks/stores.py)."""
-    from benchmarks import stores
+    from benchmarks import stores, stores_report
 
     cells = (
         [_cell(text) for text in args.cells.split(",")]
@@ -798,6 +803,7 @@ def compare_stores(args: argparse.Namespace) -> int:
                 limit_s=limit_s,
                 workdir=workdir,
                 loop=loop,
+                statements=args.pg_statements,
                 begin=display.begin,
                 status=display.status,
                 done=display.done,
@@ -818,19 +824,19 @@ def compare_stores(args: argparse.Namespace) -> int:
     tables = stores_markdown(result)
     (out_dir / "stores_tables.md").write_text(tables)
     if not args.smoke and report.can_plot():
-        stores.plot(result, out_dir / "stores_redis_vs_postgres.png")
+        stores_report.plot(result, out_dir / "stores_redis_vs_postgres.png")
     if args.publish:
         report.update_results_md(RESULTS_MD, tables, begin=STORES_BEGIN)
     console = Console()
-    console.print(stores.fleet_table(result), markup=False, soft_wrap=True)
-    console.print(stores.limit_table(result), markup=False, soft_wrap=True)
+    console.print(stores_report.fleet_table(result), markup=False, soft_wrap=True)
+    console.print(stores_report.limit_table(result), markup=False, soft_wrap=True)
     sys.stdout.write(stores.headline(result) + "\n")
     sys.stdout.flush()
     return 0
 
 
 def stores_markdown(result: dict[str, Any]) -> str:
-    from benchmarks import stores
+    from benchmarks import stores, stores_report
 
     machine = result["machine"]
     plan = result["plan"]
@@ -852,7 +858,7 @@ def stores_markdown(result: dict[str, Any]) -> str:
             "stores measured one right after the other. A round trip on PostgreSQL is one "
             "statement (the pool's autocommit connection); on Redis one pipeline.",
             "",
-            stores.fleet_table(result),
+            stores_report.fleet_table(result),
             "",
             f"```\n{stores.headline(result)}\n```",
             "",
@@ -864,8 +870,21 @@ def stores_markdown(result: dict[str, Any]) -> str:
             "statement so that every claim inserts a row, with 1 and with 100 claims per "
             "statement. Server CPU from `INFO` (Redis) and `/proc` (every postgres process).",
             "",
-            stores.limit_table(result),
+            stores_report.limit_table(result),
             "",
+            *(
+                [
+                    "### Where postgres's time goes",
+                    "",
+                    "`--pg-statements`: pg_stat_statements over each cell (start-up and drain "
+                    "included), the median share of each statement over the repeats.",
+                    "",
+                    stores_report.statements_table(result),
+                    "",
+                ]
+                if stores_report.statements_table(result)
+                else []
+            ),
             "![Redis and PostgreSQL](results/stores_redis_vs_postgres.png)",
         ]
     )
