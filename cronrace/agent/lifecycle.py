@@ -112,6 +112,7 @@ class Lifecycle:
         self.runner: Runner | None = None
         self.sync: ScheduleSync | None = None
         self.fleet: FleetDefinitions | None = None
+        self._alike_live: frozenset[str] | None = None
         self._definitions: dict[str, JobDefinition] = {}
 
     def stop(self) -> None:
@@ -338,8 +339,12 @@ class Lifecycle:
         version: int | None = None
         try:
             now_ms = int(self.agent.clock.time() * 1000)
-            version = await self.fleet.exchange(details, now_ms)
-            self.agent.membership.alike(self.fleet.fingerprints, now_ms)
+            membership = self.agent.membership
+            live = membership.live
+            version = await self.fleet.exchange(details, now_ms, live)
+            if self.fleet.changed or live is not self._alike_live:
+                self._alike_live = live
+                membership.alike(self.fleet.fingerprints, now_ms)
         except RedisDataError as exc:  # garbage under a fleet key: ticks must not care
             log.error("fleet definitions exchange failed", extra={"error": str(exc)})
         if reconnected:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+import secrets
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,9 @@ from cronrace.runtime.observer import Observer
 
 if TYPE_CHECKING:
     from cronrace.stores.contract import Store
+
+#: Read every node's fingerprint (not only the changes) every this many exchanges.
+FULL_READ_EVERY_EXCHANGES = 30
 
 log = logging.getLogger("cronrace.fleet")
 
@@ -186,48 +190,92 @@ class FleetDefinitions:
         self.disagreements: list[Disagreement] = []
         self._written: str | None = None
         self._known: dict[str, tuple[str, NodeDetails]] = {}  # node -> (fingerprint, details)
-        #: Every live node's fingerprint as of the last exchange, this node's included.
+        #: Every node's fingerprint as of the last exchange, this node's included (between
+        #: full reads it may still hold nodes that left; ``live`` filters them).
         self.fingerprints: dict[str, str] = {}
+        #: Whether the last exchange changed :attr:`fingerprints`.
+        self.changed = True
+        self._cursor: str | None = None
+        # A phase of this node's own: the fleet's full reads do not all fall on one beat.
+        self._exchanges = secrets.randbelow(FULL_READ_EVERY_EXCHANGES)
+        self._live_seen: Collection[str] | None = None
 
-    async def exchange(self, details: NodeDetails, now_ms: int) -> int:
-        """Publish ``details``, read the live nodes', report disagreements.
+    async def exchange(
+        self, details: NodeDetails, now_ms: int, live: Collection[str] | None = None
+    ) -> int:
+        """Publish ``details``, read the others' fingerprints, report disagreements.
+
+        Every fingerprint is read on the first exchange and every
+        :data:`FULL_READ_EVERY_EXCHANGES` (or when the change log has a gap); otherwise
+        only those published since the last read. Disagreements are worked out again
+        only when a fingerprint or ``live`` (the live members; None: every node read)
+        changed: an exchange where nothing did costs O(1), not O(N).
 
         Returns:
             The stored schedules' version (read in the same round trip).
         """
         fingerprint = details.fingerprint()
+        changed = fingerprint != self._written
+        full = self._cursor is None or self._exchanges % FULL_READ_EVERY_EXCHANGES == 0
+        self._exchanges += 1
         reply = await self.store.fleet.exchange(
             self.node_id,
             fingerprint,
-            details=None if fingerprint == self._written else details.to_json(),
+            details=details.to_json() if changed else None,
             now_ms=now_ms,
+            since=None if full else self._cursor,
+            changed=changed,
         )
-        if reply.details_missing and fingerprint == self._written:
+        if reply.gap:
+            reply = await self.store.fleet.exchange(
+                self.node_id, fingerprint, details=None, now_ms=now_ms, changed=False
+            )
+        if reply.details_missing and not changed:
             # Redis lost it (a wipe) or a node pruned it: publish again now.
             self._written = None
             reply = await self.store.fleet.exchange(
                 self.node_id, fingerprint, details=details.to_json(), now_ms=now_ms
             )
+            changed = True
         self._written = fingerprint
-        self.fingerprints = {**reply.fingerprints, self.node_id: fingerprint}
-        self._known[self.node_id] = (fingerprint, details)
-        own_jobs = fingerprint.split(" ")[0]
-        others = {n: f for n, f in reply.fingerprints.items() if n != self.node_id}
-        if all(f.split(" ")[0] == own_jobs for f in others.values()):
-            found: list[Disagreement] = []
+        self._cursor = reply.cursor or None
+        before = self.fingerprints
+        if reply.full:
+            self.fingerprints = {**reply.fingerprints, self.node_id: fingerprint}
+            self.changed = self.fingerprints != before
         else:
-            stale = [n for n, f in others.items() if self._known.get(n, ("",))[0] != f]
-            for node, raw in (await self.store.fleet.read_details(stale)).items():
-                if raw is not None:
-                    self._known[node] = (others[node], NodeDetails.from_json(node, raw))
-            live = [self._known[n][1] for n in [self.node_id, *others] if n in self._known]
-            found = disagreements(live)
-        self._report(found)
-        for node in set(self._known) - set(reply.fingerprints) - {self.node_id}:
-            del self._known[node]
+            moved = {n: f for n, f in reply.fingerprints.items() if before.get(n) != f}
+            if moved or changed:
+                self.fingerprints = {**before, **moved, self.node_id: fingerprint}
+            self.changed = bool(moved) or changed
+        self._known[self.node_id] = (fingerprint, details)
+        if self.changed or live is not self._live_seen:
+            self._live_seen = live
+            await self._compare(fingerprint, live)
+        if reply.full:
+            for node in set(self._known) - set(reply.fingerprints) - {self.node_id}:
+                del self._known[node]
         if reply.dead:
             await self.store.fleet.forget(reply.dead)
         return reply.schedules_version
+
+    async def _compare(self, fingerprint: str, live: Collection[str] | None) -> None:
+        """Work out (and report) which jobs the live nodes define differently."""
+        own_jobs = fingerprint.split(" ")[0]
+        others = {
+            n: f
+            for n, f in self.fingerprints.items()
+            if n != self.node_id and (live is None or n in live)
+        }
+        if all(f.split(" ")[0] == own_jobs for f in others.values()):
+            self._report([])
+            return
+        stale = [n for n, f in others.items() if self._known.get(n, ("",))[0] != f]
+        for node, raw in (await self.store.fleet.read_details(stale)).items():
+            if raw is not None:
+                self._known[node] = (others[node], NodeDetails.from_json(node, raw))
+        known = [self._known[n][1] for n in [self.node_id, *others] if n in self._known]
+        self._report(disagreements(known))
 
     def _report(self, found: list[Disagreement]) -> None:
         before = {d.job: d for d in self.disagreements}

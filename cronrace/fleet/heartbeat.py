@@ -32,6 +32,7 @@ from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.retry import Retry
 from cronrace.stores.contract import Store
+from cronrace.stores.values import HeartbeatReply
 
 log = logging.getLogger("cronrace.fleet.heartbeat")
 
@@ -39,6 +40,12 @@ log = logging.getLogger("cronrace.fleet.heartbeat")
 HEARTBEAT_TTL_PERIODS = 3
 #: Prune dead members from the live set every this many heartbeats.
 PRUNE_EVERY_BEATS = 10
+#: Read every member (not only the changes) every this many heartbeats.
+FULL_READ_EVERY_BEATS = 30
+#: A beat this many periods after the last one logs this node as joined again: others
+#: count a member silent after ``SILENT_AFTER_PERIODS`` (1.5), and this margin covers the
+#: nodes' clocks differing by up to a quarter period.
+REJOIN_AFTER_PERIODS = 1.25
 
 
 def heartbeat_ttl_ms(heartbeat_s: float) -> int:
@@ -83,8 +90,16 @@ class Heartbeat:
         self.membership = membership
         #: Set once this node left the live set for good (stopping): it beats no more.
         self.left = False
-        self._beats = 0
+        # A phase of this node's own: the fleet's full reads do not all fall on one beat.
+        self._beats = secrets.randbelow(FULL_READ_EVERY_BEATS)
         self._hold_until_mono = 0.0
+        #: Where the next read of membership changes starts (None: read in full).
+        self._cursor: str | None = None
+        #: This node's estimate of server time at its last beat that went through (ms).
+        self._last_ok_ms: int | None = None
+        self._rejoin_after_ms = int(REJOIN_AFTER_PERIODS * heartbeat_s * 1000)
+        #: Reads of changes that did not add up (or met a gap) and were read again in full.
+        self.full_reads_forced = 0
 
     @property
     def ttl_ms(self) -> int:
@@ -96,15 +111,28 @@ class Heartbeat:
         return max(0.0, self._hold_until_mono - self.clock.monotonic())
 
     async def beat(self, store: Store) -> None:
-        """Beat once: sample the server clock, refresh this node, read epoch and members."""
+        """Beat once: sample the server clock, refresh this node, read epoch and members.
+
+        Members are read in full on the first beat, every :data:`FULL_READ_EVERY_BEATS`
+        beats (at a phase of this node's own), after a beat that came late (others may
+        have counted this node silent, and members may have come and gone unseen), and
+        when a read of the changes does not add up; otherwise only the changes since the
+        last read are (O(changes), not O(N): DESIGN.md section 12).
+        """
         base = self.clock.base if isinstance(self.clock, ServerOffsetClock) else self.clock
         sent_wall, sent_mono = base.time(), base.monotonic()
+        now_ms = sent_ms = int(self.clock.time() * 1000)
+        late = self._last_ok_ms is None or now_ms - self._last_ok_ms > self._rejoin_after_ms
+        full = self._cursor is None or late or self._beats % FULL_READ_EVERY_BEATS == 0
         reply = await store.heartbeat(
             self.node_id,
-            now_ms=int(self.clock.time() * 1000),
+            now_ms=now_ms,
             ttl_ms=self.ttl_ms,
             epoch_candidate=secrets.token_hex(8),
             prune=self._beats % PRUNE_EVERY_BEATS == 0,
+            since=None if full else self._cursor,
+            joined=late,
+            live_after_ms=self.membership.live_after_ms(now_ms, self.ttl_ms),
         )
         self._beats += 1
         rtt = base.monotonic() - sent_mono
@@ -113,12 +141,36 @@ class Heartbeat:
                 sent_wall_s=sent_wall, received_wall_s=sent_wall + rtt, server_s=reply.server_time_s
             )
         now_ms = int(self.clock.time() * 1000)
-        self.membership.update(reply.members, now_ms=now_ms, ttl_ms=self.ttl_ms)
+        wiped = self.epoch is not None and reply.epoch != self.epoch
+        if not reply.full and (reply.gap or wiped or not self._take_changes(reply, now_ms)):
+            self.full_reads_forced += 1
+            reply = await store.heartbeat(
+                self.node_id,
+                now_ms=now_ms,
+                ttl_ms=self.ttl_ms,
+                epoch_candidate=secrets.token_hex(8),
+                prune=False,
+                joined=False,
+            )
+        if reply.full:
+            self.membership.update(reply.members, now_ms=now_ms, ttl_ms=self.ttl_ms)
+        self._cursor = reply.cursor or None
+        self._last_ok_ms = sent_ms  # the expiry others read is from this estimate
         self.observer.membership(len(self.membership.ring.members))
         if self.epoch is not None and reply.epoch != self.epoch:
             await self._after_wipe(store, reply.epoch)
         self.epoch = reply.epoch
         self.readiness.set_reachable(True)
+
+    def _take_changes(self, reply: HeartbeatReply, now_ms: int) -> bool:
+        return self.membership.apply_changes(
+            joined=reply.members,
+            left=reply.left,
+            silent=reply.silent,
+            live_count=reply.live_count,
+            now_ms=now_ms,
+            ttl_ms=self.ttl_ms,
+        )
 
     async def _after_wipe(self, store: Store, epoch: str) -> None:
         hold = max((job.lease_ttl_s for job in self._jobs.values()), default=0.0)

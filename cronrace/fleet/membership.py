@@ -16,7 +16,7 @@ tick without any. Every node shares ``heartbeat_s`` (it sets the expiry everyone
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from cronrace.fleet.racers import Racers, Ring
 
@@ -68,6 +68,7 @@ class Membership:
         #: Live members (this node too) as of the last heartbeat read.
         self.live: frozenset[str] = frozenset({node_id})
         self._fingerprints: dict[str, str] = {}
+        self._confirmed_ms = 0
 
     @property
     def point_cache(self) -> dict[str, list[int]]:
@@ -80,21 +81,83 @@ class Membership:
         return self.racers.k
 
     def update(self, expiries_ms: Mapping[str, int], *, now_ms: int, ttl_ms: int) -> None:
-        """Take the heartbeat's read of the node set (member -> heartbeat expiry, ms)."""
+        """Take a full read of the node set (member -> heartbeat expiry, ms)."""
         silent_ms = int(SILENT_AFTER_PERIODS * self.heartbeat_s * 1000)
         seen_before = self.last_beat_ms
         self.last_beat_ms = {node: expiry - ttl_ms for node, expiry in expiries_ms.items()}
         live = {node for node, beat in self.last_beat_ms.items() if now_ms - beat <= silent_ms}
         live.add(self.node_id)  # this node races for its own view, whatever Redis says
         departed = self.live - live
-        self.live = frozenset(live)
+        if live != self.live:  # the same object while nothing changed (others compare it)
+            self.live = frozenset(live)
         if departed and self.on_departed is not None:
             self.on_departed(departed)
+        self._confirmed_ms = now_ms
 
         def last_beat_ms(node: str) -> int:
             return seen_before.get(node, self.last_beat_ms.get(node, now_ms))
 
         self._rebuild(last_beat_ms, now_ms)
+
+    def live_after_ms(self, now_ms: int, ttl_ms: int) -> int:
+        """The heartbeat expiry a member must have to count as live now (not silent)."""
+        return now_ms - int(SILENT_AFTER_PERIODS * self.heartbeat_s * 1000) + ttl_ms
+
+    def apply_changes(
+        self,
+        *,
+        joined: Mapping[str, int],
+        left: Iterable[str],
+        silent: Mapping[str, int],
+        live_count: int,
+        now_ms: int,
+        ttl_ms: int,
+    ) -> bool:
+        """Take a read of the changes since the last one; False if the view does not add up.
+
+        ``joined``: members logged as joined (-> expiry); ``left``: logged as left;
+        ``silent``: members whose expiry is before :meth:`live_after_ms` (-> expiry);
+        ``live_count``: how many members are not silent. Members this view has and the
+        read names nowhere stay live (they beat, or they would be silent). When the view
+        then counts another number of live members than the store does (a change this
+        read could not see), nothing is taken and the caller reads in full.
+        """
+        confirmed_ms, self._confirmed_ms = self._confirmed_ms, now_ms
+        silent_ms = int(SILENT_AFTER_PERIODS * self.heartbeat_s * 1000)
+        gone = {n for n in (*left, *silent) if n != self.node_id}
+        came = {n for n in joined if n not in gone}
+        live = self.live
+        if not (came <= live and gone.isdisjoint(live)):
+            live = frozenset((live | came) - gone)
+        if len(live) != live_count and not (live_count < 0):
+            return False
+        beats = self.last_beat_ms
+        for node, expiry in joined.items():
+            beats[node] = expiry - ttl_ms
+        for node in left:
+            beats.pop(node, None)
+        for node, expiry in silent.items():
+            if expiry < now_ms:
+                beats.pop(node, None)
+            else:
+                beats[node] = expiry - ttl_ms
+        if live == self.live:
+            return True
+        departed = self.live - live
+        exact = {n: silent[n] - ttl_ms for n in departed if n in silent}
+
+        def last_beat_ms(node: str) -> int:
+            # Known exactly for a member read silent; otherwise no later than what the last
+            # read vouched for (it was not silent then), nor than what it logged.
+            if node in exact:
+                return exact[node]
+            return min(beats.get(node, now_ms), confirmed_ms - silent_ms)
+
+        self.live = live
+        if departed and self.on_departed is not None:
+            self.on_departed(departed)
+        self._rebuild(last_beat_ms, now_ms)
+        return True
 
     def alike(self, fingerprints: Mapping[str, str], now_ms: int) -> None:
         """Take the fleet exchange's fingerprints (node -> what it runs), this node's too."""

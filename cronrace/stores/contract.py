@@ -104,9 +104,23 @@ class FleetStore(abc.ABC):
 
     @abc.abstractmethod
     async def exchange(
-        self, node_id: str, fingerprint: str, *, details: bytes | None, now_ms: int
+        self,
+        node_id: str,
+        fingerprint: str,
+        *,
+        details: bytes | None,
+        now_ms: int,
+        since: str | None = None,
+        changed: bool = True,
     ) -> FleetReply:
-        """Publish this node's fingerprint (and details when given); read everyone's."""
+        """Publish this node's fingerprint (and details when given); read the others'.
+
+        With ``since`` None: every live node's fingerprint (a full read), and the cursor
+        of the change log. With a cursor: only the fingerprints published since it
+        (``full`` False; ``gap`` when the log was trimmed past it). ``changed``: this
+        node's fingerprint differs from the one it published last, which is then
+        written and logged (every node sees it at its next read of changes).
+        """
 
     @abc.abstractmethod
     async def read_details(self, nodes: Sequence[str]) -> dict[str, bytes | None]:
@@ -303,13 +317,24 @@ class Store(abc.ABC):
         ttl_ms: int,
         epoch_candidate: str,
         prune: bool = True,
+        since: str | None = None,
+        joined: bool = True,
+        live_after_ms: int = 0,
     ) -> HeartbeatReply:
         """Read the shared clock and the epoch (writing ``epoch_candidate`` if none), and
-        refresh this node's heartbeat; return every live member with its expiry."""
+        refresh this node's heartbeat.
+
+        With ``since`` None, return every live member with its expiry (a full read) and
+        the change log's cursor. With a cursor, return only the changes since it: the
+        members logged as joined, those logged as left, those whose expiry is before
+        ``live_after_ms`` (silent), and how many expire at or after it; ``gap`` when the
+        log no longer reaches back to the cursor. ``joined``: log this node as joined
+        (its first beat, or its last one was too long ago for others to count it live).
+        """
 
     @abc.abstractmethod
     async def leave(self, node_id: str) -> None:
-        """Remove this node from the live set (graceful shutdown)."""
+        """Remove this node from the live set (graceful shutdown), and log that it left."""
 
     @abc.abstractmethod
     async def register_jobs(self, specs: dict[str, dict[str, str]]) -> None:

@@ -270,12 +270,31 @@ class FinishRequest:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatReply:
-    """The server's clock, the epoch and the live members, read in one round trip."""
+    """The server's clock, the epoch and the members, read in one round trip.
+
+    A full read (``full``) lists every live member. A read of the changes since a cursor
+    lists only what changed since (DESIGN.md section 12, "membership changes"): the members
+    that joined or came back, those that left, those gone silent, and how many are live,
+    so that the reader can tell whether its view adds up (if not, it reads in full).
+    """
 
     server_time_s: float
     epoch: str
-    #: Every member whose heartbeat had not expired: node id -> expiry, epoch ms.
+    #: Full: every member whose heartbeat had not expired. Changes: the members that
+    #: joined (or came back) since the cursor. Node id -> expiry, epoch ms.
     members: dict[str, int] = field(default_factory=dict)
+    #: Whether ``members`` is the whole live set (False: the changes since the cursor).
+    full: bool = True
+    #: Where the next read of changes starts ("": the store keeps no change log).
+    cursor: str = ""
+    #: Changes only: members whose heartbeat expires before ``live_after_ms`` (silent).
+    silent: dict[str, int] = field(default_factory=dict)
+    #: Changes only: members that left the live set on purpose since the cursor.
+    left: tuple[str, ...] = ()
+    #: Changes only: how many members' heartbeats expire at or after ``live_after_ms``.
+    live_count: int = -1
+    #: Changes only: the log no longer holds every change since the cursor (read in full).
+    gap: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,3 +347,10 @@ class FleetReply:
     dead: tuple[str, ...]
     details_missing: bool
     schedules_version: int
+    #: Whether ``fingerprints`` is every live node's (False: those published since the
+    #: cursor, which may include nodes no longer live).
+    full: bool = True
+    #: Where the next read of changes starts ("": the store keeps no change log).
+    cursor: str = ""
+    #: Changes only: the log no longer holds every change since the cursor.
+    gap: bool = False

@@ -14,7 +14,7 @@ from cronrace.cli.output import print_nodes, racers_line
 from cronrace.fleet.membership import late_fire_bound_s
 from cronrace.fleet.racers import PLACEMENT_WINDOW_S, Ring, placement_start_s
 from cronrace.runtime.observer import Observer
-from cronrace.stores.redis import Store
+from cronrace.stores.redis import Store, changes
 from cronrace.testing import FakeClock, memory_agent
 
 START_S = 1_700_000_000
@@ -36,9 +36,21 @@ class Claims(Observer):
 
 
 async def publish_like(store: Store, node: str, ghosts: tuple[str, ...]) -> None:
-    """Make ghosts publish what ``node`` runs, as a node that died would have."""
+    """Make ghosts publish what ``node`` runs, as a node that died would have (logged)."""
     fingerprint = await store.client.hget(store.keys.fleet_defs, node)
     await store.client.hset(store.keys.fleet_defs, mapping=dict.fromkeys(ghosts, fingerprint))
+    for ghost in ghosts:
+        await store.client.xadd(
+            store.keys.fleet_log, changes.entry(ghost, changes.PRINT, fingerprint.decode())
+        )
+
+
+async def list_ghosts(store: Store, expiries: dict[str, int]) -> None:
+    """List ghosts in the live set until ``expiries``, as nodes that joined and died would
+    be: each logged its joining (changes.py), and beats no more."""
+    await store.client.zadd(store.keys.nodes, expiries)
+    for ghost, expiry in expiries.items():
+        await store.client.xadd(store.keys.fleet_log, changes.entry(ghost, changes.JOIN, expiry))
 
 
 def held_by_ghosts(size: int, k: int, ghosts: tuple[str, ...], span_s: int) -> str:
@@ -162,7 +174,7 @@ async def test_ticks_whose_racers_are_dead_but_listed_fire_late_within_the_bound
         await clock.advance(1.2)
         store = agents[0].store
         beat_ms = int(last_beat_s * 1000)
-        await store.client.zadd(store.keys.nodes, {g: beat_ms + 3000 for g in ghosts})
+        await list_ghosts(store, {g: beat_ms + 3000 for g in ghosts})
         await publish_like(store, "node-0", ghosts)
         await clock.advance(1.0)  # every live node has read the ghosts with its heartbeat
         assert all(len(a.membership.ring.members) == 6 for a in agents)
@@ -244,7 +256,7 @@ async def test_a_latest_job_records_missed_only_the_ticks_nobody_ran() -> None:
         store = agents[0].store
         # Listed for four ticks: more than the latest policy runs late, so some are lost.
         last_beat_ms = (START_S + 4) * 1000 + 400
-        await store.client.zadd(store.keys.nodes, {g: last_beat_ms + 3000 for g in GHOSTS})
+        await list_ghosts(store, {g: last_beat_ms + 3000 for g in GHOSTS})
         await publish_like(store, "node-0", GHOSTS)
         await clock.advance(30)
         history = await agents[0].history(name, 200)
@@ -305,7 +317,7 @@ async def test_one_racer_of_two_leaving_costs_no_extra_claim() -> None:
             await tg.start(agent.run)
         await clock.advance(1.2)
         store = agents[0].store
-        await store.client.zadd(store.keys.nodes, {"ghost": (START_S + 2) * 1000 + 400 + 3000})
+        await list_ghosts(store, {"ghost": (START_S + 2) * 1000 + 400 + 3000})
         await publish_like(store, "node-0", ("ghost",))
         # At START + 2 the nodes take the ghost in one by one: views differ for that tick.
         await clock.advance(1.3)

@@ -33,6 +33,7 @@ FUNCTION_DIGESTS = {
     3: "5db935b6b16e3ae8",
     4: "01a4721fa09aba7c",
     5: "252430b6fa0de23a",
+    6: "54f2dda3f21d90f0",
 }
 
 

@@ -26,6 +26,7 @@ from cronrace.stores.postgres.replies import (
 )
 from cronrace.stores.postgres.runs import RunSide, report_quarantined
 from cronrace.stores.postgres.schema import check as check_schema
+from cronrace.stores.postgres.tables import latest_changes
 from cronrace.stores.postgres.urls import parse_postgres_url
 from cronrace.stores.values import (
     AcquireReply,
@@ -308,11 +309,16 @@ class PostgresStore(RunSide, Store):
         ttl_ms: int,
         epoch_candidate: str,
         prune: bool = True,
+        since: str | None = None,
+        joined: bool = True,
+        live_after_ms: int = 0,
     ) -> HeartbeatReply:
-        """Read the database clock and the epoch, and refresh this node's heartbeat.
+        """Read the database clock and the epoch, refresh this node's heartbeat, read members.
 
         One statement; with ``prune`` it also deletes, in one bounded batch, claims that
-        expired below their job's watermark and members whose heartbeat expired.
+        expired below their job's watermark and members whose heartbeat expired. With
+        ``since`` None every live member is read; with a cursor (a number of the change
+        log, fleet.sql) only the changes since it.
         """
         reply = await self.db.value(
             "heartbeat",
@@ -323,16 +329,39 @@ class PostgresStore(RunSide, Store):
                 "ttl_ms": ttl_ms,
                 "epoch": epoch_candidate,
                 "prune": prune,
+                "since": None if since is None else int(since or 0),
+                "joined": joined,
+                "live_after_ms": live_after_ms,
             },
         )
+        server_time_s = int(reply["server_us"]) / 1e6
+        epoch = str(reply["epoch"])
+        if since is None:
+            return HeartbeatReply(
+                server_time_s=server_time_s,
+                epoch=epoch,
+                members={str(node): int(expiry) for node, expiry in reply["members"].items()},
+                cursor=str(reply["cursor"]),
+            )
+        found = reply["changes"]
+        if found["gap"]:
+            return HeartbeatReply(
+                server_time_s, epoch, full=False, cursor=str(found["cursor"]), gap=True
+            )
+        last = latest_changes(found["entries"], ("join", "leave"))
         return HeartbeatReply(
-            server_time_s=int(reply["server_us"]) / 1e6,
-            epoch=str(reply["epoch"]),
-            members={str(node): int(expiry) for node, expiry in reply["members"].items()},
+            server_time_s=server_time_s,
+            epoch=epoch,
+            members={n: int(v) for n, (k, v) in last.items() if k == "join" and v.isdigit()},
+            full=False,
+            cursor=str(found["cursor"]),
+            silent={str(node): int(expiry) for node, expiry in reply["silent"].items()},
+            left=tuple(sorted(n for n, (k, _v) in last.items() if k == "leave")),
+            live_count=int(reply["live_count"]),
         )
 
     async def leave(self, node_id: str) -> None:
-        """Remove this node from the live set (graceful shutdown)."""
+        """Remove this node from the live set, and log that it left."""
         await self.db.rows("leave", {"ns": self.ns, "node": node_id})
 
     async def register_jobs(self, specs: dict[str, dict[str, str]]) -> None:

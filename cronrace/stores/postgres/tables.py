@@ -11,6 +11,7 @@ Redis store's two hashes do (DESIGN.md section 13).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
@@ -99,9 +100,17 @@ class FleetTable(FleetStore):
         self.ns = namespace
 
     async def exchange(
-        self, node_id: str, fingerprint: str, *, details: bytes | None, now_ms: int
+        self,
+        node_id: str,
+        fingerprint: str,
+        *,
+        details: bytes | None,
+        now_ms: int,
+        since: str | None = None,
+        changed: bool = True,
     ) -> FleetReply:
-        """Publish this node's fingerprint (and details when given); read everyone's."""
+        """Publish this node's fingerprint (and details when given); read the others'
+        (all of them, or those logged since the cursor ``since``)."""
         reply = await self.db.value(
             "fleet_exchange",
             {
@@ -110,13 +119,28 @@ class FleetTable(FleetStore):
                 "fingerprint": fingerprint,
                 "details": details,
                 "now_ms": now_ms,
+                "since": None if since is None else int(since or 0),
+                "changed": changed,
             },
         )
+        if since is not None:
+            found = reply["changes"]
+            prints = latest_changes(found["entries"], ("print",))
+            return FleetReply(
+                fingerprints={node: value for node, (_kind, value) in prints.items()},
+                dead=(),
+                details_missing=bool(reply["details_missing"]),
+                schedules_version=int(reply["schedules_version"]),
+                full=False,
+                cursor=str(found["cursor"]),
+                gap=bool(found["gap"]),
+            )
         return FleetReply(
             fingerprints={str(k): str(v) for k, v in reply["fingerprints"].items()},
             dead=tuple(str(node) for node in reply["dead"]),
             details_missing=bool(reply["details_missing"]),
             schedules_version=int(reply["schedules_version"]),
+            cursor=str(reply["cursor"]),
         )
 
     async def read_details(self, nodes: Sequence[str]) -> dict[str, bytes | None]:
@@ -131,3 +155,15 @@ class FleetTable(FleetStore):
         """Delete the published rows of nodes that left."""
         if nodes:
             await self.db.rows("fleet_forget", {"ns": self.ns, "nodes": list(nodes)})
+
+
+def latest_changes(entries: Any, kinds: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """Each node's last change among ``kinds`` in a change-log read: node -> (kind, value).
+
+    ``entries``: ``[[seq, node, kind, value], ...]``, oldest first (fleet_changes()).
+    """
+    out: dict[str, tuple[str, str]] = {}
+    for _seq, node, kind, value in entries:
+        if kind in kinds:
+            out[str(node)] = (str(kind), str(value))
+    return out

@@ -31,7 +31,13 @@ log = logging.getLogger("cronrace.stores.redis")
 _INFO_FAILURES: tuple[type[BaseException], ...] = (*RAW_FAILURES, StoreError)
 
 #: The namespace-wide keys and the type each holds.
-NAMESPACE_KEY_TYPES = {"jobs": "set", "nodes": "zset", "epoch": "string", "control": "stream"}
+NAMESPACE_KEY_TYPES = {
+    "jobs": "set",
+    "nodes": "zset",
+    "epoch": "string",
+    "control": "stream",
+    "fleet_log": "stream",
+}
 
 
 @translating

@@ -20,6 +20,7 @@ from cronrace.errors import RedisAccessError, RedisUnavailableError, StoreError
 from cronrace.stores.redis.errors import Passage, passage, translate, translating
 from cronrace.stores.redis.garbage import is_wrong_type, report_quarantined
 from cronrace.stores.redis.keys import fence_key
+from cronrace.stores.redis.members import MemberCommands
 from cronrace.stores.redis.replies import (
     decode_acquire,
     decode_claim_owner,
@@ -28,7 +29,6 @@ from cronrace.stores.redis.replies import (
     int_or_none,
 )
 from cronrace.stores.redis.scripts import locate_lines
-from cronrace.stores.redis.sentinel import follow_primary
 from cronrace.stores.redis.shards import ShardReply, per_shard
 from cronrace.stores.redis.takeover import TakeoverCommands
 from cronrace.stores.values import (
@@ -37,7 +37,6 @@ from cronrace.stores.values import (
     Claim,
     ClaimOutcome,
     ClaimReply,
-    HeartbeatReply,
     NotReplicatedError,
     Owner,
 )
@@ -50,12 +49,14 @@ WITNESS_MARGIN_S = 1.0
 
 
 @translating
-class Store(TakeoverCommands):
+class Store(TakeoverCommands, MemberCommands):
     """Redis operations of one namespace: the race, decisions, leases, records, handlers.
 
     The shared state lives in :class:`~cronrace.stores.redis.base.StoreBase`, the operator side
     in :class:`~cronrace.stores.redis.operator.OperatorCommands`, runs' leases and records in
-    :class:`~cronrace.stores.redis.runs.RunCommands`.
+    :class:`~cronrace.stores.redis.runs.RunCommands`, dead winners' claims in
+    :class:`~cronrace.stores.redis.takeover.TakeoverCommands`, heartbeats and membership in
+    :class:`~cronrace.stores.redis.members.MemberCommands`.
     """
 
     # -- the race --------------------------------------------------------------------
@@ -335,46 +336,6 @@ class Store(TakeoverCommands):
         return out
 
     # -- node bookkeeping ------------------------------------------------------------
-
-    async def heartbeat(
-        self,
-        node_id: str,
-        *,
-        now_ms: int,
-        ttl_ms: int,
-        epoch_candidate: str,
-        prune: bool = True,
-    ) -> HeartbeatReply:
-        """Read the server clock and the epoch, and refresh this node's heartbeat.
-
-        One round trip (two on Sentinel: the sentinels are asked where the primary is, so
-        that a node leaves a demoted primary within a heartbeat). ``now_ms`` is the
-        caller's estimate of server time; with ``prune``, members whose heartbeat expired
-        before it are dropped from the live set (readers filter by score anyway, so
-        pruning now and then is enough).
-        """
-        await follow_primary(self.client)
-        commands = [
-            self._command("", "epoch", "set", epoch_candidate, nx=True),
-            self._command("", "epoch", "get"),
-            self._command("", "nodes", "zadd", {node_id: now_ms + ttl_ms}),
-            # The racers' membership (racers.py) rides on the heartbeat's round trip.
-            self._command("", "nodes", "zrangebyscore", now_ms, "+inf", withscores=True),
-        ]
-        if prune:
-            commands.append(self._command("", "nodes", "zremrangebyscore", "-inf", now_ms))
-        # Garbage under the epoch is moved aside like any other: the fresh epoch then
-        # written makes every node hold new runs once, as after a wipe (the safe side).
-        (seconds, micros), *replies = await self._pipeline_repairing(commands, time_first=True)
-        return HeartbeatReply(
-            server_time_s=int(seconds) + int(micros) / 1e6,
-            epoch=decode_text(replies[1]),
-            members={decode_text(node): int(score) for node, score in replies[3] or ()},
-        )
-
-    async def leave(self, node_id: str) -> None:
-        """Remove this node from the live set (graceful shutdown)."""
-        await self.client.zrem(self.keys.nodes, node_id)
 
     async def register_jobs(self, specs: dict[str, dict[str, str]]) -> None:
         """Publish job definitions so that operator commands can list them."""

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import cronrace.stores.redis.changes as changes
 from cronrace.stores.contract import FleetStore
 from cronrace.stores.redis.errors import translating
 from cronrace.stores.redis.garbage import is_wrong_type
@@ -39,18 +40,39 @@ class FleetCommands(FleetStore):
         self.keys = keys
 
     async def exchange(
-        self, node_id: str, fingerprint: str, *, details: bytes | None, now_ms: int
+        self,
+        node_id: str,
+        fingerprint: str,
+        *,
+        details: bytes | None,
+        now_ms: int,
+        since: str | None = None,
+        changed: bool = True,
     ) -> FleetReply:
-        """Publish this node's fingerprint (and details when given); read everyone's.
+        """Publish this node's fingerprint (and details when given); read the others'.
 
-        One round trip: also reads the live set and the stored schedules' version.
+        One round trip: also reads the stored schedules' version. With ``since`` None,
+        every live node's fingerprint (``HGETALL`` and the live set); with a cursor, only
+        the fingerprints logged since (changes.py). A changed fingerprint is logged.
         """
         pipe = self.client.pipeline(transaction=False)
-        pipe.hset(self.keys.fleet_defs, node_id, fingerprint)
+        if changed or since is None:
+            pipe.hset(self.keys.fleet_defs, node_id, fingerprint)
+        if changed:
+            pipe.xadd(
+                self.keys.fleet_log,
+                changes.entry(node_id, changes.PRINT, fingerprint),
+                **changes.add_kwargs(),
+            )
         if details is not None:
             pipe.hset(self.keys.fleet_details, node_id, details)
-        pipe.hgetall(self.keys.fleet_defs)
-        pipe.zrangebyscore(self.keys.nodes, now_ms, "+inf")
+        if since is None:
+            pipe.xrevrange(self.keys.fleet_log, "+", "-", count=1)  # the cursor first
+            pipe.hgetall(self.keys.fleet_defs)
+            pipe.zrangebyscore(self.keys.nodes, now_ms, "+inf")
+        else:
+            pipe.xrange(self.keys.fleet_log, changes.after(since), "+", count=changes.READ_MAX + 1)
+            pipe.xrange(self.keys.fleet_log, "-", "+", count=1)
         pipe.hexists(self.keys.fleet_details, node_id)
         pipe.hget(self.keys.schedules, VERSION_FIELD)
         replies = []
@@ -63,15 +85,32 @@ class FleetCommands(FleetStore):
                 log.error("garbage under a fleet key; shown as empty", extra={"error": str(reply)})
                 reply = None
             replies.append(reply)
-        everyone, live_raw, has_details, version = replies[-4:]
+        has_details, version = replies[-2:]
+        schedules_version = int_or_none(version) or 0
+        if since is not None:
+            logged, oldest = replies[-4:-2]
+            entries = changes.decode(logged)
+            cursor = entries[-1][0] if entries else since
+            prints = changes.latest(entries, (changes.PRINT,))
+            return FleetReply(
+                fingerprints={node: value for node, (_kind, value) in prints.items()},
+                dead=(),
+                details_missing=not has_details,
+                schedules_version=schedules_version,
+                full=False,
+                cursor=cursor,
+                gap=changes.gap(since, entries, oldest),
+            )
+        last, everyone, live_raw = replies[-5:-2]
         everyone, live_raw = everyone or {}, live_raw or []
         live = {decode_text(node) for node in live_raw} | {node_id}
-        prints = {decode_text(node): decode_text(value) for node, value in everyone.items()}
+        prints_all = {decode_text(node): decode_text(value) for node, value in everyone.items()}
         return FleetReply(
-            fingerprints={node: value for node, value in prints.items() if node in live},
-            dead=tuple(sorted(set(prints) - live)),
+            fingerprints={node: value for node, value in prints_all.items() if node in live},
+            dead=tuple(sorted(set(prints_all) - live)),
             details_missing=not has_details,
-            schedules_version=int_or_none(version) or 0,
+            schedules_version=schedules_version,
+            cursor=changes.last_id(last),
         )
 
     async def read_details(self, nodes: Sequence[str]) -> dict[str, bytes | None]:

@@ -78,6 +78,11 @@ class Keys:
         return f"{self.ns}:fleet:defs"
 
     @property
+    def fleet_log(self) -> str:
+        """The fleet's change log: a stream of joins, leaves and new fingerprints."""
+        return f"{self.ns}:fleet:log"
+
+    @property
     def fleet_details(self) -> str:
         """What each node runs, in detail: hash node -> JSON (job digests, handlers)."""
         return f"{self.ns}:fleet:details"

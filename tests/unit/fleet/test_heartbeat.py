@@ -78,3 +78,78 @@ async def test_a_new_epoch_holds_new_runs_for_the_longest_lease() -> None:
         assert node.hold_s() == 0
     finally:
         await store.aclose()
+
+
+class Recording:
+    """A store whose heartbeats are recorded: whether each read every member or the changes."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.reads: list[str] = []
+
+    async def heartbeat(self, node_id: str, **kwargs: object):  # type: ignore[no-untyped-def]
+        self.reads.append("full" if kwargs.get("since") is None else "changes")
+        return await self.store.heartbeat(node_id, **kwargs)  # type: ignore[arg-type]
+
+    async def leave(self, node_id: str) -> None:
+        await self.store.leave(node_id)
+
+
+async def test_beats_read_the_changes_and_see_joins_leaves_and_silence() -> None:
+    clock = FakeClock(start_s=1_800_000_000.0)
+    store = Store.from_url(f"memory://hb-{secrets.token_hex(4)}", "hb")
+    nodes = {name: beater(name, clock) for name in ("n1", "n2", "n3", "n4")}
+    for node in nodes.values():
+        node._beats = 1  # away from the periodic full read
+    watched = Recording(store)
+    n1 = nodes["n1"]
+    try:
+        for name in ("n1", "n2", "n3"):
+            await nodes[name].beat(store)
+        await clock.advance(2)
+        await n1.beat(watched)  # type: ignore[arg-type]
+        assert n1.membership.live == {"n1", "n2", "n3"}
+        await nodes["n2"].beat(store)
+        await nodes["n3"].beat(store)
+        await nodes["n4"].beat(store)  # joins
+        await clock.advance(2)
+        await n1.beat(watched)  # type: ignore[arg-type]
+        assert n1.membership.live == {"n1", "n2", "n3", "n4"}
+        await nodes["n2"].leave(store)
+        await nodes["n4"].beat(store)
+        await clock.advance(1.5)  # n3 last beat 3.5 s ago: silent (3 s), not expired (6 s)
+        await n1.beat(watched)  # type: ignore[arg-type]
+        assert n1.membership.live == {"n1", "n4"}
+        assert watched.reads == ["changes", "changes", "changes"]
+        assert n1.full_reads_forced == 0
+        # n3 comes back: late, it logs itself as joined, and is live again at once.
+        await nodes["n3"].beat(store)
+        await nodes["n4"].beat(store)
+        await clock.advance(1.5)
+        await n1.beat(watched)  # type: ignore[arg-type]
+        assert n1.membership.live == {"n1", "n3", "n4"}
+        assert watched.reads[-1] == "changes"
+        assert n1.full_reads_forced == 0
+    finally:
+        await store.aclose()
+
+
+async def test_a_view_of_changes_that_does_not_add_up_is_read_again_in_full() -> None:
+    clock = FakeClock(start_s=1_800_000_000.0)
+    store = Store.from_url(f"memory://hb-{secrets.token_hex(4)}", "hb")
+    n1, n2 = beater("n1", clock), beater("n2", clock)
+    n1._beats = 1
+    watched = Recording(store)
+    try:
+        await n2.beat(store)
+        await n1.beat(store)
+        assert n1.membership.live == {"n1", "n2"}
+        # n2 vanishes without a trace in the log (as if pruned between two reads).
+        await store.client.zrem(store.keys.nodes, "n2")
+        await clock.advance(2)
+        await n1.beat(watched)  # type: ignore[arg-type]
+        assert watched.reads == ["changes", "full"]
+        assert n1.full_reads_forced == 1
+        assert n1.membership.live == {"n1"}
+    finally:
+        await store.aclose()

@@ -1,5 +1,8 @@
--- heartbeat.sql: the clock, the epoch, the live members; this node's expiry (fleet.sql).
+-- heartbeat.sql: the clock, the epoch, the members (all, or the changes since a cursor);
+-- this node's expiry (fleet.sql).
 --
--- Inputs: %(ns)s, %(node)s, %(now_ms)s, %(ttl_ms)s, %(epoch)s (a candidate), %(prune)s.
--- Replies: one row, (reply jsonb {server_us, epoch, members, pruned}).
-SELECT @schema@.heartbeat(%(ns)s, %(node)s, %(now_ms)s, %(ttl_ms)s, %(epoch)s, %(prune)s)
+-- Inputs: %(ns)s, %(node)s, %(now_ms)s, %(ttl_ms)s, %(epoch)s (a candidate), %(prune)s,
+--   %(since)s (NULL: a full read), %(joined)s, %(live_after_ms)s.
+-- Replies: one row, (reply jsonb, see heartbeat() in fleet.sql).
+SELECT @schema@.heartbeat(%(ns)s, %(node)s, %(now_ms)s, %(ttl_ms)s, %(epoch)s, %(prune)s,
+                          %(since)s, %(joined)s, %(live_after_ms)s)

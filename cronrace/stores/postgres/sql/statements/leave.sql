@@ -1,5 +1,5 @@
--- leave.sql: remove this node from the live set (graceful shutdown).
+-- leave.sql: remove this node from the live set and log that it left (graceful shutdown).
 --
 -- Inputs: %(ns)s, %(node)s.
--- Replies: none.
-DELETE FROM @schema@.nodes WHERE ns = %(ns)s AND node = %(node)s
+-- Replies: one row (void).
+SELECT @schema@.leave_fleet(%(ns)s, %(node)s)

@@ -1,0 +1,117 @@
+"""A node's heartbeat on Redis: the clock, the epoch, and the members that changed.
+
+The live set is ``<ns>:nodes``, a sorted set member -> heartbeat expiry (ms). A full read
+returns all of it; a read of changes (a cursor into the change log, changes.py) returns
+only the members that joined or left since, those gone silent (expiry before
+``live_after_ms``: a short ``ZRANGEBYSCORE`` of the dying) and how many are live
+(``ZCOUNT``), so that the reader can check its view adds up.
+"""
+
+from __future__ import annotations
+
+import cronrace.stores.redis.changes as changes
+from cronrace.stores.redis.errors import translating
+from cronrace.stores.redis.replies import decode_text
+from cronrace.stores.redis.runs import RunCommands
+from cronrace.stores.redis.sentinel import follow_primary
+from cronrace.stores.values import HeartbeatReply
+
+
+@translating
+class MemberCommands(RunCommands):
+    """The heartbeat and leaving the live set."""
+
+    async def heartbeat(
+        self,
+        node_id: str,
+        *,
+        now_ms: int,
+        ttl_ms: int,
+        epoch_candidate: str,
+        prune: bool = True,
+        since: str | None = None,
+        joined: bool = True,
+        live_after_ms: int = 0,
+    ) -> HeartbeatReply:
+        """Read the server clock and the epoch, refresh this node's heartbeat, read members.
+
+        One round trip (two on Sentinel: the sentinels are asked where the primary is, so
+        that a node leaves a demoted primary within a heartbeat). ``now_ms`` is the
+        caller's estimate of server time; with ``prune``, members whose heartbeat expired
+        before it are dropped from the live set (readers filter by score anyway, so
+        pruning now and then is enough). With ``since`` None every live member is read;
+        with a cursor only the changes since it (see the module doc).
+        """
+        await follow_primary(self.client)
+        commands = [
+            self._command("", "epoch", "set", epoch_candidate, nx=True),
+            self._command("", "epoch", "get"),
+            self._command("", "nodes", "zadd", {node_id: now_ms + ttl_ms}),
+        ]
+        if joined:
+            fields = changes.entry(node_id, changes.JOIN, now_ms + ttl_ms)
+            commands.append(self._command("", "fleet_log", "xadd", fields, **changes.add_kwargs()))
+        reads = len(commands)
+        if since is None:
+            # The cursor first: a change logged between the two reads is read again next
+            # time rather than missed.
+            commands.append(self._command("", "fleet_log", "xrevrange", "+", "-", count=1))
+            commands.append(
+                self._command("", "nodes", "zrangebyscore", now_ms, "+inf", withscores=True)
+            )
+        else:
+            start = changes.after(since)
+            commands += [
+                self._command("", "fleet_log", "xrange", start, "+", count=changes.READ_MAX + 1),
+                self._command("", "fleet_log", "xrange", "-", "+", count=1),
+                self._command(
+                    "", "nodes", "zrangebyscore", "-inf", f"({live_after_ms}", withscores=True
+                ),
+                self._command("", "nodes", "zcount", live_after_ms, "+inf"),
+            ]
+        if prune:
+            commands.append(self._command("", "nodes", "zremrangebyscore", "-inf", now_ms))
+        # Garbage under the epoch is moved aside like any other: the fresh epoch then
+        # written makes every node hold new runs once, as after a wipe (the safe side).
+        (seconds, micros), *replies = await self._pipeline_repairing(commands, time_first=True)
+        server_time_s = int(seconds) + int(micros) / 1e6
+        epoch = decode_text(replies[1])
+        if since is None:
+            last, members = replies[reads], replies[reads + 1]
+            return HeartbeatReply(
+                server_time_s=server_time_s,
+                epoch=epoch,
+                members={decode_text(node): int(score) for node, score in members or ()},
+                cursor=changes.last_id(last),
+            )
+        logged, oldest, silent, live_count = replies[reads : reads + 4]
+        entries = changes.decode(logged)
+        cursor = entries[-1][0] if entries else since
+        if changes.gap(since, entries, oldest):
+            return HeartbeatReply(server_time_s, epoch, full=False, cursor=cursor, gap=True)
+        last = changes.latest(entries, (changes.JOIN, changes.LEAVE))
+        return HeartbeatReply(
+            server_time_s=server_time_s,
+            epoch=epoch,
+            members={n: int(v) for n, (k, v) in last.items() if k == changes.JOIN and v.isdigit()},
+            full=False,
+            cursor=cursor,
+            silent={decode_text(node): int(score) for node, score in silent or ()},
+            left=tuple(sorted(n for n, (k, _v) in last.items() if k == changes.LEAVE)),
+            live_count=int(live_count),
+        )
+
+    async def leave(self, node_id: str) -> None:
+        """Remove this node from the live set, and log that it left."""
+        await self._pipeline_repairing(
+            [
+                self._command("", "nodes", "zrem", node_id),
+                self._command(
+                    "",
+                    "fleet_log",
+                    "xadd",
+                    changes.entry(node_id, changes.LEAVE),
+                    **changes.add_kwargs(),
+                ),
+            ]
+        )

@@ -1,0 +1,122 @@
+"""The fleet's change log: a heartbeat or an exchange reads only what changed since a cursor."""
+
+from __future__ import annotations
+
+from cronrace.stores.contract import Store
+from tests.stores.contract.test_fleet import server_ms
+
+TTL = 6000
+
+
+def live_after(now_ms: int) -> int:
+    """The expiry a member must have to be live: it beat within the last 3 s."""
+    return now_ms - 3000 + TTL
+
+
+async def test_a_read_of_changes_lists_only_who_joined_left_or_went_silent(store: Store) -> None:
+    now_ms = await server_ms(store)
+    for node in ("n1", "n2", "quiet"):
+        await store.heartbeat(node, now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
+    full = await store.heartbeat("n1", now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
+    assert full.full
+    assert full.cursor
+    assert {"n1", "n2", "quiet"} <= set(full.members)
+
+    later = now_ms + 4000  # "quiet" beat 4 s ago: silent (3 s) but not expired (6 s)
+    await store.heartbeat("n2", now_ms=later, ttl_ms=TTL, epoch_candidate="e", joined=False)
+    await store.heartbeat("new", now_ms=later, ttl_ms=TTL, epoch_candidate="e", joined=True)
+    await store.leave("n2")
+    changes = await store.heartbeat(
+        "n1",
+        now_ms=later,
+        ttl_ms=TTL,
+        epoch_candidate="e",
+        since=full.cursor,
+        joined=False,
+        live_after_ms=live_after(later),
+        prune=False,
+    )
+    assert not changes.full
+    assert not changes.gap
+    assert changes.members == {"new": later + TTL}  # n2's plain beat is no change
+    assert changes.left == ("n2",)
+    assert changes.silent == {"quiet": now_ms + TTL}
+    assert changes.live_count == 2  # n1 and new
+    assert changes.cursor != full.cursor
+
+    # Nothing happened since: nothing is read but the count.
+    again = await store.heartbeat(
+        "n1",
+        now_ms=later,
+        ttl_ms=TTL,
+        epoch_candidate="e",
+        since=changes.cursor,
+        joined=False,
+        live_after_ms=live_after(later),
+        prune=False,
+    )
+    assert (again.members, again.left, again.live_count) == ({}, (), 2)
+    assert again.cursor == changes.cursor
+
+
+async def test_a_node_that_left_and_came_back_reads_as_joined(store: Store) -> None:
+    now_ms = await server_ms(store)
+    full = await store.heartbeat("n1", now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
+    await store.heartbeat("back", now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
+    await store.leave("back")
+    await store.heartbeat("back", now_ms=now_ms + 1, ttl_ms=TTL, epoch_candidate="e")
+    changes = await store.heartbeat(
+        "n1",
+        now_ms=now_ms,
+        ttl_ms=TTL,
+        epoch_candidate="e",
+        since=full.cursor,
+        joined=False,
+        live_after_ms=live_after(now_ms),
+    )
+    assert changes.members == {"back": now_ms + 1 + TTL}
+    assert changes.left == ()
+
+
+async def test_more_changes_than_a_read_takes_is_a_gap(store: Store) -> None:
+    now_ms = await server_ms(store)
+    full = await store.heartbeat("n1", now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
+    for index in range(1001):  # each logged: a leave is the cheapest change to make
+        await store.leave(f"m{index}")
+    changes = await store.heartbeat(
+        "n1",
+        now_ms=now_ms,
+        ttl_ms=TTL,
+        epoch_candidate="e",
+        since=full.cursor,
+        joined=False,
+        live_after_ms=live_after(now_ms),
+    )
+    assert changes.gap
+    assert not changes.full
+
+
+async def test_an_exchange_of_changes_reads_only_new_fingerprints(store: Store) -> None:
+    now_ms = await server_ms(store)
+    for node in ("n1", "n2"):
+        await store.heartbeat(node, now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
+    await store.fleet.exchange("n2", "j d2", details=b"{}", now_ms=now_ms)
+    full = await store.fleet.exchange("n1", "j d1", details=b"{}", now_ms=now_ms)
+    assert full.full
+    assert full.fingerprints == {"n1": "j d1", "n2": "j d2"}
+
+    quiet = await store.fleet.exchange(
+        "n2", "j d2", details=None, now_ms=now_ms, since=full.cursor, changed=False
+    )
+    assert (quiet.full, quiet.fingerprints, quiet.gap) == (False, {}, False)
+    await store.fleet.exchange("n2", "j d3", details=b"{}", now_ms=now_ms, since=quiet.cursor)
+    changes = await store.fleet.exchange(
+        "n1", "j d1", details=None, now_ms=now_ms, since=full.cursor, changed=False
+    )
+    assert changes.fingerprints == {"n2": "j d3"}
+    assert not changes.details_missing
+    assert changes.schedules_version == 0
+    # The change reached the full read too.
+    assert (await store.fleet.exchange("n1", "j d1", details=None, now_ms=now_ms)).fingerprints[
+        "n2"
+    ] == "j d3"
