@@ -90,6 +90,9 @@ async def test_one_prune_deletes_every_expired_claim_below_the_watermark(
             "ttl_ms": 6000,
             "epoch": "e",
             "prune": True,
+            "since": None,
+            "joined": True,
+            "live_after_ms": 0,
         },
     )
 
