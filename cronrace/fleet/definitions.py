@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from cronrace.stores.contract import Store
 
 #: Read every node's fingerprint (not only the changes) every this many exchanges.
-FULL_READ_EVERY_EXCHANGES = 30
+FULL_READ_EVERY_EXCHANGES = 150
 
 log = logging.getLogger("cronrace.fleet")
 

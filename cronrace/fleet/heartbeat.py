@@ -40,8 +40,9 @@ log = logging.getLogger("cronrace.fleet.heartbeat")
 HEARTBEAT_TTL_PERIODS = 3
 #: Prune dead members from the live set every this many heartbeats.
 PRUNE_EVERY_BEATS = 10
-#: Read every member (not only the changes) every this many heartbeats.
-FULL_READ_EVERY_BEATS = 30
+#: Read every member (not only the changes) every this many heartbeats (5 min at 2 s): a
+#: check only, as a view that does not add up is read again in full at once.
+FULL_READ_EVERY_BEATS = 150
 #: A beat this many periods after the last one logs this node as joined again: others
 #: count a member silent after ``SILENT_AFTER_PERIODS`` (1.5), and this margin covers the
 #: nodes' clocks differing by up to a quarter period.
