@@ -15,8 +15,9 @@ The targets carry the run's context on as W3C Trace Context: the HTTP target sen
 command target sets ``TRACEPARENT`` (and ``TRACESTATE``), so the receiving side continues
 the trace.
 
-Without the API every call here returns one shared object that does nothing: no import,
-no allocation, nothing on a run's path but two method calls.
+Without the API, or with the API but no tracer provider configured (nothing would record
+a span), every call here returns one shared object that does nothing: no allocation,
+nothing on a run's path but two method calls. Without the API nothing is imported either.
 """
 
 from __future__ import annotations
@@ -98,9 +99,31 @@ class _Span:
         self._span.set_attribute("cronrace.lost", lost)
 
 
+#: The last provider a tracer was taken from, and that tracer (providers are set once).
+_tracer: tuple[Any, Any] = (None, None)
+
+
+def _recording(trace: ModuleType) -> Any:
+    """cronrace's tracer, or None while no tracer provider is configured.
+
+    Until a program sets one (``set_tracer_provider``, ``OTEL_PYTHON_TRACER_PROVIDER``, the
+    launcher) the API's own placeholder answers, and every span it makes records nothing:
+    making them cost a run's path tens of microseconds for nothing. Asked at every span,
+    so a provider set after the agent started is used from then on.
+    """
+    global _tracer
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    if _tracer[0] is not provider:
+        _tracer = (provider, provider.get_tracer(TRACER_NAME))
+    return _tracer[1]
+
+
 @contextmanager
-def _current(trace: ModuleType, name: str, attributes: dict[str, Any]) -> Iterator[_Span]:
-    tracer = trace.get_tracer(TRACER_NAME)
+def _current(
+    tracer: Any, trace: ModuleType, name: str, attributes: dict[str, Any]
+) -> Iterator[_Span]:
     # Exceptions are the run's outcome (told through ended()), or a cancellation: neither
     # is an exception event of the span.
     with tracer.start_as_current_span(
@@ -117,7 +140,8 @@ def run_span(
     The value it enters as takes :meth:`_Span.ended` once the outcome is known.
     """
     api = _otel()
-    if api is None:
+    tracer = None if api is None else _recording(api[0])
+    if api is None or tracer is None:
         return OFF
     attributes: dict[str, Any] = {
         "cronrace.job": job,
@@ -128,15 +152,17 @@ def run_span(
     }
     if trigger_id is not None:
         attributes["cronrace.trigger_id"] = trigger_id
-    return _current(api[0], f"cronrace run {job}", attributes)
+    return _current(tracer, api[0], f"cronrace run {job}", attributes)
 
 
 def claims_span(node: str, claims: int) -> Any:
     """The span of one wake-up's claims and decisions (a context manager)."""
     api = _otel()
-    if api is None:
+    tracer = None if api is None else _recording(api[0])
+    if api is None or tracer is None:
         return OFF
-    return _current(api[0], "cronrace claims", {"cronrace.node": node, "cronrace.claims": claims})
+    attributes = {"cronrace.node": node, "cronrace.claims": claims}
+    return _current(tracer, api[0], "cronrace claims", attributes)
 
 
 def inject(carrier: MutableMapping[str, str]) -> MutableMapping[str, str]:

@@ -189,3 +189,28 @@ def test_without_the_api_nothing_is_imported_or_made() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "ran untraced" in done.stdout
+
+
+def test_with_the_api_but_no_provider_no_span_is_made() -> None:
+    """The API installed, no tracer provider set: nothing would record, nothing is made;
+    a provider set later is used from then on."""
+    script = textwrap.dedent(
+        """
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from cronrace.runtime import tracing
+
+        assert tracing.run_span("j", 1, 1, "n", 0.0, None) is tracing.OFF
+        assert tracing.claims_span("n", 3) is tracing.OFF
+        trace.set_tracer_provider(TracerProvider())
+        with tracing.run_span("j", 1, 1, "n", 0.0, None) as span:
+            assert span is not tracing.OFF
+            assert trace.get_current_span().is_recording()
+        print("spans once a provider is set")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "spans once a provider is set" in done.stdout
