@@ -218,9 +218,12 @@ class TickRace:
         This node's own are sent at once and awaited (bounded); after an outage, a lease
         another node holds is given a moment to go.
         """
-        self.runner.releases.retry_now()
-        with anyio.move_on_after(RELEASE_FIRST_TIMEOUT_S):
-            await self.runner.releases.settled({p.job.name for p in winners})
+        releases = self.runner.releases
+        releases.retry_now()
+        names = {p.job.name for p in winners}
+        if releases.pending(names):
+            with anyio.move_on_after(RELEASE_FIRST_TIMEOUT_S):
+                await releases.settled(names)
         until_mono = self._recovered_mono + FOREIGN_RELEASE_WAIT_S
         if self.clock.monotonic() < until_mono:
             await let_others_release(

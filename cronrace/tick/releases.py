@@ -75,18 +75,27 @@ class Releases:
         self.owner = owner
         self.outbox = outbox
         self._pending: Counter[str] = Counter()
-        self._settled = anyio.Event()
-        self._retry_now = anyio.Event()
+        # Made when someone waits on them: nearly every run ends its job's last pending
+        # release, and nearly every wake-up calls retry_now, with nobody waiting.
+        self._settled: anyio.Event | None = None
+        self._retry_now: anyio.Event | None = None
         self._forming: _Batch | None = None
 
     def retry_now(self) -> None:
         """Redis answers again: releases waiting to retry go out at once."""
-        self._retry_now.set()
-        self._retry_now = anyio.Event()
+        if self._retry_now is not None:
+            self._retry_now.set()
+            self._retry_now = None
+
+    def pending(self, jobs: Collection[str]) -> bool:
+        """Whether a finished run of ``jobs`` is still trying to release its lease."""
+        return any(self._pending[name] for name in jobs) if self._pending else False
 
     async def settled(self, jobs: Collection[str]) -> None:
         """Return once no finished run of ``jobs`` is still trying to release its lease."""
-        while any(self._pending[name] for name in jobs):
+        while self.pending(jobs):
+            if self._settled is None:
+                self._settled = anyio.Event()
             await self._settled.wait()
 
     async def finish(
@@ -147,6 +156,8 @@ class Releases:
                 if attempt <= IMMEDIATE_RETRIES:
                     await anyio.lowlevel.checkpoint()
                     continue
+                if self._retry_now is None:
+                    self._retry_now = anyio.Event()
                 with anyio.move_on_after(RELEASE_BACKOFF.delay_s(attempt)):
                     await self._retry_now.wait()
         finally:
@@ -155,8 +166,9 @@ class Releases:
             self._pending[job.name] -= 1
             if not self._pending[job.name]:
                 del self._pending[job.name]
-                self._settled.set()
-                self._settled = anyio.Event()
+                if self._settled is not None:
+                    self._settled.set()
+                    self._settled = None
 
     async def _send(self, request: FinishRequest) -> ReleaseReply:
         """Send one release in the batch of those finishing in this turn of the loop."""

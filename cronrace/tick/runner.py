@@ -65,6 +65,8 @@ class Runner(UnrunRuns):
         self.observer = observer
         self.outbox = outbox
         self._hold_s = hold_s
+        # Asked once: a runtime protocol check costs more than the rest of a run's context.
+        self._fenced_writer = store if isinstance(store, FencedWriter) else None
         self._job_hold_until_mono: dict[str, float] = {}
         self.active = 0
         self._idle: anyio.Event | None = None
@@ -247,7 +249,7 @@ class Runner(UnrunRuns):
             fence=fence,
             node_id=self.node_id,
             trigger_id=trigger_id,
-            _store=self.store if isinstance(self.store, FencedWriter) else None,
+            _store=self._fenced_writer,
         )
         started_ms = self._now_ms()
         lag_s = self.clock.time() - tick_s
