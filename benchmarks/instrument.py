@@ -88,7 +88,11 @@ def _command_name(first: Any) -> str:
 
 
 class CountingConnection(Connection):
-    """A redis-py connection that counts round trips and commands under :data:`PHASE`."""
+    """A redis-py connection that counts round trips and commands under :data:`PHASE`.
+
+    Used as a mixin over the class the store's pool already makes (:func:`_counting`), so
+    that what the store does on its connections (its own packer) is what is counted.
+    """
 
     async def send_packed_command(
         self, command: bytes | str | Iterable[bytes], check_health: bool = True
@@ -111,6 +115,15 @@ class CountingConnection(Connection):
             await super().on_connect_check_health(check_health)
         finally:
             PHASE.reset(token)
+
+
+def _counting(base: type[Any] | None) -> type[Any]:
+    """``base`` (the pool's connection class) counting like :class:`CountingConnection`."""
+    if base is None or base is Connection:
+        return CountingConnection
+    if issubclass(base, CountingConnection):
+        return base
+    return type(f"Counting{base.__name__}", (CountingConnection, base), {})
 
 
 def _phased(phase: str, method: Callable[..., Any]) -> Callable[..., Any]:
@@ -184,9 +197,10 @@ def instrument(store: Any) -> None:
     if db is not None:
         db.rows = _counting_rows(db.rows)
     elif (pool := getattr(store.client, "connection_pool", None)) is not None:
-        pool.connection_class = CountingConnection
+        pool.connection_class = _counting(pool.connection_class)
     else:  # a cluster client: every node it discovers makes its connections from these
-        store.client.nodes_manager.connection_kwargs["connection_class"] = CountingConnection
+        kwargs = store.client.nodes_manager.connection_kwargs
+        kwargs["connection_class"] = _counting(kwargs.get("connection_class"))
     for name, phase in STORE_PHASES.items():
         method = getattr(store, name, None)
         if method is None:  # a Redis-only method (load_scripts)

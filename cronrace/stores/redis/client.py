@@ -23,13 +23,14 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, NodesManager, RedisCluster
-from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import ReadOnlyError, RedisError
 
 from cronrace.stores.redis.access import AccessWatch
+from cronrace.stores.redis.packing import FastConnection, FastSSLConnection, FastUnixConnection
 from cronrace.stores.redis.urls import Deployment, RedisTarget, parse_redis_url
 
 log = logging.getLogger("cronrace.stores.redis")
@@ -81,12 +82,11 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
         return cluster
     tls = options.pop("ssl", False)
     if target.unix_path is not None:
-        options.update(connection_class=UnixDomainSocketConnection, path=target.unix_path)
+        options.update(connection_class=FastUnixConnection, path=target.unix_path)
     else:
         host, port = target.hosts[0]
         options.update(host=host, port=port)
-        if tls:
-            options["connection_class"] = SSLConnection
+        options["connection_class"] = FastSSLConnection if tls else FastConnection
     pool = aioredis.BlockingConnectionPool(
         max_connections=max_connections, timeout=timeout_s, **options
     )
