@@ -283,28 +283,37 @@ class Store(TakeoverCommands, MemberCommands):
                 answer (``replayed``) when it had run.
         """
         calls = []
+        spelled: tuple[Owner | None, str] = (None, "")  # one per agent: spelled once
         for req in requests:
+            job = self.keys.of(req.job)
+            if req.trigger_id is not None:
+                decided = self.keys.trigger_claim(req.job, req.trigger_id)
+            else:
+                decided = self.keys.claim(req.job, req.decide_tick_s)
             keys = (
-                self.keys.lease(req.job),
-                self.keys.fence(req.job),
-                self.keys.last(req.job),
-                self.keys.pending(req.job),
-                self.keys.state(req.job),
-                self._claim_key(Claim(req.job, req.decide_tick_s, 0, req.trigger_id)),
-                self.keys.hold(req.job),
+                job.lease,
+                job.fence,
+                job.last,
+                job.pending,
+                job.state,
+                decided,
+                job.hold,
                 self.keys.claim(req.job, req.prior_tick_s),
             )
+            if spelled[0] is not req.owner:
+                spelled = (req.owner, str(req.owner))
+            owner = spelled[1]
             args = (
                 req.decide_tick_s,
                 req.mark_tick_s,
                 req.run_tick_s,
-                str(req.owner),
+                owner,
                 req.lease_ttl_ms,
                 str(req.overlap),
                 str(req.mode),
                 req.request_id,
                 self.known_fence(req.job),
-                self.keys.quarantine(req.job),
+                job.quarantine,
                 req.trigger_id or "",
                 req.prior_tick_s,
                 "1" if req.late_ok else "0",

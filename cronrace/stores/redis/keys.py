@@ -5,7 +5,25 @@ All keys of one job share the hash tag ``{<job>}``, so every script touches one 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from cronrace.errors import StoreError
+
+#: The most jobs whose keys :meth:`Keys.of` keeps spelled; past it the table starts again.
+KEPT_JOBS_MAX = 1 << 16
+
+
+class JobKeys(NamedTuple):
+    """The keys of one job that every decision and release names (spelled once)."""
+
+    lease: str
+    fence: str
+    last: str
+    pending: str
+    state: str
+    runs: str
+    hold: str
+    quarantine: str
 
 
 class Keys:
@@ -13,6 +31,27 @@ class Keys:
 
     def __init__(self, namespace: str) -> None:
         self.ns = namespace
+        self._jobs: dict[str, JobKeys] = {}
+
+    def of(self, job: str) -> JobKeys:
+        """``job``'s keys, as :meth:`lease`, :meth:`fence`, ... spell them (kept per job:
+        a winner names eight of them per run)."""
+        keys = self._jobs.get(job)
+        if keys is None:
+            keys = JobKeys(
+                self.lease(job),
+                self.fence(job),
+                self.last(job),
+                self.pending(job),
+                self.state(job),
+                self.runs(job),
+                self.hold(job),
+                self.quarantine(job),
+            )
+            if len(self._jobs) >= KEPT_JOBS_MAX:
+                self._jobs.clear()
+            self._jobs[job] = keys
+        return keys
 
     def claim(self, job: str, tick_s: int) -> str:
         return f"{self.ns}:claim:{{{job}}}:{tick_s}"

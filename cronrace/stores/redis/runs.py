@@ -71,11 +71,10 @@ class RunCommands(OperatorCommands):
         record: RunRecord | None,
         history: int,
     ) -> tuple[list[str], list[Any]]:
-        keys = [self.keys.lease(job), self.keys.fence(job), self.keys.pending(job)]
-        keys += [self.keys.state(job), self.keys.runs(job), self.keys.hold(job)]
+        of = self.keys.of(job)
+        keys = [of.lease, of.fence, of.pending, of.state, of.runs, of.hold]
         payload = record.to_json() if record is not None else b""
-        args = [fence, str(owner), lease_ttl_ms, continue_tick_s, payload, history]
-        args.append(self.keys.quarantine(job))
+        args = [fence, str(owner), lease_ttl_ms, continue_tick_s, payload, history, of.quarantine]
         return keys, args
 
     def _decode_release(self, job: str, fence: int, reply: Any) -> ReleaseReply:

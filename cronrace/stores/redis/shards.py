@@ -75,11 +75,13 @@ async def per_shard(
 
     async def one_shard(node: Any, indexes: list[int]) -> None:
         pipe = client.pipeline(transaction=False)
+        # A plain pipeline's length is its stack's (len(pipe) is a Python call, two a run).
+        stack = getattr(pipe, "command_stack", None)
         spans = []
         for index in indexes:
-            start = len(pipe)
+            start = len(pipe) if stack is None else len(stack)
             add(pipe, index)
-            spans.append((index, start, len(pipe)))
+            spans.append((index, start, len(pipe) if stack is None else len(stack)))
         if wait_replicas > 0:
             target = {} if node is None else {"target_nodes": node}
             pipe.execute_command("WAIT", wait_replicas, wait_ms, **target)
