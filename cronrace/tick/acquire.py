@@ -143,6 +143,8 @@ async def acquire_retrying(
 
 
 def _log_answer(request: AcquireRequest, reply: AcquireReply | Exception, attempt: int) -> None:
+    if isinstance(reply, AcquireReply) and not reply.data_lost and not attempt:
+        return  # the common case: nothing to say
     context = {"job": request.job, "tick": request.decide_tick_s}
     if isinstance(reply, RedisUnavailableError):
         return

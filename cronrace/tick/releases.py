@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -74,7 +73,9 @@ class Releases:
         self.clock = clock
         self.owner = owner
         self.outbox = outbox
-        self._pending: Counter[str] = Counter()
+        #: Releases in flight by job (a plain dict: a Counter's lookups of absent jobs
+        #: cost a Python call each, and every run and decision asks).
+        self._pending: dict[str, int] = {}
         # Made when someone waits on them: nearly every run ends its job's last pending
         # release, and nearly every wake-up calls retry_now, with nobody waiting.
         self._settled: anyio.Event | None = None
@@ -89,7 +90,8 @@ class Releases:
 
     def pending(self, jobs: Collection[str]) -> bool:
         """Whether a finished run of ``jobs`` is still trying to release its lease."""
-        return any(self._pending[name] for name in jobs) if self._pending else False
+        pending = self._pending
+        return bool(pending) and any(name in pending for name in jobs)
 
     async def settled(self, jobs: Collection[str]) -> None:
         """Return once no finished run of ``jobs`` is still trying to release its lease."""
@@ -116,7 +118,7 @@ class Releases:
         """
         attempt = 0
         confirmed = False
-        self._pending[job.name] += 1
+        self._pending[job.name] = self._pending.get(job.name, 0) + 1
         try:
             while True:
                 try:
@@ -163,8 +165,10 @@ class Releases:
         finally:
             if not confirmed:
                 self.outbox.keep([record], history=job.history, maybe_written=True)
-            self._pending[job.name] -= 1
-            if not self._pending[job.name]:
+            left = self._pending[job.name] - 1
+            if left:
+                self._pending[job.name] = left
+            else:
                 del self._pending[job.name]
                 if self._settled is not None:
                     self._settled.set()
