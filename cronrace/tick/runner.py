@@ -35,6 +35,7 @@ from cronrace.tick.decisions import further_tick_request
 from cronrace.tick.lease import Lease, Renewals
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.releases import Releases
+from cronrace.tick.tasks import RunTasks
 from cronrace.tick.unrun import Grant, UnrunRuns
 
 log = logging.getLogger("cronrace.run")
@@ -73,6 +74,7 @@ class Runner(UnrunRuns):
         self._unstarted: set[Grant] = set()
         self.releases = Releases(store, clock, owner, outbox)
         self.renewals = Renewals(clock)
+        self.tasks = RunTasks()
         self.last_ratio: dict[str, float] = {}
         # Busy sync handlers hold the GIL in turns with the event loop, which then waits a
         # switch interval (5 ms) at every wake-up. Measured per loop wake-up with N
@@ -120,9 +122,10 @@ class Runner(UnrunRuns):
         return grant
 
     def start(self, grant: Grant, runs: TaskGroup) -> None:
-        """Start the grant's run as a task of ``runs`` (lease renewals start there too)."""
+        """Start the grant's run as a task owned by ``runs`` (tick/tasks.py); its lease
+        renewals start there too."""
         self.renewals.task_group = runs
-        runs.start_soon(self.run_sequence, grant, name=f"cronrace run {grant.job.name}")
+        self.tasks.start(self.run_sequence(grant), f"cronrace run {grant.job.name}", runs)
 
     async def run_sequence(self, grant: Grant) -> None:
         """Run the grant's ticks in order, the first with its fence; hand-ons extend them."""
