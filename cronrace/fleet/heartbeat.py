@@ -109,6 +109,8 @@ class Heartbeat:
 
     def hold_s(self) -> float:
         """Seconds new runs must still wait after Redis was found to have lost its data."""
+        if not self._hold_until_mono:  # the common case: never held (asked by every run)
+            return 0.0
         return max(0.0, self._hold_until_mono - self.clock.monotonic())
 
     async def beat(self, store: Store) -> None:

@@ -207,7 +207,9 @@ def decide(
     # Ticks at or below the watermark found were decided by another node (a catch-up
     # overlapping a decision made meanwhile); a trigger is not a tick and runs anyway.
     prev = reply.prev_watermark_s
-    ticks = tuple(t for t in plan.fire_ticks_s if prev is None or proposal.trigger_id or t > prev)
+    ticks = plan.fire_ticks_s
+    if prev is not None and not proposal.trigger_id and ticks and ticks[0] <= prev:
+        ticks = tuple(t for t in ticks if t > prev)
     start = RunStart(ticks or (plan.claim_tick_s,), reply.fence, reply.hold_ms / 1000)
     return Verdict(tuple(records), tuple(events), start=start)
 
@@ -264,8 +266,10 @@ def report(
 ) -> None:
     """Log a decision and tell the observer (garbage moved aside was logged by the store)."""
     job, plan = proposal.job.name, proposal.plan
-    missed = sum(count for outcome, count in verdict.events if outcome is Outcome.MISSED)
-    if proposal.shared_from_s is not None and missed:
+    missed = 0
+    if proposal.shared_from_s is not None and verdict.events:
+        missed = sum(count for outcome, count in verdict.events if outcome is Outcome.MISSED)
+    if missed:
         # The scheduler did not say it when planning: it could not know which were missed
         # (and a node that loses the claim has nothing to say).
         log.warning(

@@ -94,7 +94,10 @@ class Runner(UnrunRuns):
             self._job_hold_until_mono[job] = until
 
     def _job_hold_s(self, job: str) -> float:
-        return max(self._hold_s(), self._job_hold_until_mono.get(job, 0.0) - self.clock.monotonic())
+        until = self._job_hold_until_mono.get(job)
+        if until is None:  # the common case: no hold of this job (asked by every run)
+            return self._hold_s()
+        return max(self._hold_s(), until - self.clock.monotonic())
 
     @property
     def sync_handlers_running(self) -> int:
@@ -254,8 +257,9 @@ class Runner(UnrunRuns):
             trigger_id=trigger_id,
             _store=self._fenced_writer,
         )
-        started_ms = self._now_ms()
-        lag_s = self.clock.time() - tick_s
+        now_s = self.clock.time()  # the shared clock, as _now_ms reads it
+        started_ms = int(now_s * 1000)
+        lag_s = now_s - tick_s
         if log.isEnabledFor(logging.INFO):  # its fields cost more than the check, every run
             log.info(
                 "run started",

@@ -47,6 +47,8 @@ def is_wrong_type(reply: Any) -> bool:
 
 def report_quarantined(moved: Sequence[Quarantined], *, script: str, **context: Any) -> None:
     """Log every key a script moved aside, at ERROR, with its full name and new name."""
+    if not moved:
+        return
     for item in moved:
         log.error(
             "garbage found in Redis: the key was moved aside and the job goes on",

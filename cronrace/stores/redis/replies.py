@@ -29,8 +29,15 @@ from cronrace.stores.values import (
 log = logging.getLogger("cronrace.stores.redis")
 
 
+#: The decisions as the scripts spell them: read with one lookup (every run reads two).
+_ACQUIRE_DECISIONS = {d.value.encode(): d for d in AcquireDecision}
+_RELEASE_DECISIONS = {d.value.encode(): d for d in ReleaseDecision}
+
+
 def decode_owner(raw: Any) -> Owner | None:
     """An owner as a script answers it ('' when there is none)."""
+    if not raw:
+        return None
     text = decode_text(raw)
     return Owner.parse(text) if text else None
 
@@ -45,6 +52,8 @@ def decode_claim_owner(raw: Any) -> Owner | None:
 
 def decode_quarantined(raw: Any) -> tuple[Quarantined, ...]:
     """Decode a script's ``warnings`` string: ``kind|key|moved_to`` items, comma-separated."""
+    if not raw:
+        return ()  # nearly every reply: nothing was moved aside
     out = []
     for item in decode_text(raw).split(","):
         kind, _, rest = item.partition("|")
@@ -107,10 +116,12 @@ def decode_acquire(reply: Any) -> AcquireReply:
     Raises:
         StoreError: the reply is not one ``acquire.lua`` gives (another version's script).
     """
-    try:
-        decision = AcquireDecision(decode_text(reply[0]))
-    except ValueError:
-        raise StoreError(f"acquire.lua answered an unknown decision {reply[0]!r}") from None
+    decision = _ACQUIRE_DECISIONS.get(reply[0]) if isinstance(reply[0], bytes) else None
+    if decision is None:
+        try:
+            decision = AcquireDecision(decode_text(reply[0]))
+        except ValueError:
+            raise StoreError(f"acquire.lua answered an unknown decision {reply[0]!r}") from None
     prev = int(reply[2])
     quarantined = decode_quarantined(reply[8])
     return AcquireReply(
@@ -122,11 +133,11 @@ def decode_acquire(reply: Any) -> AcquireReply:
         abandoned_tick_s=int(reply[5]),
         abandoned_fence=int(reply[6]),
         abandoned_owner=decode_owner(reply[7]),
-        warnings=tuple(q.kind for q in quarantined),
+        warnings=tuple(q.kind for q in quarantined) if quarantined else (),
         superseded_tick_s=int(reply[9]),
         hold_ms=int(reply[10]),
         data_lost=int(reply[11]) == 1,
-        superseded_trigger_id=decode_text(reply[12]) or None,
+        superseded_trigger_id=(decode_text(reply[12]) or None) if reply[12] else None,
         replayed=int(reply[13]) == 1,
         renewed=int(reply[14]) == 1,
         quarantined=quarantined,
@@ -139,18 +150,20 @@ def decode_release(reply: Any, quarantined: tuple[Quarantined, ...]) -> ReleaseR
     Raises:
         StoreError: the reply is not one ``release.lua`` gives.
     """
-    try:
-        decision = ReleaseDecision(decode_text(reply[0]))
-    except ValueError:
-        raise StoreError(f"release.lua answered an unknown decision {reply[0]!r}") from None
+    decision = _RELEASE_DECISIONS.get(reply[0]) if isinstance(reply[0], bytes) else None
+    if decision is None:
+        try:
+            decision = ReleaseDecision(decode_text(reply[0]))
+        except ValueError:
+            raise StoreError(f"release.lua answered an unknown decision {reply[0]!r}") from None
     return ReleaseReply(
         decision=decision,
         fence=int(reply[1]),
         tick_s=int(reply[2]),
-        warnings=tuple(q.kind for q in quarantined),
+        warnings=tuple(q.kind for q in quarantined) if quarantined else (),
         hold_ms=int(reply[4]),
         quarantined=quarantined,
-        trigger_id=decode_text(reply[5]) or None,
+        trigger_id=(decode_text(reply[5]) or None) if reply[5] else None,
     )
 
 
