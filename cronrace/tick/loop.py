@@ -23,7 +23,7 @@ from cronrace.fleet.membership import Membership, late_fire_bound_s
 from cronrace.fleet.racers import Racers, Ring
 from cronrace.model.job import Job
 from cronrace.model.policies import TickPlan, plan_ticks
-from cronrace.runtime.clock import Clock
+from cronrace.runtime.clock import Clock, sleeps_in_real_time
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import SetReady
 from cronrace.runtime.retry import Retry, backoff_s
@@ -114,9 +114,9 @@ class Scheduler:
             set_ready=set_ready,
         )
         self.tick_race.watch_departures(self.membership, lambda: self._woken.set())
-        # A clock whose sleepers wake exactly when it steps (the testing FakeClock) says so
-        # with max_sleep_s; re-checking it every second would only cost its users time.
+        # A clock waking its sleepers exactly as it steps (FakeClock) says so: max_sleep_s.
         self._max_sleep_s = float(getattr(clock, "max_sleep_s", MAX_SLEEP_S))
+        self._real_time = sleeps_in_real_time(clock)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -242,7 +242,7 @@ class Scheduler:
         for first_due, name in due:
             job = planned[name]
             try:
-                plan, following[name] = self._plan(job, first_due, now)
+                plan, following[name] = plan_due(job, first_due, now, self.settings.live_grace_s)
                 if plan is not None:
                     newest[name] = plan.claim_tick_s
                 others = (
@@ -313,6 +313,10 @@ class Scheduler:
     async def _nap(self, seconds: float) -> None:
         """Sleep on the clock, but no longer than until :meth:`put_job` adds a tick."""
         self._woken = anyio.Event()
+        if self._real_time:  # a timeout, not a task sleeping beside (every wake-up naps)
+            with anyio.move_on_after(seconds):
+                await self._woken.wait()
+            return
         with anyio.CancelScope() as nap:
 
             async def wake_early() -> None:
@@ -358,9 +362,6 @@ class Scheduler:
             wake_s = tick_s if preferred else tick_s + PREFERRED_HEAD_START_S
         heapq.heappush(self._heap, (wake_s, tick_s, name))
 
-    def _plan(self, job: Job, first_due_s: int, now: float) -> tuple[TickPlan | None, int]:
-        return plan_due(job, first_due_s, now, self.settings.live_grace_s)
-
     # -- racers = k: ticks left to others, and ticks whose racers left ---------------------
 
     def _with_passed(self, job: Job, plan: TickPlan, first_due_s: int, now: float) -> Proposal:
@@ -381,7 +382,7 @@ class Scheduler:
         oldest = job.schedule.next_tick(oldest - 1)  # the first tick at or after it
         if oldest >= first_due_s:
             return alone
-        wide, _following = self._plan(job, oldest, now)
+        wide, _following = plan_due(job, oldest, now, self.settings.live_grace_s)
         if wide is None or wide.claim_tick_s != plan.claim_tick_s:
             return alone
         return Proposal(job, wide, shared_from_s=oldest)
