@@ -431,7 +431,7 @@ def floor_cells(plan: Plan, ctx: Context, display: Display) -> dict[str, Any]:
             bare = floor_cell(ctx.server.url, "floor", nodes, jobs, plan.ticks, ctx.loop)
             display.done(f"floor {nodes}x{jobs}: {json.dumps(bare)}")
             display.begin(f"floor {nodes}x{jobs}: cronrace ({repeat + 1})")
-            spec = CellSpec("cronrace", nodes, jobs, ticks=plan.ticks, procs=1)
+            spec = CellSpec("cronrace", nodes, jobs, ticks=plan.ticks, procs=1, bare=True)
             row = run_cell(spec, ctx, display.status)
             display.done(_summary(row))
             if row.get("status") != "ok":

@@ -210,3 +210,20 @@ def instrument(store: Any) -> None:
         elif name == "acquire":
             method = _timed_acquire(method)
         setattr(store, name, _phased(phase, method))
+
+
+def count_claims(store: Any) -> None:
+    """Count only wake-ups and claims (by the wake-up's tick): what the harness needs to
+    tell a cell it cannot drive, for cells measured against bare redis-py (the floor),
+    which pays for no counting connection either."""
+    method = store.claim_each
+
+    @wraps(method)
+    async def claim_each(claims: Sequence[Claim], *args: Any, **kwargs: Any) -> Any:
+        COUNTERS.wakeups += 1
+        COUNTERS.claims += len(claims)
+        if claims:
+            COUNTERS.claims_by_tick[claims[0].tick_s] += len(claims)
+        return await method(claims, *args, **kwargs)
+
+    setattr(store, "claim_each", claim_each)  # noqa: B010 (an instance attribute)

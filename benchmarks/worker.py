@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 import orjson
 
-from benchmarks.instrument import COUNTERS, instrument
+from benchmarks.instrument import COUNTERS, count_claims, instrument
 from cronrace import Agent, RunContext
 from cronrace.settings import AgentSettings
 
@@ -72,7 +72,10 @@ def build_agent(config: dict[str, Any], node_index: int) -> Agent:
             name=job_name(job_index),
             catchup=config.get("catchup", "latest"),
         )
-    instrument(agent.store)
+    if config.get("bare"):
+        count_claims(agent.store)  # the floor's cells: no counting connection
+    else:
+        instrument(agent.store)
     return agent
 
 
@@ -227,7 +230,8 @@ class Worker:
 
     async def main(self) -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self.watch_stalls)
+            if not self.config.get("bare"):  # 100 wake-ups a second: not in the floor's cells
+                tg.start_soon(self.watch_stalls)
             spread_s = float(self.config.get("start_spread_s", 0.0))
             for index, agent in enumerate(self.agents):
                 if spread_s:  # nodes joining one by one over spread_s
@@ -270,7 +274,11 @@ class Worker:
             "final": COUNTERS.snapshot(),
             "loop": self.config.get("loop", "asyncio"),
             "churned": self.churned,
-            "loop_stall_ms": {k: round(v, 1) for k, v in self.stall_ms.items()},
+            **(
+                {}
+                if self.config.get("bare")
+                else {"loop_stall_ms": {k: round(v, 1) for k, v in self.stall_ms.items()}}
+            ),
             "rss_base_mb": self.rss_base_mb,
             "rss_end_mb": self.marks.get("end", {}).get("rss_mb", rss_mb()),
         }
