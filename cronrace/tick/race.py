@@ -107,8 +107,14 @@ class TickRace:
         Returns:
             The jobs whose claims got no answer: nothing was decided for them.
         """
+        skew_s = self.settings.skew_tolerance_s  # claim_ttl_ms, without a call per claim
         claims = [
-            Claim(p.job.name, p.plan.claim_tick_s, self.claim_ttl_ms(p.job), p.trigger_id)
+            Claim(
+                p.job.name,
+                p.plan.claim_tick_s,
+                int((p.job.catchup_window_s + skew_s + 1) * 1000),
+                p.trigger_id,
+            )
             for p in proposals
         ]
         wakeup = WakeUp(proposals, claims)
@@ -149,12 +155,21 @@ class TickRace:
 
     async def _race(self, wakeup: WakeUp, runs: TaskGroup, span: Any) -> set[str]:
         replies = await self._claim(wakeup.claims)
-        by_outcome: dict[ClaimOutcome, list[tuple[Proposal, ClaimReply]]] = {}
+        winners: list[Proposal] = []
+        short: list[tuple[Proposal, ClaimReply]] = []
+        lost: list[tuple[Proposal, ClaimReply]] = []
+        unknown: set[str] = set()
+        won, lost_outcome = ClaimOutcome.WON, ClaimOutcome.LOST  # compared, not hashed
         for p, reply in zip(wakeup.plans, replies, strict=True):
-            by_outcome.setdefault(reply.outcome, []).append((p, reply))
-        winners = [p for p, _reply in by_outcome.get(ClaimOutcome.WON, [])]
-        short = by_outcome.get(ClaimOutcome.NOT_REPLICATED, [])
-        lost = by_outcome.get(ClaimOutcome.LOST, [])
+            outcome = reply.outcome
+            if outcome is won:
+                winners.append(p)
+            elif outcome is lost_outcome:
+                lost.append((p, reply))
+            elif outcome is ClaimOutcome.NOT_REPLICATED:
+                short.append((p, reply))
+            else:
+                unknown.add(p.job.name)
         wakeup.winners = winners
         now = self.clock.time()
         for p, _reply in lost:
@@ -169,7 +184,7 @@ class TickRace:
             await self._releases_first(winners)
             await self._decide(wakeup, runs)
         wakeup.decided = True
-        return {p.job.name for p, _reply in by_outcome.get(ClaimOutcome.UNKNOWN, [])}
+        return unknown
 
     def watch_departures(self, membership: Membership, wake: Callable[[], None]) -> None:
         """Look for claims to take over whenever members go silent (then ``wake`` the loop)."""
@@ -246,7 +261,7 @@ class TickRace:
             replies = await self.store.claim_each(
                 claims,
                 self.owner,
-                read_back=not self._ambiguous.isdisjoint(keys),
+                read_back=bool(self._ambiguous) and not self._ambiguous.isdisjoint(keys),
                 wait_replicas=self.settings.claim_replicas,
                 wait_ms=self.settings.claim_replicas_timeout_ms,
             )
@@ -261,10 +276,11 @@ class TickRace:
             for key, reply in zip(keys, replies, strict=True)
             if reply.outcome is ClaimOutcome.UNKNOWN
         }
-        oldest_s = int(self.clock.time()) - 3600
-        self._ambiguous = {
-            key for key in (self._ambiguous - set(keys)) | unknown if key[1] >= oldest_s
-        }
+        if self._ambiguous or unknown:  # nearly always neither: no set of every claim
+            oldest_s = int(self.clock.time()) - 3600
+            self._ambiguous = {
+                key for key in (self._ambiguous - set(keys)) | unknown if key[1] >= oldest_s
+            }
         if unknown:
             self.observer.redis_error("claim")
         if len(unknown) < len(keys):

@@ -17,6 +17,16 @@ from typing import Any, cast
 from redis.exceptions import RedisClusterException, RedisError
 
 from cronrace.errors import RedisAccessError, RedisUnavailableError, StoreError
+from cronrace.stores.redis.claimreplies import (
+    CLAIM_MOVING_ROUNDS,
+    LOST,
+    WON,
+    add_again,
+    failed_items,
+    first_error,
+    slot_moving,
+    won_or_raise,
+)
 from cronrace.stores.redis.errors import Passage, passage, translate, translating
 from cronrace.stores.redis.garbage import is_wrong_type, report_quarantined
 from cronrace.stores.redis.keys import fence_key
@@ -37,7 +47,6 @@ from cronrace.stores.values import (
     Claim,
     ClaimOutcome,
     ClaimReply,
-    NotReplicatedError,
     Owner,
 )
 
@@ -90,7 +99,11 @@ class Store(TakeoverCommands, MemberCommands):
         Raises:
             RedisUnavailableError: no shard answered; every claim is ambiguous.
         """
-        keys = [self._claim_key(claim) for claim in claims]
+        spell, spell_trigger = self.keys.claim, self.keys.trigger_claim
+        keys = [
+            spell(c.job, c.tick_s) if c.trigger_id is None else spell_trigger(c.job, c.trigger_id)
+            for c in claims
+        ]
         value = str(owner)
         # Until this node has seen a fence of a job, each of its claims reads the job's
         # counter too: a claim lost to a winner whose acquire has not reached Redis yet
@@ -100,7 +113,8 @@ class Store(TakeoverCommands, MemberCommands):
         # be gone at the next claim although its TTL has not run out, Redis lost the job's
         # data, which is evidence enough (a node that lost only a job's first tick and
         # then meets a wipe must hold, or its run overlaps the winner's).
-        probes = [self.known_fence(claim.job) == 0 for claim in claims]
+        seen = self._fences_seen  # known_fence, without a call per claim
+        probes = [not seen.get(claim.job) for claim in claims]
         sent_at = time.monotonic()
         witnesses = [
             self._witness_of(claim.job, sent_at) if probe else None
@@ -109,7 +123,8 @@ class Store(TakeoverCommands, MemberCommands):
         claim_replies = 2 if read_back else 1
 
         def add(pipe: Any, index: int) -> None:
-            pipe.set(keys[index], value, nx=True, px=claims[index].ttl_ms)
+            # pipe.set(key, value, nx=True, px=ttl), without its argument checks per claim.
+            pipe.execute_command("SET", keys[index], value, "PX", claims[index].ttl_ms, "NX")
             if read_back:
                 pipe.get(keys[index])
             if probes[index]:
@@ -129,7 +144,14 @@ class Store(TakeoverCommands, MemberCommands):
                 # the job's next acquire moves it aside.
                 probed = self._probed(claim.job, answers[claim_replies:])
                 answers = answers[:claim_replies]
-            failed = next((a for a in _as_list(answers) if isinstance(a, BaseException)), None)
+            failed: BaseException | None = None
+            if isinstance(answers, list):
+                for answer in answers:
+                    if isinstance(answer, BaseException):
+                        failed = answer
+                        break
+            else:
+                failed = answers
             if failed is not None:
                 errors.append(failed)
                 out.append(ClaimReply(ClaimOutcome.UNKNOWN))
@@ -144,11 +166,11 @@ class Store(TakeoverCommands, MemberCommands):
                         keys[len(out)],
                         sent_at + claim.ttl_ms / 1000 - WITNESS_MARGIN_S,
                     )
-                out.append(ClaimReply(ClaimOutcome.LOST, reply.acked))
+                out.append(ClaimReply(ClaimOutcome.LOST, reply.acked) if reply.acked else LOST)
             elif wait_replicas > 0 and reply.acked < wait_replicas:
                 out.append(ClaimReply(ClaimOutcome.NOT_REPLICATED, reply.acked))
             else:
-                out.append(ClaimReply(ClaimOutcome.WON, reply.acked))
+                out.append(ClaimReply(ClaimOutcome.WON, reply.acked) if reply.acked else WON)
         if errors and len(errors) == len(out):
             if isinstance(errors[0], RedisAccessError):
                 raise errors[0]  # refused, not unavailable: the access watch has it
@@ -180,7 +202,7 @@ class Store(TakeoverCommands, MemberCommands):
             self.client, keys, add, wait_replicas=wait_replicas, wait_ms=wait_ms
         )
         for _round in range(CLAIM_MOVING_ROUNDS):
-            moving = [i for i, reply in enumerate(replies) if _moving(reply)]
+            moving = [i for i in failed_items(replies) if slot_moving(replies[i])]
             if not moving:
                 break
             log.info(
@@ -188,13 +210,13 @@ class Store(TakeoverCommands, MemberCommands):
                 extra={
                     "claims": len(moving),
                     "key": keys[moving[0]],
-                    "error": str(_first_error(replies[moving[0]])),
+                    "error": str(first_error(replies[moving[0]])),
                 },
             )
             again = await per_shard(
                 self.client,
                 [keys[i] for i in moving],
-                functools.partial(_add_again, add, moving),
+                functools.partial(add_again, add, moving),
                 wait_replicas=wait_replicas,
                 wait_ms=wait_ms,
             )
@@ -244,7 +266,7 @@ class Store(TakeoverCommands, MemberCommands):
             NotReplicatedError: claims were won but fewer replicas confirmed them.
         """
         replies = await self.claim_each(claims, owner, wait_replicas=wait_replicas, wait_ms=wait_ms)
-        return _won(replies)
+        return won_or_raise(replies)
 
     async def resolve_claims(
         self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
@@ -253,7 +275,7 @@ class Store(TakeoverCommands, MemberCommands):
         replies = await self.claim_each(
             claims, owner, read_back=True, wait_replicas=wait_replicas, wait_ms=wait_ms
         )
-        return _won(replies)
+        return won_or_raise(replies)
 
     async def read_claims(self, claims: Sequence[Claim], owner: Owner) -> list[bool]:
         """Read claim keys back without claiming: True where one holds ``owner`` (ours)."""
@@ -418,38 +440,3 @@ class Store(TakeoverCommands, MemberCommands):
             return bool(await self.client.ping())
         except (RedisError, RedisClusterException, OSError, StoreError):
             return False
-
-
-#: How many more times a wake-up's claims met by a moving slot are sent (at once).
-CLAIM_MOVING_ROUNDS = 2
-
-
-def _add_again(
-    add: Callable[[Any, int], object], indexes: list[int], pipe: Any, index: int
-) -> None:
-    add(pipe, indexes[index])
-
-
-def _first_error(reply: ShardReply) -> BaseException | None:
-    return next((a for a in _as_list(reply.replies) if isinstance(a, BaseException)), None)
-
-
-def _moving(reply: ShardReply) -> bool:
-    """Whether a claim's commands were refused, before they ran, by a moving slot."""
-    failed = _first_error(reply)
-    return failed is not None and passage(failed, in_reply=True) is Passage.MOVING
-
-
-def _as_list(answers: list[Any] | BaseException) -> list[Any]:
-    return [answers] if isinstance(answers, BaseException) else answers
-
-
-def _won(replies: Sequence[ClaimReply]) -> list[bool]:
-    """The all-or-nothing view of :meth:`Store.claim_each` that ``claim`` has always had."""
-    if any(reply.outcome is ClaimOutcome.UNKNOWN for reply in replies):
-        raise RedisUnavailableError("claim failed: some shard did not answer")
-    short = [reply for reply in replies if reply.outcome is ClaimOutcome.NOT_REPLICATED]
-    if short:
-        won = [reply.outcome is not ClaimOutcome.LOST for reply in replies]
-        raise NotReplicatedError(won, min(reply.acked for reply in short))
-    return [reply.outcome is ClaimOutcome.WON for reply in replies]
