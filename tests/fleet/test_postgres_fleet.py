@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
-from cronrace import Agent, RunContext
+from cronrace import Agent, AgentSettings, OperatorClient, RunContext
 from cronrace.errors import RedisPermissionError
 from cronrace.model.policies import Outcome
 from cronrace.stores.postgres import PostgresStore
@@ -151,3 +154,47 @@ async def test_a_fleet_behind_pgbouncer_in_transaction_mode_fires_each_tick_once
     fences = [run.fence for run in sorted(recorder.runs, key=lambda run: run.tick_s)]
     assert fences == sorted(set(fences))
     assert {r.tick_s for r in history_ if r.outcome is Outcome.OK} <= set(ticks)
+
+
+# -- LISTEN/NOTIFY: triggers and notices wake the nodes -----------------------------------
+
+
+async def trigger_latency_s(url: str, namespace: str) -> tuple[float, Agent]:
+    """Run one agent (2 s heartbeat) on ``url``; trigger its job from an operator; return
+    how long the trigger took to start the handler, and the agent (stopped)."""
+    started: list[float] = []
+    agent = Agent(
+        settings=AgentSettings(
+            store_url=url, namespace=namespace, node_id="listener", heartbeat_s=2.0,
+            shutdown_grace_s=1.0,
+        )
+    )  # fmt: skip
+    agent.add_job(lambda ctx: started.append(time.monotonic()), "@yearly", name="on-demand")
+    operator = OperatorClient(AgentSettings(store_url=url, namespace=namespace, node_id="op"))
+    try:
+        async with running(agent):
+            await wait_for(lambda: agent.ready, timeout_s=10, what="the agent ready")
+            await anyio.sleep(1.5)  # the listener connected and proved itself
+            sent = time.monotonic()
+            await operator.trigger("on-demand")
+            await wait_for(lambda: bool(started), timeout_s=10, what="the trigger's run")
+    finally:
+        await operator.aclose()
+    return started[0] - sent, agent
+
+
+async def test_a_trigger_reaches_a_node_by_notify_in_well_under_a_heartbeat(
+    postgres_server: PostgresServer, namespace: str
+) -> None:
+    # poll_ms = 5 s: polling alone would take up to 5 s; the notification wakes the node.
+    took_s, _ = await trigger_latency_s(f"{postgres_server.url}?poll_ms=5000", namespace)
+    assert took_s < 0.5, f"the trigger took {took_s:.2f}s (heartbeat 2 s)"
+
+
+async def test_behind_pgbouncer_notify_is_given_up_and_a_trigger_arrives_within_a_heartbeat(
+    pgbouncer: PgBouncer, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cronrace")
+    took_s, _ = await trigger_latency_s(pgbouncer.url, namespace)
+    assert took_s < 2.0, f"the trigger took {took_s:.2f}s (heartbeat 2 s)"
+    assert any("LISTEN does not reach" in r.getMessage() for r in caplog.records)

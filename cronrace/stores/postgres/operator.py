@@ -19,6 +19,7 @@ from cronrace.model.records import NodeInfo, RunRecord
 from cronrace.stores.contract import FleetStore, Refusals, ScheduleStore
 from cronrace.stores.postgres.database import Database
 from cronrace.stores.postgres.errors import translating
+from cronrace.stores.postgres.listen import Listener
 from cronrace.stores.postgres.replies import decode_job_state, decode_records
 from cronrace.stores.postgres.tables import FleetTable, ScheduleTable
 from cronrace.stores.values import JobState
@@ -47,6 +48,8 @@ class OperatorSide:
         # job -> (the tick of a claim this node lost while the job had no counter yet, the
         # monotonic instant until which that claim must exist): see PostgresStore.claim_each.
         self._lost_unseen: dict[str, tuple[int, float]] = {}
+        #: Wakes read_control at a NOTIFY of a new notice, where LISTEN works (listen.py).
+        self.listener = Listener(db, namespace)
 
     # -- what this node has seen of each job's fences -----------------------------------
 
@@ -142,10 +145,11 @@ class OperatorSide:
     async def read_control(
         self, after_id: str, *, block_ms: int
     ) -> list[tuple[str, dict[str, str]]]:
-        """Control notices newer than ``after_id``, polling up to ``block_ms`` for one.
+        """Control notices newer than ``after_id``, waiting up to ``block_ms`` for one.
 
-        The table is polled every ``poll_ms`` (the URL's option); no connection is held
-        while waiting, so a transaction-mode pooler serves the poll as any statement.
+        Where ``LISTEN`` works, the table is read again at a notification of a new notice
+        (or at the end of the wait); elsewhere (a transaction-mode pooler) it is polled
+        every ``poll_ms`` (the URL's option), on pooled connections (listen.py).
         """
         after = _position_id(after_id)
         deadline = anyio.current_time() + block_ms / 1000
@@ -155,9 +159,7 @@ class OperatorSide:
             )
             if rows or anyio.current_time() >= deadline:
                 break
-            await anyio.sleep(
-                min(self.db.target.poll_ms / 1000, max(0.0, deadline - anyio.current_time()))
-            )
+            await self.listener.wait(max(0.0, deadline - anyio.current_time()))
         out: list[tuple[str, dict[str, str]]] = []
         for entry_id, posted_ms, fields in rows:
             data = fields if isinstance(fields, dict) else {}

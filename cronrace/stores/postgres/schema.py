@@ -34,6 +34,7 @@ FUNCTION_DIGESTS = {
     4: "01a4721fa09aba7c",
     5: "252430b6fa0de23a",
     6: "54f2dda3f21d90f0",
+    7: "d5037751b556ca97",
 }
 
 

@@ -83,7 +83,8 @@ class PostgresStore(RunSide, Store):
         return True
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pool and the control listener's connection."""
+        await self.listener.aclose()
         await self.db.aclose()
 
     # -- the race ------------------------------------------------------------------------

@@ -8,7 +8,10 @@
 - ``schema``: the schema holding cronrace's tables (default ``cronrace``), a plain
   lower-case identifier so that it is never quoted wrongly;
 - ``poll_ms``: how often a node looks for control notices (manual triggers, stored
-  schedule changes) between heartbeats; default 500.
+  schedule changes) where ``LISTEN`` does not reach it (behind a transaction-mode
+  pooler); default 500;
+- ``listen``: ``on`` (default: ``LISTEN`` for notices where it is proved to work,
+  stores/postgres/listen.py) or ``off`` (always poll).
 
 Messages never contain a password: :func:`redact` replaces it.
 """
@@ -23,7 +26,7 @@ SCHEMES = ("postgresql", "postgres")
 DEFAULT_SCHEMA = "cronrace"
 DEFAULT_POLL_MS = 500
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_OWN_OPTIONS = ("schema", "poll_ms")
+_OWN_OPTIONS = ("schema", "poll_ms", "listen")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +36,8 @@ class PostgresTarget:
     Attributes:
         conninfo: the URL as libpq takes it (cronrace's own options removed).
         schema: the schema of cronrace's tables.
-        poll_ms: how often control notices are looked for.
+        poll_ms: how often control notices are looked for where LISTEN does not work.
+        listen: whether to LISTEN for notices (where it is proved to work).
         redacted: the URL without its password, for messages.
     """
 
@@ -41,6 +45,7 @@ class PostgresTarget:
     schema: str
     poll_ms: int
     redacted: str
+    listen: bool = True
 
 
 def is_postgres_url(url: str) -> bool:
@@ -79,10 +84,13 @@ def parse_postgres_url(url: str, schema: str | None = None) -> PostgresTarget:
     poll_raw = own.get("poll_ms", str(DEFAULT_POLL_MS))
     if not poll_raw.isdigit() or not 10 <= int(poll_raw) <= 60_000:
         raise ValueError(f"poll_ms={poll_raw!r} in {redact(url)!r}: a number from 10 to 60000")
+    listen_raw = own.get("listen", "on").lower()
+    if listen_raw not in ("on", "off"):
+        raise ValueError(f"listen={listen_raw!r} in {redact(url)!r}: on or off")
     conninfo = urlunsplit(
         (parts.scheme, parts.netloc, parts.path, urlencode(rest, quote_via=quote), "")
     )
-    return PostgresTarget(conninfo, chosen, int(poll_raw), redact(url))
+    return PostgresTarget(conninfo, chosen, int(poll_raw), redact(url), listen_raw == "on")
 
 
 def redact(url: str) -> str:

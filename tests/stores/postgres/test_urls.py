@@ -23,6 +23,13 @@ def test_libpq_options_pass_through_and_cronrace_options_are_taken_out() -> None
     assert "secret" not in target.redacted
 
 
+def test_listen_is_on_unless_the_url_turns_it_off() -> None:
+    assert parse_postgres_url("postgresql://db/app").listen is True
+    target = parse_postgres_url("postgresql://db/app?listen=off")
+    assert target.listen is False
+    assert "listen" not in target.conninfo
+
+
 def test_a_schema_setting_applies_when_the_url_names_none() -> None:
     assert parse_postgres_url("postgres://db/app", "other").schema == "other"
     assert parse_postgres_url("postgres://db/app?schema=mine", "other").schema == "mine"
@@ -36,10 +43,11 @@ def test_a_schema_setting_applies_when_the_url_names_none() -> None:
         "postgresql://u:pw@db/app?schema=1abc",
         "postgresql://u:pw@db/app?poll_ms=0",
         "postgresql://u:pw@db/app?poll_ms=soon",
+        "postgresql://u:pw@db/app?listen=maybe",
     ],
 )
 def test_a_bad_cronrace_option_is_one_line_without_the_password(url: str) -> None:
-    with pytest.raises(ValueError, match=r"schema|poll_ms") as caught:
+    with pytest.raises(ValueError, match=r"schema|poll_ms|listen") as caught:
         check_store_url(url)
     assert "pw@" not in str(caught.value)
 

@@ -6,6 +6,8 @@
 --   transaction-level advisory lock per namespace (no session state: safe behind a
 --   transaction-mode pooler), so ids commit in the order they were taken and a reader
 --   reading "after id N" never skips one that commits later. The newest 1,000 are kept.
+--   Notifies channel cronrace_control with the namespace (delivered at commit): a node
+--   LISTENing reads the table at once (stores/postgres/listen.py).
 --
 -- schedules_write(p_ns, p_ops, p_names, p_definitions) -> jsonb {status, detail, first, last}
 --   Apply a batch of changes all or nothing and count each: p_ops[i] is add (the name must
@@ -28,6 +30,7 @@ BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('cronrace.control:' || p_ns, 0));
   INSERT INTO @schema@.control (ns, posted_ms, fields) VALUES (p_ns, v_ms, p_fields)
   RETURNING id INTO v_id;
+  PERFORM pg_notify('cronrace_control', p_ns);
   IF v_id % 100 = 0 THEN
     DELETE FROM @schema@.control WHERE ns = p_ns AND id <= (
       SELECT id FROM @schema@.control WHERE ns = p_ns ORDER BY id DESC OFFSET 1000 LIMIT 1);

@@ -1,0 +1,7 @@
+-- 0007_notify.sql: version 7 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): post_control() notifies channel
+-- cronrace_control with the namespace, so that nodes LISTENing read a new notice at once.
