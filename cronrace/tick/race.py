@@ -200,12 +200,18 @@ class TickRace:
 
         The ticks taken are added to ``orphans``, which the loop races for at once: each
         is claimed again and read back (as a claim whose reply was lost is) and decided.
-        Returns at once unless members departed since the last look.
+        Ticks already in ``orphans`` (their racers all left) are looked at too: a racer
+        that won one and died holds its claim. Returns at once unless members departed
+        since the last look, or orphans wait while members departed lately.
         """
-        if not self.takeovers.due(self.clock.monotonic()):
+        if not self.takeovers.due(self.clock.monotonic(), orphans):
             return
         taken = await self.takeovers.take(
-            self.store, self.owner, now=self.clock.time(), now_mono=self.clock.monotonic()
+            self.store,
+            self.owner,
+            now=self.clock.time(),
+            now_mono=self.clock.monotonic(),
+            orphans=orphans,
         )
         for job, ticks in taken.items():
             self._ambiguous |= {(job, t, None) for t in ticks}

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 
 from cronrace.errors import StoreError
 from cronrace.stores.contract import Store
@@ -39,12 +39,12 @@ RETRY_AFTER_S = 1.0
 
 
 class Takeovers:
-    """The claims this node lost lately, and the members seen departing since it looked.
+    """The claims this node lost lately, and the members seen departing lately.
 
     Args:
         node_id: this node.
-        keep_s: how long a lost claim is remembered: long enough for its winner's silence
-            to be seen (the late-fire bound and a heartbeat).
+        keep_s: how long a lost claim, and a departed member, is remembered: long enough
+            for a winner's silence to be seen (the late-fire bound and a heartbeat).
     """
 
     def __init__(self, node_id: str, keep_s: float) -> None:
@@ -52,7 +52,10 @@ class Takeovers:
         self.keep_s = keep_s
         #: (tick, job) of every claim lost, oldest first.
         self._lost: deque[tuple[int, str]] = deque()
+        #: Members seen departing since the last look.
         self._departed: set[str] = set()
+        #: Members that departed lately, and when this node first looked for their claims.
+        self._recent: dict[str, float] = {}
         self._retry_at = float("-inf")
         #: Total claims taken over by this node (for tests and the status line).
         self.taken = 0
@@ -68,26 +71,45 @@ class Takeovers:
         """Members seen departing (the membership's hook): their claims are looked at."""
         self._departed.update(node for node in nodes if node != self.node_id)
 
-    def due(self, now_mono: float) -> bool:
-        """Whether members departed since the last look, and it is time to look."""
-        return bool(self._departed) and now_mono >= self._retry_at
+    def due(self, now_mono: float, orphans: Mapping[str, Sequence[int]] | None = None) -> bool:
+        """Whether to look now: members departed since the last look, or ticks whose racers
+        all left (``orphans``, racers = k) are about to be raced while departed members may
+        hold their claims."""
+        wanted = bool(self._departed) or bool(orphans and self._recent)
+        return wanted and now_mono >= self._retry_at
 
     async def take(
-        self, store: Store, owner: Owner, *, now: float, now_mono: float
+        self,
+        store: Store,
+        owner: Owner,
+        *,
+        now: float,
+        now_mono: float,
+        orphans: Mapping[str, Sequence[int]] | None = None,
     ) -> dict[str, list[int]]:
-        """Take over the departed members' undecided claims among those this node lost.
+        """Take over the undecided claims departed members hold among those this node lost,
+        and among ``orphans``: ticks whose racers all left, which this node is about to race
+        (with ``racers = k`` a racer that won such a tick and died before deciding it holds
+        its claim; nobody else lost it).
 
         Returns:
             The ticks taken over, per job (oldest first): the caller races for them.
         """
         departed, self._departed = self._departed, set()
+        for node in departed:
+            self._recent.setdefault(node, now)
         oldest_s = now - self.keep_s
-        pairs = sorted({(t, job) for t, job in self._lost if t >= oldest_s})
+        self._recent = {node: at for node, at in self._recent.items() if at >= oldest_s}
+        if not self._recent:
+            return {}
+        pairs = {(t, job) for t, job in self._lost if t >= oldest_s} if departed else set()
+        pairs |= {(t, job) for job, ticks in (orphans or {}).items() for t in ticks}
         if not pairs:
             return {}
-        claims = [Claim(job, tick_s, 0) for tick_s, job in pairs]
+        ordered = sorted(pairs)
+        claims = [Claim(job, tick_s, 0) for tick_s, job in ordered]
         try:
-            holders = await store.take_over(claims, departed, owner)
+            holders = await store.take_over(claims, set(self._recent), owner)
         except StoreError as exc:
             self._departed |= departed
             self._retry_at = now_mono + RETRY_AFTER_S
@@ -97,7 +119,7 @@ class Takeovers:
             )
             return {}
         taken: dict[str, list[int]] = {}
-        for (tick_s, job), holder in zip(pairs, holders, strict=True):
+        for (tick_s, job), holder in zip(ordered, holders, strict=True):
             if holder is None:
                 continue
             taken.setdefault(job, []).append(tick_s)

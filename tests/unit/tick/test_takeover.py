@@ -88,3 +88,21 @@ async def test_a_store_that_does_not_answer_is_asked_again_later(store: DownStor
     assert takeovers.due(10 + RETRY_AFTER_S)
     store.down = False
     assert await takeovers.take(store, B, now=NOW, now_mono=12) == {"j": [999]}
+
+
+async def test_an_orphaned_tick_held_by_a_departed_racer_is_taken_over(store: DownStore) -> None:
+    """racers = k: every racer of tick 999 left, a having won it and died undecided. This
+    node lost no claim of it (it did not race it); it is about to race it as an orphan,
+    and must take a's claim over first, or lose the race to a dead winner."""
+    await won_by_a(store, 999)
+    takeovers = Takeovers("b", keep_s=5)
+    takeovers.departed({"a"})
+    assert await takeovers.take(store, B, now=NOW, now_mono=0) == {}  # nothing lost here
+    orphans = {"j": [998, 999]}
+    assert takeovers.due(0, orphans)
+    taken = await takeovers.take(store, B, now=NOW + 1, now_mono=1, orphans=orphans)
+    assert taken == {"j": [999]}  # 998: nobody holds its claim; raced as it is
+    assert not takeovers.due(2, {})
+    # A departure is looked back on for keep_s only.
+    assert await takeovers.take(store, B, now=NOW + 6, now_mono=6, orphans=orphans) == {}
+    assert not takeovers.due(7, orphans)
