@@ -99,6 +99,7 @@ async def acquire_retrying(
         now_s = clock.time()
         sent_now = todo
         todo = [index for index in retry if now_s < give_up_at_s[index]]
+        gave_up = sorted(set(retry) - set(todo))
         busy = [i for i in todo if isinstance(answers[i][0], JobBusyError)]
         if hand_off is not None and busy:
             log.warning(
@@ -113,7 +114,7 @@ async def acquire_retrying(
             sent_now = [index for index in sent_now if index not in busy]
         if settle is not None:
             settle([index for index in sent_now if index not in todo], answers)
-        for index in sorted(set(retry) - set(todo)):
+        for index in gave_up:  # not those handed off: they are retried apart
             log.error(
                 "acquire kept failing until the tick left its catch-up window; it will not run",
                 extra={
