@@ -197,8 +197,11 @@ class Lifecycle:
             observer=self.agent.observer,
             outbox=outbox,
             hold_s=self.agent.hold_s,
+            hold_released=self.agent.heartbeat.hold_released,
             sync_threads=self.agent.settings.sync_handler_threads,
         )
+        # After a wipe the heartbeat re-asserts the leases of this node's runs.
+        self.agent.heartbeat.reassert = self.runner.renewals.reassert
         return self.runner
 
     def _start_scheduler(self, store: Store, runner: Runner, outbox: Outbox) -> Scheduler:

@@ -10,8 +10,13 @@ Every ``heartbeat_s`` a node, in one round trip (``Store.heartbeat``):
   :attr:`Heartbeat.membership` (:class:`~cronrace.fleet.membership.Membership`): the node's one
   view of who is alive, which k-of-N racers rank (DESIGN.md section 12);
 - reads the namespace's epoch, written once by the first node: a different epoch means
-  Redis lost its data, so new runs wait one ``lease_ttl`` (runs started before the wipe
-  may still be alive) and the jobs are published again.
+  Redis lost its data, so new runs wait (runs started before the wipe may still be alive)
+  and the jobs are published again. The node re-asserts the leases of the runs it holds
+  at once (each one Redis lost is written back) and then says so, publishing the epoch it
+  did it for; every beat reads each member's word. New runs wait until every node that
+  may hold a run has said so (the live members, and every node seen within the longest
+  ``lease_ttl``: a silent one may still run a handler), or one ``lease_ttl`` has passed:
+  a wipe then costs a heartbeat or two, not a lease.
 
 A beat that fails makes the node not ready and is retried on the project's backoff; a
 refusal (ACL, password) is retried slowly, as the operator may fix it meanwhile. A node
@@ -101,6 +106,17 @@ class Heartbeat:
         self._rejoin_after_ms = int(REJOIN_AFTER_PERIODS * heartbeat_s * 1000)
         #: Reads of changes that did not add up (or met a gap) and were read again in full.
         self.full_reads_forced = 0
+        #: The epoch this node re-asserted its runs' leases for ('' before the first beat).
+        self.asserted_epoch = ""
+        #: Re-asserts the leases of the runs this node holds; whether all were answered.
+        self.reassert: Callable[[], Awaitable[bool]] | None = None
+        #: Every member seen, with its last heartbeat (epoch ms), for the longest lease_ttl.
+        self._seen_ms: dict[str, int] = {}
+        #: The wipe being waited out: when this node saw it, and when every node had
+        #: re-asserted its runs' leases (None while some have not).
+        self._wipe_seen_mono: float | None = None
+        self._wipe_seen_beat = 0
+        self._released_mono: float | None = None
 
     @property
     def ttl_ms(self) -> int:
@@ -109,9 +125,26 @@ class Heartbeat:
 
     def hold_s(self) -> float:
         """Seconds new runs must still wait after Redis was found to have lost its data."""
-        if not self._hold_until_mono:  # the common case: never held (asked by every run)
+        # The common case first: never held (asked by every run); then a wait that ended
+        # early, once every node had re-asserted its leases.
+        if not self._hold_until_mono or self._released_mono is not None:
             return 0.0
         return max(0.0, self._hold_until_mono - self.clock.monotonic())
+
+    @property
+    def _longest_lease_s(self) -> float:
+        return max((job.lease_ttl_s for job in self._jobs.values()), default=0.0)
+
+    def hold_released(self, granted_mono: float) -> bool:
+        """Whether a run granted at ``granted_mono`` and held after a wipe may start now.
+
+        True once every node that may hold a run re-asserted its leases after the wipe
+        this node saw, for grants made within the longest lease_ttl of it (the hold a later
+        loss of one job's data starts is waited out whole: no node re-asserts for it).
+        """
+        if self._wipe_seen_mono is None or self._released_mono is None:
+            return False
+        return abs(granted_mono - self._wipe_seen_mono) <= self._longest_lease_s
 
     async def beat(self, store: Store) -> None:
         """Beat once: sample the server clock, refresh this node, read epoch and members.
@@ -136,6 +169,8 @@ class Heartbeat:
             since=None if full else self._cursor,
             joined=late,
             live_after_ms=self.membership.live_after_ms(now_ms, self.ttl_ms),
+            asserted_epoch=self.asserted_epoch,
+            read_asserted=self._waiting_out_wipe,
         )
         self._beats += 1
         rtt = base.monotonic() - sent_mono
@@ -145,8 +180,12 @@ class Heartbeat:
             )
         now_ms = int(self.clock.time() * 1000)
         wiped = self.epoch is not None and reply.epoch != self.epoch
-        if not reply.full and (reply.gap or wiped or not self._take_changes(reply, now_ms)):
-            self.full_reads_forced += 1
+        if wiped:
+            # This node's word that it re-asserted its leases goes out with the full read
+            # just below: the wait for every node's word starts a beat sooner.
+            await self._after_wipe(store, self.epoch, reply.epoch)
+        if wiped or (not reply.full and (reply.gap or not self._take_changes(reply, now_ms))):
+            self.full_reads_forced += not reply.full
             reply = await store.heartbeat(
                 self.node_id,
                 now_ms=now_ms,
@@ -154,15 +193,25 @@ class Heartbeat:
                 epoch_candidate=secrets.token_hex(8),
                 prune=False,
                 joined=False,
+                asserted_epoch=self.asserted_epoch,
+                read_asserted=self._waiting_out_wipe,
             )
         if reply.full:
             self.membership.update(reply.members, now_ms=now_ms, ttl_ms=self.ttl_ms)
         self._cursor = reply.cursor or None
         self._last_ok_ms = sent_ms  # the expiry others read is from this estimate
         self.observer.membership(len(self.membership.ring.members))
-        if self.epoch is not None and reply.epoch != self.epoch:
-            await self._after_wipe(store, reply.epoch)
+        if self.epoch is None:
+            self.asserted_epoch = reply.epoch  # a new node holds no run from before it
+        elif (
+            not wiped
+            and self.asserted_epoch != reply.epoch
+            and self.reassert is not None
+            and await self.reassert()  # it failed at the wipe's beat: said at the next
+        ):
+            self.asserted_epoch = reply.epoch
         self.epoch = reply.epoch
+        self._note_asserted(reply.asserted, now_ms)
         self.readiness.set_reachable(True)
 
     def _take_changes(self, reply: HeartbeatReply, now_ms: int) -> bool:
@@ -175,15 +224,54 @@ class Heartbeat:
             ttl_ms=self.ttl_ms,
         )
 
-    async def _after_wipe(self, store: Store, epoch: str) -> None:
-        hold = max((job.lease_ttl_s for job in self._jobs.values()), default=0.0)
+    @property
+    def _waiting_out_wipe(self) -> bool:
+        """Whether new runs wait for nodes to re-assert their leases (each beat reads them)."""
+        return self._wipe_seen_mono is not None and self._released_mono is None
+
+    async def _after_wipe(self, store: Store, old_epoch: str | None, epoch: str) -> None:
+        """Hold new runs, publish the jobs again, re-assert the leases of this node's runs."""
+        hold = self._longest_lease_s
         self._hold_until_mono = self.clock.monotonic() + hold
+        self._wipe_seen_mono, self._released_mono = self.clock.monotonic(), None
+        self._wipe_seen_beat = self._beats
         log.critical(
             "Redis lost its data (epoch changed): fences were re-seeded from the server "
-            "clock; new runs wait one lease_ttl because runs started before may be alive",
-            extra={"node": self.node_id, "old_epoch": self.epoch, "epoch": epoch, "hold_s": hold},
+            "clock; new runs wait until every node re-asserted the leases of its runs (at "
+            "most one lease_ttl), because runs started before may be alive",
+            extra={"node": self.node_id, "old_epoch": old_epoch, "epoch": epoch, "hold_s": hold},
         )
         await store.register_jobs({name: job.spec() for name, job in self._jobs.items()})
+        if self.reassert is None or await self.reassert():
+            self.asserted_epoch = epoch  # else said at a later beat, once all were answered
+
+    def _note_asserted(self, asserted: Mapping[str, str], now_ms: int) -> None:
+        """Remember who was seen; end the wait once every node that may run has re-asserted."""
+        for node in self.membership.live:
+            self._seen_ms[node] = now_ms
+        recent_ms = int(self._longest_lease_s * 1000) + self.ttl_ms
+        self._seen_ms = {n: ms for n, ms in self._seen_ms.items() if now_ms - ms <= recent_ms}
+        if self._wipe_seen_mono is None or self._released_mono is not None:
+            return
+        if self.asserted_epoch != self.epoch:
+            return  # this node's own word is still to come
+        # Every live node beats into the new node set within a heartbeat of the wipe, and
+        # this node saw it after the wipe: by its next beat, every live node is listed.
+        if self._beats <= self._wipe_seen_beat:
+            return
+        waiting = sorted(n for n in self._seen_ms if asserted.get(n) != self.epoch)
+        if waiting:
+            return
+        self._released_mono = self.clock.monotonic()
+        log.warning(
+            "every node re-asserted the leases of its runs after the wipe: new runs start",
+            extra={
+                "node": self.node_id,
+                "epoch": self.epoch,
+                "nodes": len(self._seen_ms),
+                "after_s": round(self._released_mono - self._wipe_seen_mono, 2),
+            },
+        )
 
     async def leave(self, store: Store) -> None:
         """Leave the live set now and beat no more (this node claims nothing any longer).

@@ -257,8 +257,28 @@ class Store(abc.ABC):
     # -- run: leases and records -----------------------------------------------------------
 
     @abc.abstractmethod
-    async def renew(self, job: str, fence: int, ttl_ms: int) -> Renewal:
-        """Extend the lease held with ``fence``; say whether it was, or why not."""
+    async def renew(
+        self,
+        job: str,
+        fence: int,
+        ttl_ms: int,
+        *,
+        owner: Owner | None = None,
+        tick_s: int = 0,
+        starting: bool = False,
+    ) -> Renewal:
+        """Extend the lease held with ``fence``; say whether it was, or why not.
+
+        Args:
+            job, fence, ttl_ms: the lease and how long it lives from now.
+            owner: the run's owner; given, a lease the store lost with the job's data while
+                the run went on (a wipe: no lease and no fence counter, or the wipe hold on)
+                is written back (:attr:`Renewal.REASSERTED`), and so is one granted during
+                the hold whose run has not started: that grant then answers ``TAKEN``.
+            tick_s: the run's tick, written in a re-asserted lease.
+            starting: a run held after a wipe is starting its handler now: from here on no
+                re-asserted older run may take its lease.
+        """
 
     @abc.abstractmethod
     async def release(
@@ -320,6 +340,8 @@ class Store(abc.ABC):
         since: str | None = None,
         joined: bool = True,
         live_after_ms: int = 0,
+        asserted_epoch: str = "",
+        read_asserted: bool = False,
     ) -> HeartbeatReply:
         """Read the shared clock and the epoch (writing ``epoch_candidate`` if none), and
         refresh this node's heartbeat.
@@ -330,6 +352,10 @@ class Store(abc.ABC):
         ``live_after_ms`` (silent), and how many expire at or after it; ``gap`` when the
         log no longer reaches back to the cursor. ``joined``: log this node as joined
         (its first beat, or its last one was too long ago for others to count it live).
+
+        ``asserted_epoch`` is published as this node's word that it re-asserted the leases
+        of its runs for that epoch (after a wipe); with ``read_asserted`` the reply carries
+        every live member's (only while a wipe is waited out: it is O(N)).
         """
 
     @abc.abstractmethod

@@ -132,6 +132,8 @@ class Renewal(enum.IntEnum):
     """No lease (it expired)."""
     TAKEN = -1
     """Another fence holds it."""
+    REASSERTED = 2
+    """The store had lost it with the job's data (a wipe); it is back, held by this run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +297,10 @@ class HeartbeatReply:
     live_count: int = -1
     #: Changes only: the log no longer holds every change since the cursor (read in full).
     gap: bool = False
+    #: With ``read_asserted``: each live member's word that it re-asserted its runs'
+    #: leases after a wipe: node id -> the epoch it did so for ('' before it says; a node
+    #: that never saw a wipe says the epoch it started in).
+    asserted: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

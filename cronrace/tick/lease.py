@@ -23,7 +23,7 @@ from cronrace.errors import StoreError
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.stores.contract import Store
-from cronrace.stores.values import Renewal
+from cronrace.stores.values import Owner, Renewal
 
 log = logging.getLogger("cronrace.tick.lease")
 
@@ -54,6 +54,9 @@ class Lease:
     lost_reason: str | None = None
     slowest_renewal_s: float = 0.0
     observer: Observer = field(default_factory=Observer)
+    #: The run's owner and tick: with them a renewal after a wipe writes the lost lease back.
+    owner: Owner | None = None
+    tick_s: int = 0
     expiry_mono: float = field(init=False)
     _deadline_mono: float = field(init=False)
 
@@ -125,7 +128,7 @@ class Lease:
             # cannot make the lease ours again.
             with anyio.move_on_after(max(0.01, self._deadline_mono - sent)):
                 try:
-                    answer = await self.store.renew(self.job, self.fence, int(self.ttl_s * 1000))
+                    answer = await self._renew()
                 except StoreError as exc:
                     self.failures += 1
                     self.observer.renewal(self.job, False)
@@ -134,19 +137,62 @@ class Lease:
                         extra={"job": self.job, "fence": self.fence, "error": str(exc)},
                     )
                     next_renewal = min(next_renewal, sent + max(0.05, interval_s / 4))
-            if answer is not None:
-                self.observer.renewal(self.job, answer is Renewal.RENEWED)
-            if answer is Renewal.RENEWED:
-                self.renewals += 1
-                self.slowest_renewal_s = max(self.slowest_renewal_s, self.clock.monotonic() - sent)
-                self._deadline_mono = sent + self.ttl_s * (1 - SAFETY_MARGIN)
-                self.expiry_mono = self.clock.monotonic() + self.ttl_s
-            elif answer is Renewal.GONE:
-                self._lose("lease expired or was released under us", victim, lost_flag)
+            if answer is not None and not self.answered(answer, sent, victim, lost_flag):
                 return
-            elif answer is Renewal.TAKEN:
-                self._lose("lease was taken by a newer fence", victim, lost_flag)
-                return
+
+    async def _renew(self, *, starting: bool = False) -> Renewal:
+        return await self.store.renew(
+            self.job,
+            self.fence,
+            int(self.ttl_s * 1000),
+            owner=self.owner,
+            tick_s=self.tick_s,
+            starting=starting,
+        )
+
+    def answered(
+        self,
+        answer: Renewal,
+        sent: float,
+        victim: anyio.CancelScope,
+        lost_flag: threading.Event | None,
+    ) -> bool:
+        """Take a renewal's answer (sent at ``sent``); return whether the lease is still held."""
+        self.observer.renewal(self.job, answer in (Renewal.RENEWED, Renewal.REASSERTED))
+        if answer in (Renewal.RENEWED, Renewal.REASSERTED):
+            if answer is Renewal.REASSERTED:
+                log.warning(
+                    "lease re-asserted: the store had lost it with the job's data while the run "
+                    "went on",
+                    extra={"job": self.job, "fence": self.fence, "tick": self.tick_s},
+                )
+            self.renewals += 1
+            self.slowest_renewal_s = max(self.slowest_renewal_s, self.clock.monotonic() - sent)
+            self._deadline_mono = sent + self.ttl_s * (1 - SAFETY_MARGIN)
+            self.expiry_mono = self.clock.monotonic() + self.ttl_s
+            return True
+        if answer is Renewal.GONE:
+            self._lose("lease expired or was released under us", victim, lost_flag)
+        else:
+            self._lose("lease was taken by a newer fence", victim, lost_flag)
+        return False
+
+    async def renew_now(
+        self,
+        victim: anyio.CancelScope,
+        lost_flag: threading.Event | None,
+        *,
+        starting: bool = False,
+    ) -> bool:
+        """Renew once, now (after a wipe, or as a held run starts); whether it is still held.
+
+        Raises:
+            StoreError: the store did not answer (the lease is unchanged).
+        """
+        if self.lost:
+            return False
+        sent = self.clock.monotonic()
+        return self.answered(await self._renew(starting=starting), sent, victim, lost_flag)
 
     def _lose(
         self, reason: str, victim: anyio.CancelScope, lost_flag: threading.Event | None
@@ -202,12 +248,16 @@ class Renewals:
         self._keeper = False
         self._nap: anyio.CancelScope | None = None
         self._nap_until = math.inf
+        #: Every lease held for a running handler (renewed or not yet): the ones to
+        #: re-assert when Redis lost its data.
+        self._live: set[HeldLease] = set()
 
     def hold(
         self, lease: Lease, victim: anyio.CancelScope, lost_flag: threading.Event | None
     ) -> HeldLease:
         """Renew ``lease`` from its first renewal until :meth:`drop`; if lost, cancel ``victim``."""
         held = HeldLease(lease, victim, lost_flag)
+        self._live.add(held)
         due = lease.first_renewal_mono
         heapq.heappush(self._heap, (due, next(self._order), held))
         if not self._keeper:
@@ -223,6 +273,7 @@ class Renewals:
         if held.done:
             return
         held.done = True
+        self._live.discard(held)
         if held.renewing is not None:
             held.renewing.cancel()
         elif held.queued:
@@ -239,6 +290,28 @@ class Renewals:
         self.drop_now(held)
         if held.stopped is not None:
             await held.stopped.wait()
+
+    async def reassert(self) -> bool:
+        """Renew every held lease now: after a wipe, each one Redis lost is written back.
+
+        Returns whether every one was answered (re-asserted, renewed, or found lost, which
+        cancels its run). Leases held while it runs are renewed too, so none started before
+        it returns is left out.
+        """
+        done: set[HeldLease] = set()
+        answered = True
+        while pending := [held for held in self._live if held not in done]:
+            for held in pending:
+                done.add(held)
+                try:
+                    await held.lease.renew_now(held.victim, held.lost_flag)
+                except StoreError as exc:
+                    answered = False
+                    log.warning(
+                        "could not re-assert a lease after the wipe",
+                        extra={"job": held.lease.job, "fence": held.lease.fence, "error": str(exc)},
+                    )
+        return answered
 
     async def _keep(self) -> None:
         try:

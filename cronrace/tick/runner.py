@@ -42,6 +42,11 @@ log = logging.getLogger("cronrace.run")
 
 #: How long shielded clean-up (the last record, the release) may take at shutdown.
 CLEANUP_TIMEOUT_S = 5.0
+#: How often a run held after a wipe looks whether the hold may end early.
+HOLD_POLL_S = 0.05
+#: How long before its hold ends a held run confirms its lease (at most a 20th of the
+#: lease_ttl: an older run that has not re-asserted by then is past its own deadline).
+HOLD_CONFIRM_EARLY_S = 0.1
 
 
 class Runner(UnrunRuns):
@@ -57,6 +62,7 @@ class Runner(UnrunRuns):
         observer: Observer,
         outbox: Outbox,
         hold_s: Callable[[], float],
+        hold_released: Callable[[float], bool] = lambda _granted_mono: False,
         sync_threads: int = 2,
     ) -> None:
         self.store = store
@@ -68,6 +74,7 @@ class Runner(UnrunRuns):
         self._hold_s = hold_s
         # Asked once: a runtime protocol check costs more than the rest of a run's context.
         self._fenced_writer = store if isinstance(store, FencedWriter) else None
+        self._hold_released = hold_released
         self._job_hold_until_mono: dict[str, float] = {}
         self.active = 0
         self._idle: anyio.Event | None = None
@@ -169,6 +176,7 @@ class Runner(UnrunRuns):
             job.lease_ttl_s,
             granted_mono,
             observer=self.observer,
+            owner=self.owner,
         )
         backlog, done = len(ticks), 0
         try:
@@ -249,6 +257,7 @@ class Runner(UnrunRuns):
         self, job: Job, tick_s: int, lease: Lease, trigger_id: str | None, *, renew: bool
     ) -> RunRecord:
         fence = lease.fence
+        lease.tick_s = tick_s
         ctx = RunContext(
             job=job.name,
             tick_s=tick_s,
@@ -317,6 +326,7 @@ class Runner(UnrunRuns):
         outcome, error, detail, held_ms = Outcome.OK, None, None, 0
         handler_scope = anyio.CancelScope()
         held = self.renewals.hold(lease, handler_scope, ctx._lost) if renew else None
+        called = False
         try:
             with handler_scope:
                 hold_s = self._job_hold_s(job.name)
@@ -326,12 +336,21 @@ class Runner(UnrunRuns):
                         extra={"job": job.name, "tick": ctx.tick_s, "hold_s": round(hold_s, 1)},
                     )
                     held_from_ms = self._now_ms()
-                    await self.clock.sleep(hold_s)
+                    until = self.clock.monotonic() + hold_s
+                    # The renewal that confirms the lease is sent a moment before the hold
+                    # ends, so that its round trip does not make the run later still.
+                    early_s = min(HOLD_CONFIRM_EARLY_S, lease.ttl_s / 20) if renew else 0.0
+                    await self._wait_hold(lease, hold_s - early_s)
+                    if renew:  # whether an older run took the lease back meanwhile
+                        await self._confirm_after_hold(lease, handler_scope, ctx)
+                        await self._wait_hold(lease, until - self.clock.monotonic(), say=False)
                     held_ms = self._now_ms() - held_from_ms
-                try:
-                    detail = await self._call(job, ctx)
-                except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's outcome
-                    outcome, error = Outcome.ERROR, error_text(exc)
+                if not lease.lost:  # a lost lease cancelled this scope: never call then
+                    called = True
+                    try:
+                        detail = await self._call(job, ctx)
+                    except Exception as exc:  # noqa: BLE001 - the handler's failure is the run's outcome
+                        outcome, error = Outcome.ERROR, error_text(exc)
         except BaseException:
             if held is not None:
                 self.renewals.drop_now(held)
@@ -344,7 +363,48 @@ class Runner(UnrunRuns):
         if renew and lease.check_deadline():
             ctx._lost.set()
             outcome, error = Outcome.LEASE_LOST, lease.lost_reason
+            if not called:
+                # Held after a wipe, it never started: a run alive since before the wipe
+                # re-asserted its lease (the overlap policy's skip), or the hold outlived
+                # the lease's deadline.
+                outcome = Outcome.SKIPPED_OVERLAP
+                error = f"never started after the wipe hold: {lease.lost_reason}"
         return outcome, error, detail, held_ms
+
+    async def _wait_hold(self, lease: Lease, hold_s: float, *, say: bool = True) -> None:
+        """Wait out a wipe hold, or until every live node re-asserted its runs' leases."""
+        until = self.clock.monotonic() + hold_s
+        while (left := until - self.clock.monotonic()) > 0:
+            if self._hold_released(lease.granted_mono):
+                if not say:
+                    return
+                log.info(
+                    "wipe hold ended early: every live node re-asserted its runs' leases",
+                    extra={"job": lease.job, "fence": lease.fence, "left_s": round(left, 2)},
+                )
+                return
+            await self.clock.sleep(min(left, HOLD_POLL_S))
+
+    async def _confirm_after_hold(
+        self, lease: Lease, victim: anyio.CancelScope, ctx: RunContext
+    ) -> None:
+        """Renew a held run's lease as it starts; lose it (cancelling ``victim``) if taken.
+
+        A run alive since before the wipe that re-asserted its lease during the hold took
+        it from this unstarted grant (renew.lua). Retried until the lease's deadline when
+        the store does not answer; past it the lease counts as lost.
+        """
+        while not lease.check_deadline():
+            try:
+                await lease.renew_now(victim, ctx._lost, starting=True)
+                return
+            except StoreError as exc:
+                log.warning(
+                    "held run could not confirm its lease; retrying",
+                    extra={"job": lease.job, "fence": lease.fence, "error": str(exc)},
+                )
+                await self.clock.sleep(HOLD_POLL_S)
+        victim.cancel()
 
     def _make_record(
         self,

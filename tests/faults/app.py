@@ -26,6 +26,8 @@ WITNESS_KEY = os.environ.get("FAULT_WITNESS_KEY", "witness")
 _witness = redis.Redis.from_url(WITNESS_URL, socket_timeout=2) if WITNESS_URL else None
 SLOW_S = float(os.environ.get("FAULT_SLOW_S", "3"))
 SLOW_LEASE_S = float(os.environ.get("FAULT_SLOW_LEASE_S", "0.9"))
+SLOW_CATCHUP = os.environ.get("FAULT_SLOW_CATCHUP", "latest")
+SLOW_OVERLAP = os.environ.get("FAULT_SLOW_OVERLAP", "skip")
 #: How many more 1-second jobs to define (``extra000``, ``extra001``, ...), and their
 #: policies: the cluster test spreads them over every shard. ``queue_one``: a tick that
 #: comes while a catch-up of the same job still runs waits for it instead of being skipped.
@@ -93,7 +95,14 @@ async def held(ctx: RunContext) -> None:
 if "fast" in CODE_JOBS:
     agent.add_job(fast, "* * * * * *", name="fast", lease_ttl=0.9)
 if "slow" in CODE_JOBS:
-    agent.add_job(slow, "* * * * * *", name="slow", lease_ttl=SLOW_LEASE_S)
+    agent.add_job(
+        slow,
+        "* * * * * *",
+        name="slow",
+        lease_ttl=SLOW_LEASE_S,
+        catchup=SLOW_CATCHUP,
+        overlap=SLOW_OVERLAP,
+    )
 if DRIFT_SCHEDULE:
     agent.add_job(fast, DRIFT_SCHEDULE, name="drifting", lease_ttl=0.9)
 # Stored schedules name this handler (cronrace schedules add NAME SCHEDULE --handler note).

@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from tests.faults.witness import Witness, judge, sleep_until_fraction, start_node, stop_all
+from tests.faults.witness import (
+    Witness,
+    judge,
+    log_lines,
+    sleep_until_fraction,
+    start_node,
+    stop_all,
+)
 from tests.redis_server import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -33,6 +40,18 @@ def fresh_slow_run(events: list[dict[str, Any]]) -> bool:
         and e["fence"] not in ended
         and int(e["wall"]) == int(time.time())
         and time.time() % 1 < 0.8
+        for e in events
+    )
+
+
+def on_time_slow_run(events: list[dict[str, Any]]) -> bool:
+    """Whether a run of the slow job started within 0.15 s of this second's tick."""
+    now = time.time()
+    return now % 1 < 0.25 and any(
+        e["job"] == "slow"
+        and e["event"] == "start"
+        and e["tick"] == int(now)
+        and e["wall"] - e["tick"] < 0.15
         for e in events
     )
 
@@ -83,3 +102,56 @@ def test_redis_restarted_without_persistence_never_lets_runs_overlap(
         [],
         [],
     ), fast.summary()
+
+
+@pytest.mark.timeout(180)
+def test_a_wipe_under_running_handlers_costs_a_heartbeat_not_a_lease(
+    namespace: str, witness: Witness, tmp_path: Path
+) -> None:
+    """Redis restarted without persistence while a 0.5 s run of a 1-second job goes on.
+
+    The run's node re-asserts its lease when it sees the new epoch, and says so with its
+    next heartbeat; new runs wait until both nodes have said so, not a whole lease_ttl.
+    With a 4 s lease, ``catchup = "all"`` and ``overlap = "queue_one"``, the hold used to
+    push a run 4 s out, and the ticks behind it replaced each other in the queue.
+    """
+    redis = RedisServer(tmp_path / "redis", appendonly=False).start()
+    env = {
+        "FAULT_CODE_JOBS": "slow",
+        "FAULT_SLOW_S": "0.5",
+        "FAULT_SLOW_LEASE_S": "4",
+        "FAULT_SLOW_CATCHUP": "all",
+        # A run that starts late (a loaded machine) makes the next tick wait, not skip.
+        "FAULT_SLOW_OVERLAP": "queue_one",
+    }
+    procs = [
+        start_node(redis.url, namespace, f"n{i}", witness, env=env, stderr_dir=tmp_path)
+        for i in range(2)
+    ]
+    wiped_s: list[int] = []
+    try:
+        first = witness.wait_for(fresh_slow_run, timeout_s=40, what="a slow run starting")
+        first_s = min(e["tick"] for e in first if e["job"] == "slow")
+        for _ in range(WIPES):
+            # A run that started on time and goes on, and no tick queued behind it (a
+            # queued tick lives only in Redis: a wipe takes it, held or not).
+            witness.wait_for(on_time_slow_run, timeout_s=40, what="a slow run on time")
+            sleep_until_fraction(0.3)
+            redis.stop(kill=True)
+            redis.start()
+            wiped_s.append(int(time.time()))
+            time.sleep(6)  # more than the 4 s lease: each wipe is judged on its own
+        last_s = int(time.time()) - 2
+    finally:
+        stop_all(procs)
+        redis.stop()
+    evs = witness.events()
+    verdict = judge(evs, "slow", first_tick_s=first_s + 1, last_tick_s=last_s)
+    lost_per_wipe = [
+        len([t for t in verdict.missed if wiped <= t < wiped + 6]) for wiped in wiped_s
+    ]
+    print(f"\n{verdict.summary()}; ticks lost per wipe: {lost_per_wipe}")
+    assert verdict.duplicates == [], verdict.summary()
+    assert verdict.overlaps == [], verdict.summary()
+    assert verdict.fence_disorder == [], verdict.summary()
+    assert verdict.missed == [], (verdict.summary(), log_lines(tmp_path, verdict.missed))

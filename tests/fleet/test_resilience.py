@@ -77,7 +77,7 @@ async def test_a_held_run_counts_its_handler_not_its_hold_as_its_duration(
 
 @pytest.mark.redis
 @pytest.mark.timeout(60)
-async def test_wiped_redis_reseeds_fences_upward_and_holds_new_runs_one_lease(
+async def test_wiped_redis_reseeds_fences_upward_and_holds_new_runs_until_leases_re_asserted(
     fresh_redis: RedisServer, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     runs: list[tuple[int, float]] = []
@@ -101,8 +101,14 @@ async def test_wiped_redis_reseeds_fences_upward_and_holds_new_runs_one_lease(
     fences = [fence for fence, _ in runs]
     assert fences == sorted(set(fences)), "fences never go back, even after the wipe"
     detected = critical[0].created - time.time() + time.monotonic()
+    # The only node re-asserted the leases of its runs (none) and said so: the hold ends at
+    # its next heartbeat, not one lease_ttl after the wipe was seen.
+    ended = [r for r in caplog.records if "every node re-asserted" in r.getMessage()]
+    assert ended, "the hold ends once every node re-asserted its leases"
+    released = ended[0].created - time.time() + time.monotonic()
     after = [at for _, at in runs[before:]]
-    assert all(at >= detected + lease_ttl_s - 0.1 for at in after if at > detected)
+    assert all(at >= released - 0.1 for at in after if at > detected)
+    assert released < detected + lease_ttl_s
     assert wiped < after[0]
 
 

@@ -57,8 +57,8 @@ MUTATIONS = {
             "renew-unfenced",
             "renew does not compare the fence",
             ("renew",),
-            "if held ~= ARGV[1] then",
-            "if false then",
+            "if held == fence then",
+            "if held then",
         ),
         Mutation(
             "skip-runs-anyway",

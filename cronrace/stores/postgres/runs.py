@@ -45,10 +45,28 @@ def report_quarantined(quarantined: Sequence[Quarantined], **context: Any) -> No
 class RunSide(OperatorSide):
     """Leases and records of runs: renew, release, finish, record."""
 
-    async def renew(self, job: str, fence: int, ttl_ms: int) -> Renewal:
-        """Extend a lease held with ``fence``; say whether it was, or why not."""
+    async def renew(
+        self,
+        job: str,
+        fence: int,
+        ttl_ms: int,
+        *,
+        owner: Owner | None = None,
+        tick_s: int = 0,
+        starting: bool = False,
+    ) -> Renewal:
+        """Extend a lease held with ``fence``; re-assert one a wipe took (see the contract)."""
         reply = await self.db.value(
-            "renew", {"ns": self.ns, "job": job, "fence": fence, "ttl_ms": ttl_ms}
+            "renew",
+            {
+                "ns": self.ns,
+                "job": job,
+                "fence": fence,
+                "ttl_ms": ttl_ms,
+                "owner": str(owner) if owner is not None else "",
+                "tick": tick_s,
+                "starting": starting,
+            },
         )
         answer, quarantined = decode_renewal(reply)
         report_quarantined(quarantined, function="renew", job=job, fence=fence)

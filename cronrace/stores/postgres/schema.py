@@ -35,6 +35,7 @@ FUNCTION_DIGESTS = {
     5: "252430b6fa0de23a",
     6: "54f2dda3f21d90f0",
     7: "d5037751b556ca97",
+    8: "300ee2a5dcb3d0b7",
 }
 
 

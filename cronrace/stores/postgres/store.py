@@ -313,6 +313,8 @@ class PostgresStore(RunSide, Store):
         since: str | None = None,
         joined: bool = True,
         live_after_ms: int = 0,
+        asserted_epoch: str = "",
+        read_asserted: bool = False,
     ) -> HeartbeatReply:
         """Read the database clock and the epoch, refresh this node's heartbeat, read members.
 
@@ -333,21 +335,30 @@ class PostgresStore(RunSide, Store):
                 "since": None if since is None else int(since or 0),
                 "joined": joined,
                 "live_after_ms": live_after_ms,
+                "asserted": asserted_epoch,
+                "read_asserted": read_asserted,
             },
         )
         server_time_s = int(reply["server_us"]) / 1e6
         epoch = str(reply["epoch"])
+        asserted = {str(node): str(said) for node, said in reply.get("asserted", {}).items()}
         if since is None:
             return HeartbeatReply(
                 server_time_s=server_time_s,
                 epoch=epoch,
                 members={str(node): int(expiry) for node, expiry in reply["members"].items()},
                 cursor=str(reply["cursor"]),
+                asserted=asserted,
             )
         found = reply["changes"]
         if found["gap"]:
             return HeartbeatReply(
-                server_time_s, epoch, full=False, cursor=str(found["cursor"]), gap=True
+                server_time_s,
+                epoch,
+                full=False,
+                cursor=str(found["cursor"]),
+                gap=True,
+                asserted=asserted,
             )
         last = latest_changes(found["entries"], ("join", "leave"))
         return HeartbeatReply(
@@ -359,6 +370,7 @@ class PostgresStore(RunSide, Store):
             silent={str(node): int(expiry) for node, expiry in reply["silent"].items()},
             left=tuple(sorted(n for n, (k, _v) in last.items() if k == "leave")),
             live_count=int(reply["live_count"]),
+            asserted=asserted,
         )
 
     async def leave(self, node_id: str) -> None:

@@ -35,6 +35,7 @@ NAMESPACE_KEY_TYPES = {
     "jobs": "set",
     "nodes": "zset",
     "epoch": "string",
+    "asserted": "hash",
     "control": "stream",
     "fleet_log": "stream",
 }

@@ -99,6 +99,11 @@ class Keys:
         return f"{self.ns}:epoch"
 
     @property
+    def asserted(self) -> str:
+        """Hash node -> the epoch for which it re-asserted its runs' leases (after a wipe)."""
+        return f"{self.ns}:asserted"
+
+    @property
     def jobs(self) -> str:
         return f"{self.ns}:jobs"
 

@@ -32,6 +32,8 @@ class MemberCommands(RunCommands):
         since: str | None = None,
         joined: bool = True,
         live_after_ms: int = 0,
+        asserted_epoch: str = "",
+        read_asserted: bool = False,
     ) -> HeartbeatReply:
         """Read the server clock and the epoch, refresh this node's heartbeat, read members.
 
@@ -40,7 +42,9 @@ class MemberCommands(RunCommands):
         caller's estimate of server time; with ``prune``, members whose heartbeat expired
         before it are dropped from the live set (readers filter by score anyway, so
         pruning now and then is enough). With ``since`` None every live member is read;
-        with a cursor only the changes since it (see the module doc).
+        with a cursor only the changes since it (see the module doc). ``asserted_epoch`` is
+        written under ``<ns>:asserted`` (this node's word that it re-asserted its runs'
+        leases after a wipe); with ``read_asserted`` every live member's is read back.
         """
         await follow_primary(self.client)
         commands = [
@@ -69,6 +73,9 @@ class MemberCommands(RunCommands):
                 ),
                 self._command("", "nodes", "zcount", live_after_ms, "+inf"),
             ]
+        commands.append(self._command("", "asserted", "hset", node_id, asserted_epoch))
+        if read_asserted:
+            commands.append(self._command("", "asserted", "hgetall"))
         if prune:
             commands.append(self._command("", "nodes", "zremrangebyscore", "-inf", now_ms))
         # Garbage under the epoch is moved aside like any other: the fresh epoch then
@@ -76,19 +83,25 @@ class MemberCommands(RunCommands):
         (seconds, micros), *replies = await self._pipeline_repairing(commands, time_first=True)
         server_time_s = int(seconds) + int(micros) / 1e6
         epoch = decode_text(replies[1])
+        said = replies[reads + (2 if since is None else 4) + 1] if read_asserted else None
+        asserted = {decode_text(k): decode_text(v) for k, v in (said or {}).items()}
         if since is None:
             last, members = replies[reads], replies[reads + 1]
+            live = {decode_text(node): int(score) for node, score in members or ()}
             return HeartbeatReply(
                 server_time_s=server_time_s,
                 epoch=epoch,
-                members={decode_text(node): int(score) for node, score in members or ()},
+                members=live,
                 cursor=changes.last_id(last),
+                asserted={node: word for node, word in asserted.items() if node in live},
             )
         logged, oldest, silent, live_count = replies[reads : reads + 4]
         entries = changes.decode(logged)
         cursor = entries[-1][0] if entries else since
         if changes.gap(since, entries, oldest):
-            return HeartbeatReply(server_time_s, epoch, full=False, cursor=cursor, gap=True)
+            return HeartbeatReply(
+                server_time_s, epoch, full=False, cursor=cursor, gap=True, asserted=asserted
+            )
         last = changes.latest(entries, (changes.JOIN, changes.LEAVE))
         return HeartbeatReply(
             server_time_s=server_time_s,
@@ -99,6 +112,7 @@ class MemberCommands(RunCommands):
             silent={decode_text(node): int(score) for node, score in silent or ()},
             left=tuple(sorted(n for n, (k, _v) in last.items() if k == changes.LEAVE)),
             live_count=int(live_count),
+            asserted=asserted,
         )
 
     async def leave(self, node_id: str) -> None:
@@ -113,5 +127,6 @@ class MemberCommands(RunCommands):
                     changes.entry(node_id, changes.LEAVE),
                     **changes.add_kwargs(),
                 ),
+                self._command("", "asserted", "hdel", node_id),
             ]
         )

@@ -32,10 +32,27 @@ from cronrace.stores.values import FinishRequest, Owner, ReleaseDecision, Releas
 class RunCommands(OperatorCommands):
     """Leases and records of runs: renew, release, finish, record."""
 
-    async def renew(self, job: str, fence: int, ttl_ms: int) -> Renewal:
-        """Extend a lease held with ``fence``; say whether it was, or why not."""
-        keys = [self.keys.lease(job), self.keys.hold(job)]
-        reply = await self._eval("renew", keys, [fence, ttl_ms, self.keys.quarantine(job)])
+    async def renew(
+        self,
+        job: str,
+        fence: int,
+        ttl_ms: int,
+        *,
+        owner: Owner | None = None,
+        tick_s: int = 0,
+        starting: bool = False,
+    ) -> Renewal:
+        """Extend a lease held with ``fence``; re-assert one a wipe took (see the contract)."""
+        keys = [self.keys.lease(job), self.keys.hold(job), self.keys.fence(job)]
+        args = [
+            fence,
+            ttl_ms,
+            self.keys.quarantine(job),
+            str(owner) if owner is not None else "",
+            tick_s,
+            "1" if starting else "0",
+        ]
+        reply = await self._eval("renew", keys, args)
         report_quarantined(decode_quarantined(reply[1]), script="renew", job=job, fence=fence)
         return decode_renewal(reply[0])
 

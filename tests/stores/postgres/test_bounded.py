@@ -93,6 +93,8 @@ async def test_one_prune_deletes_every_expired_claim_below_the_watermark(
             "since": None,
             "joined": True,
             "live_after_ms": 0,
+            "asserted": "",
+            "read_asserted": False,
         },
     )
 

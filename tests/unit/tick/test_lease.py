@@ -19,7 +19,7 @@ import pytest
 
 from cronrace.errors import RedisUnavailableError
 from cronrace.stores.redis import Store
-from cronrace.stores.values import Renewal
+from cronrace.stores.values import Owner, Renewal
 from cronrace.testing import FakeClock
 from cronrace.tick.lease import SAFETY_MARGIN, Lease
 
@@ -37,7 +37,16 @@ class Renewals:
     delay_s: float = 0.0
     sent: list[float] = field(default_factory=list)
 
-    async def renew(self, job: str, fence: int, ttl_ms: int) -> Renewal:
+    async def renew(
+        self,
+        job: str,
+        fence: int,
+        ttl_ms: int,
+        *,
+        owner: Owner | None = None,
+        tick_s: int = 0,
+        starting: bool = False,
+    ) -> Renewal:
         assert (job, fence, ttl_ms) == ("job", 7, int(TTL_S * 1000))
         self.sent.append(self.clock.monotonic())
         call = len(self.sent)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import anyio
 import pytest
 
-from cronrace.stores.values import Renewal
+from cronrace.stores.values import Owner, Renewal
 from cronrace.testing import FakeClock
 from cronrace.tick.lease import COMPACT_AT, Lease, Renewals
 
@@ -21,7 +21,16 @@ class StandIn:
     answer: Renewal = Renewal.RENEWED
     sent: list[tuple[str, float]] = field(default_factory=list)
 
-    async def renew(self, job: str, fence: int, ttl_ms: int) -> Renewal:
+    async def renew(
+        self,
+        job: str,
+        fence: int,
+        ttl_ms: int,
+        *,
+        owner: Owner | None = None,
+        tick_s: int = 0,
+        starting: bool = False,
+    ) -> Renewal:
         self.sent.append((job, self.clock.monotonic()))
         return self.answer
 

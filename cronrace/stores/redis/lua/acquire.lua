@@ -356,4 +356,9 @@ end
 
 local fence = take_fence()
 grant(lease_key, state_key, owner, fence, run_tick, ttl_ms)
+if hold_ms > 0 and overlap ~= 'replace' then
+  -- Unstarted until its hold ends: a run alive since before the wipe that re-asserts its
+  -- lease takes it back (renew.lua), and this grant must not start.
+  redis.call('HSET', lease_key, 'held', 1)
+end
 return reply('run', fence)

@@ -56,7 +56,11 @@ end
 if next_tick ~= 0 then
   local fence = next_fence(fence_key, lease_key, 0)
   grant(lease_key, state_key, ARGV[2], fence, next_tick, tonumber(ARGV[3]))
-  return {'run', fence, next_tick, table.concat(warnings, ','), hold_left_ms(hold_key), trigger}
+  local hold_ms = hold_left_ms(hold_key)
+  if hold_ms > 0 then
+    redis.call('HSET', lease_key, 'held', 1)  -- unstarted until its hold ends (renew.lua)
+  end
+  return {'run', fence, next_tick, table.concat(warnings, ','), hold_ms, trigger}
 end
 
 redis.call('DEL', lease_key)

@@ -82,7 +82,8 @@ def test_release_decisions_decode_to_enums(raw: bytes, decision: ReleaseDecision
 
 
 @pytest.mark.parametrize(
-    ("raw", "renewal"), [(1, Renewal.RENEWED), (0, Renewal.GONE), (-1, Renewal.TAKEN)]
+    ("raw", "renewal"),
+    [(1, Renewal.RENEWED), (2, Renewal.REASSERTED), (0, Renewal.GONE), (-1, Renewal.TAKEN)],
 )
 def test_renewals_decode_to_enums(raw: int, renewal: Renewal) -> None:
     assert decode_renewal(raw) is renewal
@@ -90,4 +91,4 @@ def test_renewals_decode_to_enums(raw: int, renewal: Renewal) -> None:
 
 def test_an_unknown_renewal_answer_is_a_store_error() -> None:
     with pytest.raises(StoreError, match=r"renew\.lua answered"):
-        decode_renewal(2)
+        decode_renewal(3)

@@ -331,6 +331,13 @@ BEGIN
     queued = j.queued, abandoned = j.abandoned
   WHERE ns = p_ns AND job = p_job;
 
+  IF take_lease THEN
+    -- Unstarted until its hold ends: a run alive since before the wipe that re-asserts its
+    -- lease takes it back (renew in lease.sql), and this grant must not start.
+    UPDATE @schema@.jobs SET lease_held = (hold_ms > 0 AND p_overlap <> 'replace')
+    WHERE ns = p_ns AND job = p_job;
+  END IF;
+
   reply := jsonb_build_object(
     'decision', decision, 'fence', v_fence, 'prev_watermark', prev,
     'holder_fence', holder_fence, 'holder_owner', holder_owner,

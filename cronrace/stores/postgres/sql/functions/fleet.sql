@@ -11,11 +11,13 @@
 --   from next, and whether the log no longer reaches back to p_since (read in full then).
 --
 -- heartbeat(p_ns, p_node, p_now_ms, p_ttl_ms, p_epoch_candidate, p_prune, p_since,
---           p_joined, p_live_after_ms)
+--           p_joined, p_live_after_ms, p_asserted, p_read_asserted)
 --   -> jsonb {server_us, epoch, pruned, cursor, and either members: {node: expires_ms}
 --             (p_since NULL: every live member) or changes, silent: {node: expires_ms},
 --             live_count (the changes since p_since, the members expiring before
 --             p_live_after_ms, and how many expire at or after it)}
+--   p_asserted: the epoch this node re-asserted its runs' leases for (after a wipe);
+--   with p_read_asserted, every live member's is read back as `asserted` {node: epoch}.
 --   Writes the epoch once (the first node's candidate), refreshes this node's expiry
 --   (p_now_ms, the caller's estimate of the database clock, + p_ttl_ms), logs it as
 --   joined when p_joined. With p_prune, also deletes what is no longer needed (prune() in
@@ -84,7 +86,8 @@ $$;
 
 CREATE OR REPLACE FUNCTION @schema@.heartbeat(
   p_ns text, p_node text, p_now_ms bigint, p_ttl_ms bigint, p_epoch_candidate text,
-  p_prune boolean, p_since bigint, p_joined boolean, p_live_after_ms bigint
+  p_prune boolean, p_since bigint, p_joined boolean, p_live_after_ms bigint,
+  p_asserted text, p_read_asserted boolean
 ) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -98,8 +101,10 @@ BEGIN
   INSERT INTO @schema@.epochs (ns, epoch) VALUES (p_ns, p_epoch_candidate)
   ON CONFLICT DO NOTHING;
   SELECT epoch INTO v_epoch FROM @schema@.epochs WHERE ns = p_ns;
-  INSERT INTO @schema@.nodes (ns, node, expires_ms) VALUES (p_ns, p_node, p_now_ms + p_ttl_ms)
-  ON CONFLICT (ns, node) DO UPDATE SET expires_ms = excluded.expires_ms;
+  INSERT INTO @schema@.nodes (ns, node, expires_ms, asserted_epoch)
+  VALUES (p_ns, p_node, p_now_ms + p_ttl_ms, p_asserted)
+  ON CONFLICT (ns, node) DO UPDATE
+    SET expires_ms = excluded.expires_ms, asserted_epoch = excluded.asserted_epoch;
   IF p_joined THEN
     PERFORM @schema@.fleet_log_add(p_ns, p_node, 'join', (p_now_ms + p_ttl_ms)::text);
   END IF;
@@ -118,6 +123,12 @@ BEGIN
     INTO v_silent, v_live
     FROM @schema@.nodes WHERE ns = p_ns;
     v_reply := v_reply || jsonb_build_object('silent', v_silent, 'live_count', v_live);
+  END IF;
+  IF p_read_asserted THEN
+    SELECT v_reply || jsonb_build_object('asserted',
+             coalesce(jsonb_object_agg(node, asserted_epoch), '{}'))
+    INTO v_reply
+    FROM @schema@.nodes WHERE ns = p_ns AND expires_ms >= p_now_ms;
   END IF;
   IF p_prune THEN
     v_pruned := @schema@.prune(p_ns, t_now);

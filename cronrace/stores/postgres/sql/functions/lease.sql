@@ -1,8 +1,17 @@
 -- lease.sql: renew a running lease; release it, or hand it on (renew.lua and release.lua).
 --
--- renew(p_ns, p_job, p_fence, p_ttl_ms) -> jsonb {answer, warnings}
---   answer: 1 renewed; 0 the lease is gone (expired, released, lost, or garbage moved
---     aside); -1 another fence holds it (replaced). 0 and -1 both stop the caller's run.
+-- renew(p_ns, p_job, p_fence, p_ttl_ms, p_owner, p_tick, p_starting) -> jsonb {answer, warnings}
+--   p_owner     the run's owner: a lease lost with the job's data may be re-asserted
+--               ('' never)
+--   p_tick      the run's tick (written in a re-asserted lease)
+--   p_starting  a run held after a wipe starts its handler: its grant is no longer one a
+--               re-asserted older run may take the lease from
+--   answer: 1 renewed; 2 re-asserted (the lease was lost with the job's data: the job's
+--     row is gone, or its fence counter, or the wipe hold is on; it is written back, and
+--     takes the lease from a grant of the hold whose run has not started, lease_held);
+--     0 the lease is gone (expired, released, or garbage moved aside); -1 another fence
+--     holds it (replaced, or taken back by a re-asserted older run). 0 and -1 both stop
+--     the caller's run. A re-asserted lease raises the fence counter to its fence at least.
 --
 -- release(p_ns, p_job, p_fence, p_owner, p_ttl_ms, p_continue_tick, p_record, p_history)
 --   -> jsonb {decision, fence, tick, warnings, hold_ms, trigger}
@@ -48,18 +57,25 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 CREATE OR REPLACE FUNCTION @schema@.renew(
-  p_ns text, p_job text, p_fence bigint, p_ttl_ms bigint
+  p_ns text, p_job text, p_fence bigint, p_ttl_ms bigint, p_owner text, p_tick bigint,
+  p_starting boolean
 ) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   j @schema@.jobs%ROWTYPE;
   t_now bigint := @schema@.now_us();
   warning text;
+  v_live boolean;
 BEGIN
   PERFORM @schema@.lock_wait(500);
   SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = p_job FOR UPDATE;
   IF NOT FOUND THEN
-    RETURN jsonb_build_object('answer', 0, 'warnings', '');
+    IF p_owner = '' THEN
+      RETURN jsonb_build_object('answer', 0, 'warnings', '');
+    END IF;
+    -- The job's row was lost under a live run: write its lease back.
+    INSERT INTO @schema@.jobs (ns, job) VALUES (p_ns, p_job) ON CONFLICT DO NOTHING;
+    SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = p_job FOR UPDATE;
   END IF;
   IF @schema@.lease_garbled(j) THEN
     warning := @schema@.quarantine(p_ns, p_job, 'lease',
@@ -71,15 +87,27 @@ BEGIN
     WHERE ns = p_ns AND job = p_job;
     RETURN jsonb_build_object('answer', 0, 'warnings', warning);
   END IF;
-  IF j.lease_fence IS NULL OR j.lease_expires_us <= t_now THEN
+  v_live := j.lease_fence IS NOT NULL AND j.lease_expires_us > t_now;
+  IF v_live AND j.lease_fence = p_fence THEN
+    UPDATE @schema@.jobs SET lease_expires_us = t_now + p_ttl_ms * 1000,
+      lease_held = lease_held AND NOT p_starting
+    WHERE ns = p_ns AND job = p_job;
+    RETURN jsonb_build_object('answer', 1, 'warnings', '');
+  END IF;
+  IF p_owner <> '' AND (
+       (NOT v_live AND (j.fence IS NULL OR coalesce(j.hold_until_us, 0) > t_now))
+       OR (v_live AND j.lease_held AND coalesce(j.hold_until_us, 0) > t_now)) THEN
+    UPDATE @schema@.jobs SET lease_owner = p_owner, lease_fence = p_fence, lease_tick = p_tick,
+      lease_started_ms = t_now / 1000, lease_expires_us = t_now + p_ttl_ms * 1000,
+      lease_held = false, run_fence = p_fence, run_tick = p_tick, run_owner = p_owner,
+      fence = CASE WHEN coalesce(fence, 0) < p_fence THEN greatest(p_fence, t_now) ELSE fence END
+    WHERE ns = p_ns AND job = p_job;
+    RETURN jsonb_build_object('answer', 2, 'warnings', '');
+  END IF;
+  IF NOT v_live THEN
     RETURN jsonb_build_object('answer', 0, 'warnings', '');
   END IF;
-  IF j.lease_fence <> p_fence THEN
-    RETURN jsonb_build_object('answer', -1, 'warnings', '');
-  END IF;
-  UPDATE @schema@.jobs SET lease_expires_us = t_now + p_ttl_ms * 1000
-  WHERE ns = p_ns AND job = p_job;
-  RETURN jsonb_build_object('answer', 1, 'warnings', '');
+  RETURN jsonb_build_object('answer', -1, 'warnings', '');
 END
 $$;
 
@@ -143,6 +171,7 @@ BEGIN
   IF next_tick <> 0 THEN
     SELECT * INTO nf FROM @schema@.next_fence(j.fence, j.lease_fence, 0, t_now);
     UPDATE @schema@.jobs SET fence = nf.fence,
+      lease_held = coalesce(j.hold_until_us, 0) > t_now,  -- unstarted until its hold ends
       lease_owner = p_owner, lease_fence = nf.fence, lease_tick = next_tick,
       lease_started_ms = t_now / 1000, lease_expires_us = t_now + p_ttl_ms * 1000,
       run_fence = nf.fence, run_tick = next_tick, run_owner = p_owner,
