@@ -21,7 +21,7 @@ def without_redis_env() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key != "CRONRACE_REDIS_URL"}
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(90)
 def test_image_config_without_a_redis_url_exits_1_with_one_line() -> None:
     # examples/sidecar.toml is the container image's default config (CMD run --config).
     done = subprocess.run(
@@ -30,7 +30,9 @@ def test_image_config_without_a_redis_url_exits_1_with_one_line() -> None:
         env=without_redis_env(),
         capture_output=True,
         text=True,
-        timeout=10,
+        # One interpreter importing the CLI: ~1 s when quiet; a full run at load 25 took
+        # over 10 s once. The exit code and the line are what is tested, not the start-up.
+        timeout=60,
         check=False,
     )
     assert done.returncode == 1
