@@ -61,6 +61,13 @@ MUTATIONS = {
             "if held then",
         ),
         Mutation(
+            "reassert-over-a-started-run",
+            "a re-asserted lease takes the lease of a run that started",
+            ("renew",),
+            "redis.call('HGET', lease_key, 'held') == '1'",
+            "true",
+        ),
+        Mutation(
             "skip-runs-anyway",
             "the skip overlap policy runs the tick anyway",
             ("acquire",),

@@ -42,7 +42,7 @@ from hypothesis.stateful import (
 from cronrace.model.policies import Catchup, Outcome, TickPlan, plan_ticks
 from cronrace.model.records import RunRecord
 from cronrace.stores.redis import Store
-from cronrace.stores.values import AcquireReply, AcquireRequest, Claim
+from cronrace.stores.values import AcquireReply, AcquireRequest, Claim, Owner, Renewal
 from tests.model import redis_state
 from tests.model.mutations import apply_mutation
 
@@ -168,6 +168,8 @@ class ProtocolModel(RuleBasedStateMachine):
         #: Undecided claims of crashed processes, by node: (owner, won), for takeovers.
         self.forgotten: dict[str, list[tuple[str, Won]]] = defaultdict(list)
         self.era = 0  # bumped by every event that loses Redis data
+        self.last_loss = ""  # what lost data last (a wipe: the nodes see the epoch change)
+        self.early_end_until_ms = -1  # held grants may start early until then (a wipe)
         self.job_era: dict[str, int] = dict.fromkeys(JOBS, 0)
         self.max_fence: dict[str, int] = dict.fromkeys(JOBS, 0)
         self.fences: dict[str, list[int]] = defaultdict(list)
@@ -533,6 +535,12 @@ class ProtocolModel(RuleBasedStateMachine):
     def _maybe_start(self, run: Run) -> None:
         if run.started or run.state != "active" or self.now_ms < run.start_ms:
             return
+        n = self.nodes[run.node]
+        if run.leased and run.start_ms > run.granted_ms and not self._renew(n, run, starting=True):
+            # Held after lost data, it confirms its lease as it starts: an older run that
+            # re-asserted its lease meanwhile took it, and this one never starts.
+            _event("a held grant found its lease taken back and did not start")
+            return
         run.started = True
         key: tuple[str, int | str] = (run.job, run.trigger or run.tick)
         earlier = self.starts[key]
@@ -787,6 +795,8 @@ class ProtocolModel(RuleBasedStateMachine):
                     self._renew_due(n)
                 if n.status in ("up", "cut"):
                     self._local_deadlines(n)
+            if self.now_ms <= self.early_end_until_ms:
+                self.every_node_re_asserts_its_leases_after_the_wipe()
             for run in self.live_runs():
                 if self.nodes[run.node].status == "up":
                     self._maybe_start(run)
@@ -811,20 +821,69 @@ class ProtocolModel(RuleBasedStateMachine):
                 continue
             if self.now_ms - run.renewed_ms < RENEW_EVERY_MS:
                 continue
-            answer = self.run_async(n.store.renew(run.job, run.fence, LEASE_TTL_MS))
-            know = self.know[run.job]
-            if know.holder_known:
-                expected = know.holder == run.rid
-                assert (answer == 1) == expected, (
+            self._renew(n, run)
+
+    def _renew(self, n: Node, run: Run, *, starting: bool = False) -> bool:
+        """Renew ``run``'s lease as its node does (with its owner and tick: after lost data
+        the lease is written back); whether the run still holds it."""
+        answer = self.run_async(
+            n.store.renew(
+                run.job,
+                run.fence,
+                LEASE_TTL_MS,
+                owner=Owner.parse(n.owner),
+                tick_s=run.tick,
+                starting=starting,
+            )
+        )
+        know = self.know[run.job]
+        if know.holder_known:
+            expected = know.holder == run.rid
+            if answer == Renewal.REASSERTED:
+                # Written back after lost data: the lease was gone, or held by a grant of
+                # the hold that has not started (it must not start now).
+                holder = next((r for r in self.runs if r.rid == know.holder), None)
+                assert holder is None or not holder.started, (
+                    f"{run.label()} re-asserted its lease over {holder.label()}, which runs"
+                )
+                _event("a lease re-asserted after lost data")
+            else:
+                assert (answer == Renewal.RENEWED) == expected, (
                     f"renewal by {run.label()} answered {answer}, but the model's lease "
                     f"holder is {self._run_label(know.holder)}"
                 )
-            if answer == 1:
-                run.renewed_ms = self.now_ms
-                know.holder, know.holder_known = run.rid, True
-                know.lease_expires_ms = self.now_ms + LEASE_TTL_MS
-            else:
-                self._lose(n, run, "lease expired or was taken")
+        if answer in (Renewal.RENEWED, Renewal.REASSERTED):
+            run.renewed_ms = self.now_ms
+            run.lease_lost_by = None
+            know.holder, know.holder_known = run.rid, True
+            know.lease_expires_ms = self.now_ms + LEASE_TTL_MS
+            return True
+        self._lose(n, run, "lease expired or was taken")
+        return False
+
+    @rule()
+    def every_node_re_asserts_its_leases_after_the_wipe(self) -> None:
+        """The nodes saw the epoch change: each one up renews every lease it holds at once
+        (a lease the wipe took is written back), and the held grants start now instead of
+        waiting out the hold, each confirming its lease first (a re-asserting older run may
+        have taken it). Only while no node is paused or cut off: those are still seen, and
+        every node that may run must have re-asserted first."""
+        held = [r for r in self.live_runs() if not r.started and r.start_ms > self.now_ms]
+        if self.last_loss != "wipe" or not held:
+            return
+        if any(n.status in ("paused", "cut") for n in self.nodes.values()):
+            return
+        for n in self.nodes.values():
+            if n.status != "up":
+                continue
+            for run in self.live_runs():
+                if run.node == n.name and run.leased and run.state == "active":
+                    self._renew(n, run)
+        for run in held:
+            if run.state == "active" and self.nodes[run.node].status == "up":
+                run.start_ms = self.now_ms
+                _event("a held grant started early: every node re-asserted")
+                self._maybe_start(run)
 
     # -- a winner that died: the takeover ----------------------------------------------------
 
@@ -872,13 +931,16 @@ class ProtocolModel(RuleBasedStateMachine):
 
     # -- Redis faults ---------------------------------------------------------------------
 
-    @rule(keeps_data=st.booleans())
-    def redis_restarts(self, keeps_data: bool) -> None:
+    @rule(keeps_data=st.booleans(), early_end=st.booleans())
+    def redis_restarts(self, keeps_data: bool, early_end: bool = False) -> None:
         """Redis restarts: with persistence only the script cache is lost; without it,
-        everything (a wipe)."""
+        everything (a wipe). With ``early_end`` the nodes see the epoch change at their
+        next heartbeat: while one lease_ttl lasts, held grants start once every node has
+        re-asserted its leases (checked as time passes)."""
         if keeps_data:
             redis_state.flush_scripts(self.raw)
             return
+        self.early_end_until_ms = self.now_ms + LEASE_TTL_MS if early_end else -1
         self._data_lost(set(JOBS), "wipe")
         self._apply_elapsed()
         self.reset_server()
@@ -942,6 +1004,7 @@ class ProtocolModel(RuleBasedStateMachine):
     def _data_lost(self, jobs: set[str], why: str) -> None:
         """Open a duplicate window for the ticks any node may still attempt or is deciding."""
         self.era += 1
+        self.last_loss = why
         self.faults_since_probe += 1
         head = self.head()
         for job in jobs:
