@@ -8,7 +8,12 @@ binds it: a busy machine makes the run slower, not the figures different, so it 
 what the code costs rather than what a shared machine could give it (the real-Redis
 benchmarks, benchmarks/scale.py, measure that). The process's CPU over the stepped
 seconds, less what the embedded store spent executing commands (a Redis server's share,
-measured apart), is the whole fleet's work; each node's is that over N.
+measured apart) and what the fake clock spent checking that every task waits (the
+simulation's own bookkeeping, O(tasks) at each of its stops), is the whole fleet's work;
+each node's is that over N. Each node's control reader blocks in real time
+(``XREAD BLOCK``), so it is given a long block (``--redis-timeout-s``): a run that takes
+20 s of wall time per simulated second would otherwise wake every reader 40 times per
+simulated second instead of once every 4 s.
 
 It imports ``cronrace`` from wherever ``PYTHONPATH`` points, so the same file measures an
 older checkout for a before/after pair. Prints one JSON line per N.
@@ -51,6 +56,38 @@ def _count_store_cpu() -> None:
     _base.BaseFakeSocket._process_command = timed  # type: ignore[method-assign]
 
 
+#: CPU seconds the fake clock spent finding out whether every task waits (its settle step,
+#: O(tasks) per stop, and stops grow with N): the simulation's bookkeeping, which real
+#: nodes do not pay. Counted apart, as the store's is.
+CLOCK_CPU_S = [0.0]
+
+
+def _count_clock_cpu() -> None:
+    """Time the synchronous part of each of the fake clock's settle turns."""
+    import asyncio
+
+    from cronrace import testing
+
+    async def all_tasks_blocked() -> None:
+        this = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        ready = getattr(loop, "_ready", None)
+        quiet = 0
+        for _ in range(testing.SETTLE_MAX_TURNS):
+            await asyncio.sleep(0)
+            started = time.process_time()
+            tasks = asyncio.all_tasks()
+            blocked = all(testing._waiting(t) for t in tasks if t is not this)
+            CLOCK_CPU_S[0] += time.process_time() - started
+            if blocked and ready is not None and not ready:
+                return
+            quiet = quiet + 1 if blocked else 0
+            if quiet >= testing.QUIET_TURNS:
+                return
+
+    testing._all_tasks_blocked = all_tasks_blocked  # type: ignore[assignment]
+
+
 def _wake_only_stream_readers() -> None:
     """Make the embedded store wake blocked readers only when a stream key is written.
 
@@ -73,7 +110,7 @@ def _wake_only_stream_readers() -> None:
 
 
 async def one_cell(
-    nodes: int, jobs: int, racers: str, seconds: int, warmup_s: int
+    nodes: int, jobs: int, racers: str, seconds: int, warmup_s: int, redis_timeout_s: float = 60.0
 ) -> dict[str, Any]:
     clock = FakeClock(start_s=START_S)
     runs: Counter[tuple[str, int]] = Counter()
@@ -81,7 +118,12 @@ async def one_cell(
     agents = []
     for index in range(nodes):
         agent = memory_agent(
-            clock, redis_url=url, node_id=f"n{index:04d}", racers=racers, heartbeat_s=2.0
+            clock,
+            redis_url=url,
+            node_id=f"n{index:04d}",
+            racers=racers,
+            heartbeat_s=2.0,
+            redis_timeout_s=redis_timeout_s,
         )
 
         async def handler(ctx: RunContext) -> None:
@@ -97,10 +139,12 @@ async def one_cell(
         first = int(clock.time()) + 1
         heaps = [len(agent.scheduler.next_tick) for agent in agents if agent.scheduler]
         cpu0, wall0, store0 = time.process_time(), time.perf_counter(), STORE_CPU_S[0]
+        clock0 = CLOCK_CPU_S[0]
         await clock.advance(seconds)
         cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
         store_s = STORE_CPU_S[0] - store0
-        cpu_s -= store_s
+        clock_s = CLOCK_CPU_S[0] - clock0
+        cpu_s -= store_s + clock_s
         for agent in agents:
             agent.stop()
         await clock.advance(5)
@@ -114,6 +158,7 @@ async def one_cell(
         "simulated_s": seconds,
         "fleet_cpu_s_per_s": round(cpu_s / seconds, 4),
         "store_cpu_s_per_s": round(store_s / seconds, 4),
+        "clock_cpu_s_per_s": round(clock_s / seconds, 4),
         "node_cpu_ms_per_s": round(cpu_s / seconds / nodes * 1000, 3),
         "heap_jobs_per_node_mean": round(sum(heaps) / max(1, len(heaps)), 1),
         "wall_s": round(wall_s, 2),
@@ -166,6 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=int, default=6)
     parser.add_argument("--tag", default="")
     parser.add_argument(
+        "--redis-timeout-s",
+        type=float,
+        default=60.0,
+        help="each node's control reader blocks this less 1 s of REAL time per XREAD; a "
+        "short block wakes every reader many times per simulated second on a slow run",
+    )
+    parser.add_argument(
         "--all-wakeups",
         action="store_true",
         help="keep fakeredis waking every blocked reader on every write (the old figures)",
@@ -180,11 +232,21 @@ def main(argv: list[str] | None = None) -> int:
     import cronrace
 
     _count_store_cpu()
+    _count_clock_cpu()
     if not args.all_wakeups:
         _wake_only_stream_readers()
     for nodes in (int(n) for n in args.nodes.split(",")):
-        row = anyio.run(one_cell, nodes, args.jobs, args.racers, args.seconds, args.warmup_s)
+        row = anyio.run(
+            one_cell,
+            nodes,
+            args.jobs,
+            args.racers,
+            args.seconds,
+            args.warmup_s,
+            args.redis_timeout_s,
+        )
         row["tag"] = args.tag
+        row["redis_timeout_s"] = args.redis_timeout_s
         row["wakeups"] = "all" if args.all_wakeups else "stream"
         row["cronrace"] = cronrace.__file__
         sys.stdout.write(json.dumps(row) + "\n")

@@ -86,3 +86,36 @@ def test_store_comparison_runs_on_postgres_with_pgbench_on_the_claim_statement(
     for batch in (1, 100):
         assert result["pgbench"][f"batch{batch}_claims_per_s"] > 0
         assert result["pgbench"][f"batch{batch}_server_cpu_ms_per_1k"] > 0
+
+
+def test_work_against_n_runs_a_small_fleet_on_the_fake_clock_without_fault() -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.work"),
+            *("--nodes", "3", "--jobs", "4", "--seconds", "3", "--warmup-s", "4"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (row["nodes"], row["duplicates"], row["missed"]) == (3, 0, 0)
+    assert row["heap_jobs_per_node_mean"] < 4  # k = 2 of 3: no node plans every job
+
+
+def test_beat_cost_reads_every_member_of_a_small_fleet() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.beat_cost", "--nodes", "5", "--beats", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    assert row["members_seen"] == 6  # the five members and the probe
+    assert row["probe_cpu_ms_per_beat"] > 0
