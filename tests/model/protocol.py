@@ -41,6 +41,7 @@ from hypothesis.stateful import (
 
 from cronrace.model.policies import Catchup, Outcome, TickPlan, plan_ticks
 from cronrace.model.records import RunRecord
+from cronrace.stores.contract import Store as NodeStore
 from cronrace.stores.redis import Store
 from cronrace.stores.values import AcquireReply, AcquireRequest, Claim, Owner, Renewal
 from tests.model import redis_state
@@ -118,7 +119,7 @@ class Won:
 @dataclass
 class Node:
     name: str
-    store: Store
+    store: NodeStore
     incarnation: int = 0
     status: str = "up"  # up | paused | cut | down
     cursor: dict[str, int] = field(default_factory=dict)  # newest tick handled, per job
@@ -153,7 +154,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.elapsed_ms = 0  # time passed that Redis's TTLs have not been shortened by yet
         self.faults_since_probe = 0
-        self.client, self.raw = self.make_clients()
+        self.open_backend()
         self.reset_server()
         self.nodes = {name: Node(name, self.new_store()) for name in NODES}
         self.operator = self.new_store()
@@ -164,7 +165,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.trigger_ids = itertools.count(1)
         self.triggers: dict[str, list[tuple[str, int]]] = defaultdict(list)  # id, issued
         self.know = {job: Knowledge() for job in JOBS}
-        self.snapshots: list[tuple[list[redis_state.KeyCopy], dict[str, Knowledge], int]] = []
+        self.snapshots: list[tuple[Any, dict[str, Knowledge], int]] = []
         #: Undecided claims of crashed processes, by node: (owner, won), for takeovers.
         self.forgotten: dict[str, list[tuple[str, Won]]] = defaultdict(list)
         self.era = 0  # bumped by every event that loses Redis data
@@ -181,20 +182,63 @@ class ProtocolModel(RuleBasedStateMachine):
         self.watermark_seen: dict[str, tuple[int, int | None]] = {}
         self.records_expected: Counter[tuple[str, int]] = Counter()
 
-    # -- plumbing ----------------------------------------------------------------------
+    # -- the backend's hooks: what the model does to the store's data from outside --------
+    #
+    # Everything the rules, checks and invariants below need of the server goes through
+    # these; RedisProtocolModel (here) and PostgresProtocolModel (postgres_state.py)
+    # implement them. Each leaves the data as the fault it names would.
 
-    def make_clients(self) -> tuple[Any, Any]:
-        """An async client for the stores, a sync one of the same server for the model."""
+    def open_backend(self) -> None:
+        """Connect to the server (called once per example, before ``reset_server``)."""
+        raise NotImplementedError
+
+    def close_backend(self) -> None:
+        """Close what ``open_backend`` opened (the event loop still runs)."""
         raise NotImplementedError
 
     def reset_server(self) -> None:
-        self.raw.flushall()
-        self.raw.script_flush()
+        """Erase the namespace's data: an empty server (a new example, a wipe)."""
+        raise NotImplementedError
 
-    def new_store(self) -> Store:
-        store = Store(self.client, NAMESPACE)
-        apply_mutation(store)
-        return store
+    def new_store(self) -> Any:
+        """A new node's store (its own evidence of fences) in the namespace."""
+        raise NotImplementedError
+
+    def pass_time(self, elapsed_ms: int) -> None:
+        """Let ``elapsed_ms`` pass on the store's clock: what expires by then is gone."""
+        raise NotImplementedError
+
+    def restart_keeping_data(self) -> None:
+        """The server restarts and keeps its data (Redis: its script cache is lost)."""
+        raise NotImplementedError
+
+    def snapshot_data(self) -> Any:
+        """A copy of the namespace's data, for a replica that lags from now on."""
+        raise NotImplementedError
+
+    def restore_data(self, copy: Any, elapsed_ms: int) -> None:
+        """Fail over to the replica holding ``copy``, taken ``elapsed_ms`` ago: what
+        expired since (expiries are instants on a replica) is gone."""
+        raise NotImplementedError
+
+    def put_garbage(self, job: str, key: str, kind: str) -> None:
+        """Garbage of ``kind`` lands in the job's ``key`` (one of ``KEY_KINDS``; ``claim``
+        is the claim of the next tick)."""
+        raise NotImplementedError
+
+    def read_watermark(self, job: str) -> Any:
+        """The job's watermark as stored (None when there is none)."""
+        raise NotImplementedError
+
+    def read_state(
+        self,
+    ) -> tuple[dict[str, int | None], dict[str, int], dict[str, int | None], int | None]:
+        """Every job's live lease fence, the ms left of the leases of the jobs whose holder
+        the model does not know, every watermark and j-queue's queued tick, as stored;
+        garbage reads as absent."""
+        raise NotImplementedError
+
+    # -- plumbing ----------------------------------------------------------------------
 
     def run_async(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run one call to Redis, after letting Redis see the time that has passed."""
@@ -204,18 +248,14 @@ class ProtocolModel(RuleBasedStateMachine):
     def _apply_elapsed(self) -> None:
         if self.elapsed_ms:
             elapsed, self.elapsed_ms = self.elapsed_ms, 0
-            redis_state.shorten_ttls(self.raw, NAMESPACE, elapsed)
+            self.pass_time(elapsed)
 
     def teardown(self) -> None:
         try:
-            self.run_async(self.client.aclose())
-            self.raw.close()
+            self._apply_elapsed()
+            self.close_backend()
         finally:
             self.loop.close()
-
-    @property
-    def keys(self) -> Any:
-        return self.operator.keys
 
     def head(self) -> int:
         """The newest tick that has come (tick ``TICK_BASE + k`` falls at k * TICK_MS)."""
@@ -938,7 +978,7 @@ class ProtocolModel(RuleBasedStateMachine):
         next heartbeat: while one lease_ttl lasts, held grants start once every node has
         re-asserted its leases (checked as time passes)."""
         if keeps_data:
-            redis_state.flush_scripts(self.raw)
+            self.restart_keeping_data()
             return
         self.early_end_until_ms = self.now_ms + LEASE_TTL_MS if early_end else -1
         self._data_lost(set(JOBS), "wipe")
@@ -950,7 +990,7 @@ class ProtocolModel(RuleBasedStateMachine):
     def _replica_syncs(self) -> None:
         """The replica catches up with the primary (it lags again from here)."""
         self._apply_elapsed()
-        copies = redis_state.snapshot(self.raw, NAMESPACE)
+        copies = self.snapshot_data()
         self.snapshots = [*self.snapshots[-2:], (copies, self._copy_knowledge(), self.now_ms)]
 
     @rule(back=st.integers(0, 2))
@@ -961,11 +1001,10 @@ class ProtocolModel(RuleBasedStateMachine):
         copies, know, taken_ms = self.snapshots[-1 - min(back, len(self.snapshots) - 1)]
         self._data_lost(set(JOBS), "failover")
         self._apply_elapsed()
-        # A replica keeps each key's expiry as an instant (Redis 7 replicates PXAT; before,
-        # the replica applied the relative TTL as it received it): what expired on the
-        # primary since the replica's copy expired on the replica too.
-        redis_state.restore(self.raw, NAMESPACE, copies, elapsed_ms=self.now_ms - taken_ms)
-        redis_state.flush_scripts(self.raw)
+        # A replica keeps each expiry as an instant (Redis 7 replicates PXAT; PostgreSQL
+        # copies the rows, whose expiry columns are instants): what expired on the primary
+        # since the replica's copy expired on the replica too.
+        self.restore_data(copies, self.now_ms - taken_ms)
         self.know = {job: dataclasses.replace(k) for job, k in know.items()}
         for job in JOBS:
             # Leases in the snapshot were renewed since: what Redis holds is uncertain.
@@ -979,19 +1018,15 @@ class ProtocolModel(RuleBasedStateMachine):
         kind=st.sampled_from(redis_state.GARBAGE_KINDS),
     )
     def garbage_lands_under_a_key(self, job: str, key: str, kind: str) -> None:
-        name = {
-            "lease": self.keys.lease(job),
-            "fence": self.keys.fence(job),
-            "last": self.keys.last(job),
-            "pending": self.keys.pending(job),
-            "state": self.keys.state(job),
-            "runs": self.keys.runs(job),
-            "claim": self.keys.claim(job, self.head() + 1),
-        }[key]
+        """Garbage lands in one part of a job's data (the kinds are the backend's: Redis
+        types; PostgreSQL values the schema allows, see postgres_state.py)."""
+        self._garbage_lands(job, key, kind)
+
+    def _garbage_lands(self, job: str, key: str, kind: str) -> None:
         if key != "claim":
             self._data_lost({job}, f"garbage under {key}")
         self._apply_elapsed()
-        redis_state.put_garbage(self.raw, name, kind)
+        self.put_garbage(job, key, kind)
         know = self.know[job]
         if key == "lease":
             know.holder_known = False
@@ -1046,7 +1081,7 @@ class ProtocolModel(RuleBasedStateMachine):
 
     def _check_watermark_covers(self, job: str, mark: int) -> None:
         self._apply_elapsed()
-        value = self.raw.get(self.keys.last(job))
+        value = self.read_watermark(job)
         assert value is not None, f"{job}: decided tick {mark} but the watermark is gone"
         assert int(value) >= mark, f"{job}: decided tick {mark} but the watermark reads {value!r}"
 
@@ -1094,7 +1129,7 @@ class ProtocolModel(RuleBasedStateMachine):
         if not hasattr(self, "loop"):
             return
         self._apply_elapsed()
-        leases, pttls, marks, pending = self._read_state()
+        leases, pttls, marks, pending = self.read_state()
         for job in LEASED:
             know = self.know[job]
             if know.holder_known:
@@ -1130,31 +1165,6 @@ class ProtocolModel(RuleBasedStateMachine):
             )
         else:
             know.queued, know.queued_known = pending, True
-
-    def _read_state(
-        self,
-    ) -> tuple[dict[str, int | None], dict[str, int], dict[str, int | None], int | None]:
-        """Every lease fence and TTL, every watermark and the queued tick: one round trip.
-
-        A key holding something else (garbage) reads as absent.
-        """
-        pipe = self.raw.pipeline(transaction=False)
-        jobs = list(JOBS)
-        # MGET reads a key of another type as nil: no error to sort out.
-        pipe.mget([self.keys.last(job) for job in jobs] + [self.keys.pending("j-queue")])
-        for job in jobs:
-            pipe.hget(self.keys.lease(job), "fence")
-        resync = [job for job in jobs if not self.know[job].holder_known]
-        for job in resync:
-            pipe.pttl(self.keys.lease(job))
-        replies = pipe.execute(raise_on_error=False)
-        values = [_int_or_none(r) for r in replies[0]]
-        marks = dict(zip(jobs, values, strict=False))
-        leases = {job: _int_or_none(r) for job, r in zip(jobs, replies[1:], strict=False)}
-        pttls = dict.fromkeys(jobs, 0)
-        for job, ttl in zip(resync, replies[1 + len(jobs) :], strict=True):
-            pttls[job] = _int_or_none(ttl) or 0
-        return leases, pttls, marks, values[-1]
 
     def _entitled(self, run: Run) -> bool:
         """Alive as far as its own node can tell: not crashed, its deadline not passed."""
@@ -1250,7 +1260,88 @@ def _note(text: str) -> None:
         hypothesis.note(text)
 
 
-class FakeRedisProtocolModel(ProtocolModel):
+class RedisProtocolModel(ProtocolModel):
+    """The model on a Redis server; subclasses say which (see ``make_clients``)."""
+
+    def make_clients(self) -> tuple[Any, Any]:
+        """An async client for the stores, a sync one of the same server for the model."""
+        raise NotImplementedError
+
+    def open_backend(self) -> None:
+        self.client, self.raw = self.make_clients()
+
+    def close_backend(self) -> None:
+        self.run_async(self.client.aclose())
+        self.raw.close()
+
+    def reset_server(self) -> None:
+        self.raw.flushall()
+        self.raw.script_flush()
+
+    def new_store(self) -> Store:
+        store = Store(self.client, NAMESPACE)
+        apply_mutation(store)
+        return store
+
+    @property
+    def keys(self) -> Any:
+        return self.operator.keys
+
+    def pass_time(self, elapsed_ms: int) -> None:
+        redis_state.shorten_ttls(self.raw, NAMESPACE, elapsed_ms)
+
+    def restart_keeping_data(self) -> None:
+        redis_state.flush_scripts(self.raw)
+
+    def snapshot_data(self) -> list[redis_state.KeyCopy]:
+        return redis_state.snapshot(self.raw, NAMESPACE)
+
+    def restore_data(self, copy: Any, elapsed_ms: int) -> None:
+        redis_state.restore(self.raw, NAMESPACE, copy, elapsed_ms=elapsed_ms)
+        redis_state.flush_scripts(self.raw)
+
+    def put_garbage(self, job: str, key: str, kind: str) -> None:
+        name = {
+            "lease": self.keys.lease(job),
+            "fence": self.keys.fence(job),
+            "last": self.keys.last(job),
+            "pending": self.keys.pending(job),
+            "state": self.keys.state(job),
+            "runs": self.keys.runs(job),
+            "claim": self.keys.claim(job, self.head() + 1),
+        }[key]
+        redis_state.put_garbage(self.raw, name, kind)
+
+    def read_watermark(self, job: str) -> Any:
+        return self.raw.get(self.keys.last(job))
+
+    def read_state(
+        self,
+    ) -> tuple[dict[str, int | None], dict[str, int], dict[str, int | None], int | None]:
+        """One round trip (MGET, HGETs, PTTLs).
+
+        A key holding something else (garbage) reads as absent.
+        """
+        pipe = self.raw.pipeline(transaction=False)
+        jobs = list(JOBS)
+        # MGET reads a key of another type as nil: no error to sort out.
+        pipe.mget([self.keys.last(job) for job in jobs] + [self.keys.pending("j-queue")])
+        for job in jobs:
+            pipe.hget(self.keys.lease(job), "fence")
+        resync = [job for job in jobs if not self.know[job].holder_known]
+        for job in resync:
+            pipe.pttl(self.keys.lease(job))
+        replies = pipe.execute(raise_on_error=False)
+        values = [_int_or_none(r) for r in replies[0]]
+        marks = dict(zip(jobs, values, strict=False))
+        leases = {job: _int_or_none(r) for job, r in zip(jobs, replies[1:], strict=False)}
+        pttls = dict.fromkeys(jobs, 0)
+        for job, ttl in zip(resync, replies[1 + len(jobs) :], strict=True):
+            pttls[job] = _int_or_none(ttl) or 0
+        return leases, pttls, marks, values[-1]
+
+
+class FakeRedisProtocolModel(RedisProtocolModel):
     """The model on fakeredis (with Lua): a new server for every example."""
 
     def make_clients(self) -> tuple[Any, Any]:

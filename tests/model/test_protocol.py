@@ -1,4 +1,4 @@
-"""The protocol model (tests/model/protocol.py) on fakeredis and on a real redis-server."""
+"""The protocol model (tests/model/protocol.py) on fakeredis, a real redis-server and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import redis
 from hypothesis.stateful import run_state_machine_as_test
 
 from cronrace.stores.redis import make_client
+from tests.model.postgres_state import PostgresProtocolModel
 from tests.model.profiles import model_settings
-from tests.model.protocol import FakeRedisProtocolModel, ProtocolModel
+from tests.model.protocol import FakeRedisProtocolModel, RedisProtocolModel
 from tests.redis_server import RedisServer, redis_available
 
 pytestmark = pytest.mark.model
@@ -35,10 +36,17 @@ def model_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServe
 
 @pytest.mark.redis
 def test_protocol_model_on_a_real_redis_server(model_redis: RedisServer) -> None:
-    class RealRedisProtocolModel(ProtocolModel):
+    class RealRedisProtocolModel(RedisProtocolModel):
         def make_clients(self) -> tuple[Any, Any]:
             return make_client(model_redis.url), redis.Redis.from_url(model_redis.url)
 
     run_state_machine_as_test(
         RealRedisProtocolModel, settings=model_settings(examples=10, steps=30, real_redis=True)
+    )
+
+
+@pytest.mark.postgres
+def test_protocol_model_on_postgresql(model_postgres: type[PostgresProtocolModel]) -> None:
+    run_state_machine_as_test(
+        model_postgres, settings=model_settings(examples=15, steps=30, real_redis=True)
     )

@@ -35,9 +35,18 @@ class Steps:
         return run
 
 
-@pytest.fixture
-def state() -> Iterator[Steps]:
-    machine = FakeRedisProtocolModel()
+@pytest.fixture(
+    params=[
+        pytest.param("fakeredis"),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
+def state(request: pytest.FixtureRequest) -> Iterator[Steps]:
+    """Each case on fakeredis and on PostgreSQL (the same steps, the backend's hooks)."""
+    model: type[ProtocolModel] = FakeRedisProtocolModel
+    if request.param == "postgres":
+        model = request.getfixturevalue("model_postgres")
+    machine = model()
     yield Steps(machine)
     machine.teardown()
 
@@ -195,3 +204,13 @@ def test_a_crashed_winners_claim_is_taken_over(state: Steps) -> None:
     state.decide(node="c")
     state.time_passes(awake=[], grains=6)
     assert [r.node for r in machine.starts[("j-queue", tick)]] == ["c"]
+
+
+def test_garbage_in_the_run_fence_is_not_reported_as_an_abandoned_run(state: Steps) -> None:
+    """Found by the model on PostgreSQL: a job's row edited to run_fence = -1 (no run had
+    it) was reported by the next grant as an abandoned run with fence -1, tick -1. Fixed
+    (schema version 9): acquire moves a garbled run fence or tick to the quarantine table
+    and reports it as garbage, as it does a garbled lease or counter."""
+    state.define_jobs(catchup=ALL_SKIP)
+    state.garbage_lands_under_a_key(job="j-skip", key="state", kind="text")
+    state.a_job_never_stays_stuck(job="j-skip")

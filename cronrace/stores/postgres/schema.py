@@ -36,6 +36,7 @@ FUNCTION_DIGESTS = {
     6: "54f2dda3f21d90f0",
     7: "d5037751b556ca97",
     8: "300ee2a5dcb3d0b7",
+    9: "da7bb245664399ad",
 }
 
 

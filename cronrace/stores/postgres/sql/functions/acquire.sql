@@ -110,6 +110,12 @@ BEGIN
     warnings := warnings || @schema@.quarantine(p_ns, p_job, 'watermark', j.watermark::text, t_now);
     j.watermark := NULL;
   END IF;
+  IF j.run_fence <= 0 OR j.run_tick < 0 THEN
+    -- The run a lease was granted to, garbled: no run had that fence (it is no abandoned run).
+    warnings := warnings || @schema@.quarantine(p_ns, p_job, 'run_fence',
+      concat_ws(' ', j.run_owner, j.run_fence, j.run_tick), t_now);
+    j.run_fence := NULL; j.run_tick := NULL; j.run_owner := NULL;
+  END IF;
   IF j.pending_tick < 0 THEN
     warnings := warnings || @schema@.quarantine(p_ns, p_job, 'pending', j.pending_tick::text, t_now);
     j.pending_tick := NULL;
@@ -140,7 +146,8 @@ BEGIN
             lease_owner = j.lease_owner, lease_fence = j.lease_fence, lease_tick = j.lease_tick,
             lease_started_ms = j.lease_started_ms, lease_expires_us = j.lease_expires_us,
             fence = j.fence, watermark = j.watermark, pending_tick = j.pending_tick,
-            pending_trigger = j.pending_trigger, hold_until_us = j.hold_until_us
+            pending_trigger = j.pending_trigger, hold_until_us = j.hold_until_us,
+            run_fence = j.run_fence, run_tick = j.run_tick, run_owner = j.run_owner
           WHERE ns = p_ns AND job = p_job;
           RETURN c.memo || jsonb_build_object('replayed', true, 'renewed', renewed);
         END IF;
@@ -296,8 +303,13 @@ BEGIN
     SELECT * INTO nf FROM @schema@.next_fence(j.fence, j.lease_fence, p_known_fence, t_now);
     v_fence := nf.fence;
     j.fence := nf.fence;
-    IF nf.lost AND NOT fence_garbled THEN
-      data_lost := true;
+    -- A garbled counter is no sign of lost data while a lease guards the job; with no
+    -- lease held, a wipe may have taken that lease too (garbage landing after it): hold as
+    -- after a wipe, since a run started before may still be alive (as acquire.lua).
+    IF (nf.lost AND NOT fence_garbled)
+       OR (fence_garbled AND NOT (j.lease_fence IS NOT NULL AND j.lease_expires_us > t_now))
+    THEN
+      data_lost := nf.lost AND NOT fence_garbled;
       IF coalesce(j.hold_until_us, 0) < t_now + p_ttl_ms * 1000 THEN
         j.hold_until_us := t_now + p_ttl_ms * 1000;
       END IF;

@@ -1,0 +1,19 @@
+-- 0009_garbage_holds.sql: version 9 of the schema; no table changes.
+--
+-- Inputs: <schema>, substituted before the file is sent. Applied once, by `cronrace db
+--   upgrade`, inside its one transaction.
+-- Replies: none.
+--
+-- acquire() (functions/acquire.sql) moves a garbled run fence or tick (jobs.run_fence <= 0,
+-- jobs.run_tick < 0: an operator's edit, no run of ours) to the quarantine table and
+-- reports it, as it does a garbled lease or counter. Before, the next grant after the lease
+-- expired reported it as an abandoned run with that fence (found by the protocol model on
+-- PostgreSQL, tests/model/postgres_state.py). The functions are replaced by every upgrade;
+-- this file marks the version that carries the new one.
+--
+-- And, as acquire.lua since the Redis deep run: a garbled fence counter (<= 0) found while
+-- no lease is held starts the wipe hold (a wipe may have taken that lease, and the run
+-- under it may still be alive). Before, the counter was re-seeded without the hold, and
+-- the new run overlapped the one started before the wipe (the regression case
+-- test_garbage_under_a_wiped_jobs_fence_key_still_holds_new_grants, now run on
+-- PostgreSQL too, failed there).
