@@ -55,9 +55,21 @@ def mutated(name: str) -> Iterator[None]:
             os.environ[ENV] = old
 
 
-def catch(name: str, machine: str, *, examples: int | None = None, shrink: bool = True) -> Caught:
-    """Run ``machine`` with mutation ``name`` in; return what it found (derandomized)."""
-    cls, default_examples, steps = MACHINES[machine]
+def catch(
+    name: str,
+    machine: str,
+    *,
+    examples: int | None = None,
+    shrink: bool = True,
+    cls: type[RuleBasedStateMachine] | None = None,
+) -> Caught:
+    """Run ``machine`` with mutation ``name`` in; return what it found (derandomized).
+
+    ``cls`` runs another class of that machine (the protocol model on PostgreSQL, whose
+    mutation is in its schema's functions already).
+    """
+    default_cls, default_examples, steps = MACHINES[machine]
+    cls = cls or default_cls
     budget = settings(
         max_examples=examples or default_examples,
         stateful_step_count=steps,

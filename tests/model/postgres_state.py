@@ -27,16 +27,20 @@ own whose ``now_us()`` (the store's only clock) is replaced by a clock the model
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psycopg
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
+from cronrace.stores import postgres as postgres_package
 from cronrace.stores.postgres import PostgresStore
 from cronrace.stores.postgres.ddl import upgrade_sql
 from cronrace.stores.postgres.queries import bind_schema
 from tests.model.protocol import JOBS, KEY_KINDS, NAMESPACE, ProtocolModel
+
+FUNCTIONS_DIR = Path(postgres_package.__file__).parent / "sql" / "functions"
 
 #: Garbage kinds that mean something in a row (see the module doc).
 GARBAGE_KINDS = ("text", "number")
@@ -81,6 +85,26 @@ def create_model_schema(url: str, schema: str) -> None:
         with conn.transaction():
             conn.execute(upgrade_sql(schema).encode())
         conn.execute(bind_schema(MODEL_CLOCK_SQL, schema).encode())
+
+
+#: Bugs put in on purpose (tests/model/mutations.py has Redis's): name -> (the functions
+#: file, the text replaced, its replacement).
+SQL_MUTATIONS = {
+    "renew-unfenced": (
+        "lease.sql",
+        "IF v_live AND j.lease_fence = p_fence THEN",
+        "IF v_live THEN",
+    ),
+}
+
+
+def mutate_model_schema(url: str, schema: str, name: str) -> None:
+    """Replace one function of the model's schema by a mutated copy (``SQL_MUTATIONS``)."""
+    filename, old, new = SQL_MUTATIONS[name]
+    text = (FUNCTIONS_DIR / filename).read_text()
+    assert text.count(old) == 1, f"mutation {name}: {old!r} is not in {filename} once"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(bind_schema(text.replace(old, new), schema).encode())
 
 
 def drop_model_schema(url: str, schema: str) -> None:
