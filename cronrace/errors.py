@@ -117,6 +117,8 @@ class StoreAccessError(StoreError):
 
     #: What kind of refusal this is, for metrics and logs.
     cause = "refused"
+    #: What ends it, for the log line an operator reads first.
+    ends_when = "it will not pass by itself"
 
     def __init__(self, message: str, *, command: str = "connect") -> None:
         super().__init__(message)
@@ -175,6 +177,7 @@ class RedisOutOfMemoryError(StoreAccessError):
     """
 
     cause = "out_of_memory"
+    ends_when = "it passes once memory is freed or maxmemory raised"
 
 
 class NoLiveNodeError(CronraceError):

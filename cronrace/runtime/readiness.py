@@ -129,7 +129,8 @@ class Readiness:
         self.observer.redis_refused(error.command, error.cause)
         if first and self.running:
             log.error(
-                f"{self.server} refused a call; this is not an outage and will not pass by itself",
+                f"{self.server} refused a call ({error.cause}); this is not an outage, and"
+                f" {error.ends_when}",
                 extra={
                     "node": self.node_id,
                     "refused": label,
