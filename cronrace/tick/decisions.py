@@ -30,6 +30,9 @@ EXPIRED_COUNT_CAP = 100_000
 #: The error text of a grant whose answer came back after its lease had run out.
 RAN_OUT = "the grant's answer came back after its lease had run out; not run"
 
+#: The reason of a queue_one tick skipped: it was decided late, after a newer tick queued.
+NEWER_TICK_WAITS = "decided late: a newer tick is queued (queue_one keeps the newest)"
+
 
 @dataclass(frozen=True, slots=True)
 class Proposal:
@@ -185,6 +188,12 @@ def decide(
             )
             events.append((outcome, 1))
     if outcome is not None:
+        detail: dict[str, object] | None = (
+            {"holder_fence": reply.holder_fence} if reply.holder_fence else None
+        )
+        if outcome is Outcome.SKIPPED_OVERLAP and proposal.job.overlap is Overlap.QUEUE_ONE:
+            # Queue one skips only an older tick decided late: a newer one already waits.
+            detail = {**(detail or {}), "reason": NEWER_TICK_WAITS}
         records.append(
             RunRecord(
                 job,
@@ -193,7 +202,7 @@ def decide(
                 outcome,
                 finished_ms=now_ms,
                 trigger_id=proposal.trigger_id,
-                detail={"holder_fence": reply.holder_fence} if reply.holder_fence else None,
+                detail=detail,
             )
         )
         events.append((outcome, 1))

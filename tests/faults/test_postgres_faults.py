@@ -41,11 +41,8 @@ def fault_postgres() -> Iterator[PostgresServer]:
         server.cleanup()
 
 
-def unexplained(
-    server: PostgresServer, namespace: str, missed: list[int], job: str = "fast"
-) -> list[int]:
-    """The ``missed`` ticks of ``job`` that the store has no record of: a tick that did not
-    run must say why (skipped behind a run whose release waited for the server, missed)."""
+def history(server: PostgresServer, namespace: str, job: str) -> list[RunRecord]:
+    """The newest 500 run records of ``job``."""
 
     async def read() -> list[RunRecord]:
         store = PostgresStore.from_url(server.url, namespace)
@@ -54,7 +51,15 @@ def unexplained(
         finally:
             await store.aclose()
 
-    recorded = {record.tick_s for record in anyio.run(read)}
+    return anyio.run(read)
+
+
+def unexplained(
+    server: PostgresServer, namespace: str, missed: list[int], job: str = "fast"
+) -> list[int]:
+    """The ``missed`` ticks of ``job`` that the store has no record of: a tick that did not
+    run must say why (skipped behind a run whose release waited for the server, missed)."""
+    recorded = {record.tick_s for record in history(server, namespace, job)}
     return [tick for tick in missed if tick not in recorded]
 
 
@@ -198,6 +203,15 @@ def test_a_row_lock_held_on_one_job_costs_that_job_only(
     fences = [e["fence"] for e in events if e["job"] == "extra000" and e["event"] == "start"]
     assert len(fences) == len(set(fences)), detail
     assert unexplained(fault_postgres, namespace, locked.missed, "extra000") == [], detail
+    # Queue one keeps the newest waiting tick: a tick decided late never displaced a newer
+    # queued one (before, the row lock made older ticks replace newer queued ones).
+    displaced = [
+        (record.tick_s, record.detail["superseded_by"])
+        for record in history(fault_postgres, namespace, "extra000")
+        if isinstance(record.detail, dict)
+        and record.detail.get("superseded_by", record.tick_s) < record.tick_s
+    ]
+    assert displaced == [], detail
     logs = "\n".join(path.read_text(errors="replace") for path in tmp_path.glob("*.err"))
     assert "not ready" not in logs, "a row lock on one job is no outage of the node"
     assert "another session holds the job's row locked" in logs

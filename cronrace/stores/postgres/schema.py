@@ -37,6 +37,7 @@ FUNCTION_DIGESTS = {
     7: "d5037751b556ca97",
     8: "300ee2a5dcb3d0b7",
     9: "da7bb245664399ad",
+    10: "1924aacdc82e7662",
 }
 
 

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from cronrace.model.policies import Overlap
 from cronrace.stores.contract import Store
-from cronrace.stores.values import AcquireDecision, AcquireReply, AcquireRequest, Claim, Owner
+from cronrace.stores.values import (
+    AcquireDecision,
+    AcquireReply,
+    AcquireRequest,
+    Claim,
+    Owner,
+    ReleaseDecision,
+)
 from tests.stores.contract import helpers
 from tests.stores.contract.helpers import acquire, lease, watermark
 from tests.stores.harness import Backend
@@ -149,3 +156,57 @@ async def test_a_tick_the_newer_decision_covered_is_not_left_to_anyone(store: St
     await claim(store, 103, C)
     await acquire(store, request(103, C, prior=101))
     assert (await acquire(store, request(102, B))).decision is AcquireDecision.STALE
+
+
+# -- queue one and a late older tick ------------------------------------------------------
+#
+# Queue one keeps the newest waiting tick (DESIGN.md section 4: a newer tick overwrites the
+# waiting one). A tick decided late, after a newer one was queued, is the older of the two:
+# before, it overwrote the queued newer tick (and reported it superseded), so the newest
+# waiting tick was dropped and the older one ran in its place (the PostgreSQL row-lock
+# fault test saw it; both stores did it). Now it is recorded skipped: the newer one waits.
+
+
+async def test_a_late_older_tick_never_displaces_a_newer_queued_tick(store: Store) -> None:
+    running = await acquire(store, request(99, A, overlap=Overlap.QUEUE_ONE))
+    assert running.decision is AcquireDecision.RUN
+    await claim(store, 100, A)
+    await claim(store, 101, B)
+    queued = await acquire(store, request(101, B, prior=100, overlap=Overlap.QUEUE_ONE))
+    assert queued.decision is AcquireDecision.QUEUED
+    late = await acquire(store, request(100, A, overlap=Overlap.QUEUE_ONE))
+    assert (late.decision, late.superseded_tick_s) == (AcquireDecision.SKIPPED_OVERLAP, 0)
+    assert late.holder_fence == running.fence
+    handed = await store.release("j", running.fence, owner=A, lease_ttl_ms=5000)
+    assert (handed.decision, handed.tick_s) == (ReleaseDecision.HANDED_ON, 101)
+    assert handed.fence > running.fence
+
+
+async def test_a_late_older_tick_replaces_an_even_older_queued_tick(store: Store) -> None:
+    running = await acquire(store, request(98, A, overlap=Overlap.QUEUE_ONE))
+    for tick, owner in ((99, C), (100, A), (101, B)):
+        await claim(store, tick, owner)
+    await acquire(store, request(101, B, prior=100, overlap=Overlap.QUEUE_ONE))
+    # The queued 101 ran and was released: 99 waits (decided late, queued behind a run).
+    handed = await store.release("j", running.fence, owner=A, lease_ttl_ms=5000)
+    assert handed.tick_s == 101
+    older = await acquire(store, request(99, C, overlap=Overlap.QUEUE_ONE))
+    assert older.decision is AcquireDecision.QUEUED
+    late = await acquire(store, request(100, A, overlap=Overlap.QUEUE_ONE))
+    assert (late.decision, late.superseded_tick_s) == (AcquireDecision.QUEUED, 99)
+
+
+async def test_a_late_older_tick_runs_before_a_newer_tick_queued_behind_a_dead_run(
+    store: Store, backend: Backend
+) -> None:
+    """The run the newer tick waited for died: the late tick runs, and the newer one after it."""
+    await acquire(store, request(99, A, overlap=Overlap.QUEUE_ONE))
+    await claim(store, 100, A)
+    await claim(store, 101, B)
+    await acquire(store, request(101, B, prior=100, overlap=Overlap.QUEUE_ONE))
+    await backend.faults.expire_lease("j")
+    late = await acquire(store, request(100, A, overlap=Overlap.QUEUE_ONE))
+    assert (late.decision, late.superseded_tick_s) == (AcquireDecision.RUN, 0)
+    handed = await store.release("j", late.fence, owner=A, lease_ttl_ms=5000)
+    assert (handed.decision, handed.tick_s) == (ReleaseDecision.HANDED_ON, 101)
+    assert handed.fence > late.fence

@@ -13,6 +13,7 @@ from cronrace.model.policies import Outcome, Overlap, TickPlan
 from cronrace.runtime.observer import Observer
 from cronrace.stores.values import AcquireDecision, AcquireMode, AcquireReply, Owner
 from cronrace.tick.decisions import (
+    NEWER_TICK_WAITS,
     Proposal,
     RunStart,
     Verdict,
@@ -294,6 +295,24 @@ def test_records_name_who_decided_and_what_they_met() -> None:
         {"superseded_by": 100},
     )
     assert (queued.node, queued.trigger_id, queued.detail) == (ME, "t1", {"holder_fence": 6})
+
+
+@pytest.mark.parametrize(
+    ("overlap", "detail"),
+    [
+        (Overlap.QUEUE_ONE, {"holder_fence": 6, "reason": NEWER_TICK_WAITS}),
+        (Overlap.SKIP, {"holder_fence": 6}),
+    ],
+)
+def test_a_queue_one_skip_says_a_newer_tick_waits(overlap: Overlap, detail: Any) -> None:
+    """Queue one skips only a tick decided late behind a newer queued one: the record says so."""
+    reply = answer(AcquireDecision.SKIPPED_OVERLAP, holder_fence=6)
+    (skipped,) = decide(Proposal(job(overlap), steady(), None), reply, node_id=ME, now_ms=1).records
+    assert (skipped.outcome, skipped.tick_s, skipped.detail) == (
+        Outcome.SKIPPED_OVERLAP,
+        100,
+        detail,
+    )
 
 
 def test_a_grant_answered_past_its_lease_deadline_is_given_back() -> None:

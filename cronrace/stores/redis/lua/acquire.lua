@@ -294,6 +294,11 @@ if mode ~= 'trigger' then
   end
 end
 
+-- A scheduled tick decided behind the watermark (passed and decided late, or decided again
+-- because its grant's lease ran out before the answer came back): older than any tick
+-- queued since.
+local behind = mode == 'trigger' and trigger_id == ''
+
 if redis.call('HGET', state_key, 'paused') == '1' then
   redis.call('HINCRBY', state_key, 'skipped_paused', 1)
   return reply('skipped:paused', 0)
@@ -314,8 +319,10 @@ else
     redis.call('HINCRBY', state_key, 'abandoned', 1)
   end
   -- A tick queued behind a run that died is older than this one: this one supersedes it.
+  -- Unless this one is an older tick decided late (queue_one): it runs first, and the
+  -- newer tick still waits, handed on when this run releases.
   local waiting = redis.call('GET', pending_key)
-  if waiting then
+  if waiting and not (overlap == 'queue_one' and behind and tonumber(waiting) > run_tick) then
     superseded = tonumber(waiting)
     superseded_trigger = redis.call('HGET', state_key, 'pending_trigger') or ''
     redis.call('DEL', pending_key)
@@ -330,6 +337,12 @@ end
 if alive then
   if overlap == 'queue_one' then
     local waiting = redis.call('GET', pending_key)
+    if waiting and behind and tonumber(waiting) > run_tick then
+      -- An older tick decided late never displaces a newer waiting tick: queue one keeps
+      -- the newest (a newer tick overwrites the waiting one, never the other way round).
+      redis.call('HINCRBY', state_key, 'skipped_overlap', 1)
+      return reply('skipped:overlap', 0)
+    end
     if waiting then
       superseded = tonumber(waiting)
       superseded_trigger = redis.call('HGET', state_key, 'pending_trigger') or ''

@@ -73,6 +73,7 @@ DECLARE
   fence_garbled boolean := false;
   remember boolean := false;
   late boolean := false;
+  behind boolean := false;
   alive boolean;
   decision text;
   v_fence bigint := 0;
@@ -238,6 +239,11 @@ BEGIN
       END IF;
     END IF;
 
+    -- A scheduled tick decided behind the watermark (passed and decided late, or decided
+    -- again because its grant's lease ran out before the answer came back): older than any
+    -- tick queued since.
+    behind := v_mode = 'trigger' AND p_trigger_id = '';
+
     IF j.paused THEN
       j.skipped_paused := coalesce(j.skipped_paused, 0) + 1;
       decision := 'skipped:paused';
@@ -256,7 +262,10 @@ BEGIN
         j.abandoned := coalesce(j.abandoned, 0) + 1;
       END IF;
       -- A tick queued behind a run that died is older than this one: this one supersedes it.
-      IF j.pending_tick IS NOT NULL THEN
+      -- Unless this one is an older tick decided late (queue_one): it runs first, and the
+      -- newer tick still waits, handed on when this run releases.
+      IF j.pending_tick IS NOT NULL
+         AND NOT (p_overlap = 'queue_one' AND behind AND j.pending_tick > p_run_tick) THEN
         superseded := j.pending_tick;
         superseded_trigger := coalesce(j.pending_trigger, '');
         j.pending_tick := NULL;
@@ -271,6 +280,13 @@ BEGIN
 
     IF alive THEN
       IF p_overlap = 'queue_one' THEN
+        IF behind AND j.pending_tick > p_run_tick THEN
+          -- An older tick decided late never displaces a newer waiting tick: queue one
+          -- keeps the newest (a newer tick overwrites the waiting one, never the reverse).
+          j.skipped_overlap := coalesce(j.skipped_overlap, 0) + 1;
+          decision := 'skipped:overlap';
+          EXIT decide;
+        END IF;
         IF j.pending_tick IS NOT NULL THEN
           superseded := j.pending_tick;
           superseded_trigger := coalesce(j.pending_trigger, '');

@@ -1,0 +1,8 @@
+-- 0010_queue_one_keeps_newest.sql: version 10 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): under overlap = queue_one, acquire()
+-- no longer lets an older tick decided late displace a newer queued tick (it is answered
+-- skipped:overlap; with the lease gone it runs and the newer tick still waits).
