@@ -21,7 +21,6 @@ Usage::
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
@@ -173,6 +172,28 @@ class Verdict:
         )
 
 
+def fence_disorder(starts: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """Pairs ``(older tick's fence, newer tick's fence)`` whose order no decision explains.
+
+    The invariant: fences rise in the order decisions grant them. Ticks decided in tick
+    order (the rule) thus have their fences in tick order. A tick decided late, after a
+    newer one (its winner's answer was held back: a row lock, a slot migration, a retry;
+    README "Fences follow decisions, not ticks"), is granted after it and gets the higher
+    fence: it runs after that run, so to a receiver it is the newer writer, and fencing
+    refuses the earlier one's stale writes as it should (a fence below the newer tick's
+    would have its own writes refused). So an older tick with a fence not below a newer
+    tick's is disorder unless it started after that tick's run had started (every process
+    stamps ``wall`` from the one machine's clock); overlaps are judged apart.
+    """
+    runs = sorted((e["tick"], e["fence"], e["wall"]) for e in starts)
+    return [
+        (older[1], newer[1])
+        for i, older in enumerate(runs)
+        for newer in runs[i + 1 :]
+        if newer[0] > older[0] and newer[1] <= older[1] and not older[2] > newer[2]
+    ]
+
+
 def judge(
     events: list[dict[str, Any]],
     job: str,
@@ -201,9 +222,7 @@ def judge(
     expected = set(range(first_tick_s, last_tick_s + 1, every_s)) - set(excused)
     missed = sorted(expected - set(counts))
     verdict = Verdict(job, sorted(counts), duplicates, missed)
-    # Fences rise with ticks: a later tick never runs with a lower fence.
-    by_tick = sorted((e["tick"], e["fence"]) for e in starts)
-    verdict.fence_disorder = [(a[1], b[1]) for a, b in itertools.pairwise(by_tick) if b[1] <= a[1]]
+    verdict.fence_disorder = fence_disorder(starts)
     if leased:
         began = {e["fence"]: e["wall"] for e in starts}
         ended = {
