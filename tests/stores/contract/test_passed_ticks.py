@@ -210,3 +210,26 @@ async def test_a_late_older_tick_runs_before_a_newer_tick_queued_behind_a_dead_r
     handed = await store.release("j", late.fence, owner=A, lease_ttl_ms=5000)
     assert (handed.decision, handed.tick_s) == (ReleaseDecision.HANDED_ON, 101)
     assert handed.fence > late.fence
+
+
+async def test_a_grant_decided_again_after_its_lease_ran_out_keeps_a_newer_queued_tick(
+    store: Store, backend: Backend
+) -> None:
+    """A's grant of 100 was never answered and its lease ran out, while 101 queued behind
+    it: A's retry decides 100 again (late, a new fence) and 101 still waits behind it."""
+    await claim(store, 100, A)
+    first = await acquire(store, request(100, A, overlap=Overlap.QUEUE_ONE))
+    assert first.decision is AcquireDecision.RUN
+    await claim(store, 101, B)
+    queued = await acquire(store, request(101, B, prior=100, overlap=Overlap.QUEUE_ONE))
+    assert queued.decision is AcquireDecision.QUEUED
+    await backend.faults.expire_lease("j")
+    again = await acquire(store, request(100, A, overlap=Overlap.QUEUE_ONE))
+    assert (again.decision, again.replayed, again.superseded_tick_s) == (
+        AcquireDecision.RUN,
+        False,
+        0,
+    )
+    assert again.abandoned_fence == first.fence
+    handed = await store.release("j", again.fence, owner=A, lease_ttl_ms=5000)
+    assert (handed.decision, handed.tick_s) == (ReleaseDecision.HANDED_ON, 101)
