@@ -895,6 +895,10 @@ class ProtocolModel(RuleBasedStateMachine):
         if answer in (Renewal.RENEWED, Renewal.REASSERTED):
             run.renewed_ms = self.now_ms
             run.lease_lost_by = None
+            if answer == Renewal.REASSERTED:
+                # The job's run again: should its lease expire unreleased, the next grant
+                # reports it abandoned (DESIGN.md section 4), as any run's.
+                know.unreleased, know.unreleased_known = run.rid, True
             know.holder, know.holder_known = run.rid, True
             know.lease_expires_ms = self.now_ms + LEASE_TTL_MS
             return True

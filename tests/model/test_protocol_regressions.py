@@ -214,3 +214,23 @@ def test_garbage_in_the_run_fence_is_not_reported_as_an_abandoned_run(state: Ste
     state.define_jobs(catchup=ALL_SKIP)
     state.garbage_lands_under_a_key(job="j-skip", key="state", kind="text")
     state.a_job_never_stays_stuck(job="j-skip")
+
+
+def test_a_re_asserted_run_that_dies_is_reported_abandoned(state: Steps) -> None:
+    """Found by the model on PostgreSQL, whose renew() makes a re-asserted run the job's
+    run again: b runs a tick, Redis (the database) is wiped, b's renewal writes its lease
+    back, b crashes; the next grant after that lease expires reports b's run abandoned
+    (DESIGN.md section 4). renew.lua wrote the lease back but not the state's run, so on
+    Redis the dead run was never reported. Fixed: renew.lua writes the run too (the model
+    expects the report on both stores)."""
+    machine = state.machine
+    state.define_jobs(catchup=ALL_SKIP)
+    state.time_passes(awake=["b"], grains=3)
+    state.redis_restarts(keeps_data=False, early_end=False)
+    state.time_passes(awake=[], grains=2)  # b renews: its lease is re-asserted
+    before = len(machine.runs)
+    state.crash(node="b")
+    state.time_passes(awake=[], grains=6)  # b's lease expires
+    state.claim(node="a", job="j-skip", late=False)
+    state.decide(node="a")
+    assert [r.node for r in machine.runs[before:] if r.job == "j-skip"] == ["a"]

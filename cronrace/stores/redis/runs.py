@@ -43,7 +43,12 @@ class RunCommands(OperatorCommands):
         starting: bool = False,
     ) -> Renewal:
         """Extend a lease held with ``fence``; re-assert one a wipe took (see the contract)."""
-        keys = [self.keys.lease(job), self.keys.hold(job), self.keys.fence(job)]
+        keys = [
+            self.keys.lease(job),
+            self.keys.hold(job),
+            self.keys.fence(job),
+            self.keys.state(job),
+        ]
         args = [
             fence,
             ttl_ms,

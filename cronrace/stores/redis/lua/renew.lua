@@ -4,6 +4,9 @@
 -- KEYS[1] lease  hash {owner, fence, tick, started_ms[, held, reasserted]}
 -- KEYS[2] hold   present while new runs must wait (see acquire.lua)
 -- KEYS[3] fence  the job's fence counter
+-- KEYS[4] state  hash {run_fence, run_tick, run_owner, ...}: a re-asserted run is the
+--                job's run again (should its lease expire unreleased, the next grant
+--                reports it abandoned, as acquire.lua does any run's)
 -- ARGV[1] fence  the fence the caller was granted
 -- ARGV[2] lease_ttl_ms
 -- ARGV[3] quarantine  prefix for keys moved aside: "<ns>:quarantine:{<job>}"
@@ -27,7 +30,7 @@
 --     caller must stop its run.
 --   warnings: keys moved aside, "kind|key|moved_to" items (see _lib.lua)
 
-local lease_key, hold_key, fence_key = KEYS[1], KEYS[2], KEYS[3]
+local lease_key, hold_key, fence_key, state_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local fence, ttl_ms = ARGV[1], tonumber(ARGV[2])
 quarantine_prefix = ARGV[3]
 local owner, tick, starting = ARGV[4] or '', ARGV[5] or '0', ARGV[6] == '1'
@@ -54,6 +57,8 @@ if owner ~= '' and not garbled and ((not held and (wiped or holding)) or unstart
   redis.call('HSET', lease_key, 'owner', owner, 'fence', fence, 'tick', tick,
     'started_ms', now_ms(), 'reasserted', 1)
   redis.call('PEXPIRE', lease_key, ttl_ms)
+  check(state_key, 'hash', 'state')
+  redis.call('HSET', state_key, 'run_fence', fence, 'run_tick', tick, 'run_owner', owner)
   local counter = tonumber(redis.call('GET', fence_key) or '0')
   if counter < tonumber(fence) then
     redis.call('SET', fence_key, int_text(math.max(tonumber(fence), now_us())))
