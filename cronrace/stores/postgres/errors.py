@@ -62,11 +62,28 @@ _T = TypeVar("_T")
 _C = TypeVar("_C", bound=type)
 
 
+def one_line(exc: BaseException) -> str:
+    """The error's text on one line, as log lines and readiness need it.
+
+    psycopg's ``str()`` of a server error appends PostgreSQL's ``CONTEXT:`` lines, which
+    for an error inside a PL/pgSQL function spell the whole statement it was running (a
+    "not ready" line took 14 lines). The primary message, with its detail when there is
+    one, is what an operator reads; the SQLSTATE is added by the caller.
+    """
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None)
+    if primary:
+        detail = getattr(diag, "message_detail", None)
+        return f"{primary} ({detail})" if detail else str(primary)
+    lines = str(exc).strip().splitlines()
+    return lines[0].strip() if lines else type(exc).__name__
+
+
 def translate(exc: BaseException) -> StoreError:
     """Return cronrace's error for a failed call (``exc`` itself if it is one already)."""
     if isinstance(exc, StoreError):
         return exc
-    text = str(exc).strip() or type(exc).__name__
+    text = one_line(exc)
     sqlstate = getattr(exc, "sqlstate", None) or ""
     translated: StoreError
     if isinstance(exc, psycopg_pool.PoolTimeout):
