@@ -114,6 +114,7 @@ class Lifecycle:
         self.fleet: FleetDefinitions | None = None
         self._alike_live: frozenset[str] | None = None
         self._definitions: dict[str, JobDefinition] = {}
+        self._details: NodeDetails | None = None
 
     def stop(self) -> None:
         """Ask :meth:`run` to stop: the first call gracefully, a second one at once.
@@ -189,6 +190,7 @@ class Lifecycle:
         )
         self.fleet = FleetDefinitions(store, self.agent.node_id, self.agent.observer)
         self._definitions = {name: job_definition(job) for name, job in self.agent.jobs.items()}
+        self._details = None
         self.runner = Runner(
             store=store,
             clock=self.agent.clock,
@@ -331,14 +333,7 @@ class Lifecycle:
         """Publish what this node runs, compare with the fleet, follow stored schedules."""
         if self.sync is None or self.fleet is None:
             return
-        details = NodeDetails(
-            self.agent.node_id,
-            self._definitions,
-            tuple(sorted(self.agent.handlers)),
-            self.agent.target_factory is not None,
-            dict(self.sync.refused),
-            self.agent.settings.racers,
-        )
+        details = self._details_now(self.sync)
         version: int | None = None
         try:
             now_ms = int(self.agent.clock.time() * 1000)
@@ -354,6 +349,26 @@ class Lifecycle:
             await self.sync.reload("reconnected")
         else:
             await self.sync.check_version(version)
+
+    def _details_now(self, sync: ScheduleSync) -> NodeDetails:
+        """What this node publishes: the same object while none of it changed, so that the
+        exchange reuses its fingerprint (O(jobs) to compute) rather than hashing every
+        job's definition at every heartbeat."""
+        handlers = tuple(sorted(self.agent.handlers))
+        targets = self.agent.target_factory is not None
+        racers = self.agent.settings.racers
+        last = self._details
+        if (
+            last is None
+            or last.handlers != handlers
+            or last.targets != targets
+            or last.refused != sync.refused
+            or last.racers != racers
+        ):
+            last = self._details = NodeDetails(
+                self.agent.node_id, self._definitions, handlers, targets, dict(sync.refused), racers
+            )
+        return last
 
     async def _run_service(self, service: Callable[[], Coroutine[Any, Any, None]]) -> None:
         try:

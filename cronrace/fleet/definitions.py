@@ -199,6 +199,14 @@ class FleetDefinitions:
         # A phase of this node's own: the fleet's full reads do not all fall on one beat.
         self._exchanges = secrets.randbelow(FULL_READ_EVERY_EXCHANGES)
         self._live_seen: Collection[str] | None = None
+        #: The details last published and their fingerprint (O(jobs) to compute): a node
+        #: that publishes the same details object again reuses it.
+        self._printed: tuple[NodeDetails, str] | None = None
+
+    def _fingerprint(self, details: NodeDetails) -> str:
+        if self._printed is None or self._printed[0] is not details:
+            self._printed = (details, details.fingerprint())
+        return self._printed[1]
 
     async def exchange(
         self, details: NodeDetails, now_ms: int, live: Collection[str] | None = None
@@ -214,7 +222,7 @@ class FleetDefinitions:
         Returns:
             The stored schedules' version (read in the same round trip).
         """
-        fingerprint = details.fingerprint()
+        fingerprint = self._fingerprint(details)
         changed = fingerprint != self._written
         full = self._cursor is None or self._exchanges % FULL_READ_EVERY_EXCHANGES == 0
         self._exchanges += 1

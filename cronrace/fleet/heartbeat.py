@@ -110,8 +110,12 @@ class Heartbeat:
         self.asserted_epoch = ""
         #: Re-asserts the leases of the runs this node holds; whether all were answered.
         self.reassert: Callable[[], Awaitable[bool]] | None = None
-        #: Every member seen, with its last heartbeat (epoch ms), for the longest lease_ttl.
-        self._seen_ms: dict[str, int] = {}
+        #: Members seen live at an earlier beat and not since, with that beat's time (epoch
+        #: ms), for the longest lease_ttl; the live members are seen at every beat. Kept by
+        #: the changes of the live view, so that a beat costs O(changes), not O(N).
+        self._gone_ms: dict[str, int] = {}
+        self._noted_live: frozenset[str] = frozenset()
+        self._noted_ms = 0
         #: The wipe being waited out: when this node saw it, and when every node had
         #: re-asserted its runs' leases (None while some have not).
         self._wipe_seen_mono: float | None = None
@@ -247,10 +251,17 @@ class Heartbeat:
 
     def _note_asserted(self, asserted: Mapping[str, str], now_ms: int) -> None:
         """Remember who was seen; end the wait once every node that may run has re-asserted."""
-        for node in self.membership.live:
-            self._seen_ms[node] = now_ms
-        recent_ms = int(self._longest_lease_s * 1000) + self.ttl_ms
-        self._seen_ms = {n: ms for n, ms in self._seen_ms.items() if now_ms - ms <= recent_ms}
+        live = self.membership.live
+        if live is not self._noted_live:  # the same object while nobody came or went
+            for node in self._noted_live - live:
+                self._gone_ms[node] = self._noted_ms  # last seen at the beat before this one
+            for node in live & self._gone_ms.keys():
+                del self._gone_ms[node]
+            self._noted_live = live
+        self._noted_ms = now_ms
+        if self._gone_ms:
+            recent_ms = int(self._longest_lease_s * 1000) + self.ttl_ms
+            self._gone_ms = {n: ms for n, ms in self._gone_ms.items() if now_ms - ms <= recent_ms}
         if self._wipe_seen_mono is None or self._released_mono is not None:
             return
         if self.asserted_epoch != self.epoch:
@@ -259,7 +270,8 @@ class Heartbeat:
         # this node saw it after the wipe: by its next beat, every live node is listed.
         if self._beats <= self._wipe_seen_beat:
             return
-        waiting = sorted(n for n in self._seen_ms if asserted.get(n) != self.epoch)
+        seen = live | self._gone_ms.keys()
+        waiting = sorted(n for n in seen if asserted.get(n) != self.epoch)
         if waiting:
             return
         self._released_mono = self.clock.monotonic()
@@ -268,7 +280,7 @@ class Heartbeat:
             extra={
                 "node": self.node_id,
                 "epoch": self.epoch,
-                "nodes": len(self._seen_ms),
+                "nodes": len(seen),
                 "after_s": round(self._released_mono - self._wipe_seen_mono, 2),
             },
         )

@@ -97,12 +97,3 @@ class ServerOffsetClock:
 
     async def sleep(self, seconds: float) -> None:
         await self.base.sleep(seconds)
-
-
-def sleeps_in_real_time(clock: Clock) -> bool:
-    """Whether ``clock.sleep`` is the event loop's own sleep (a system clock, offset or
-    not): a sleep that may end early can then be a timeout on the event loop, which costs
-    far less than a task sleeping on the clock."""
-    while isinstance(clock, ServerOffsetClock):
-        clock = clock.base
-    return type(clock) is SystemClock

@@ -23,7 +23,7 @@ from cronrace.fleet.membership import Membership, late_fire_bound_s
 from cronrace.fleet.racers import Racers, Ring
 from cronrace.model.job import Job
 from cronrace.model.policies import TickPlan, plan_ticks
-from cronrace.runtime.clock import Clock, sleeps_in_real_time
+from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import SetReady
 from cronrace.runtime.retry import Retry, backoff_s
@@ -94,7 +94,8 @@ class Scheduler:
         #: than its tick (backoff), and only the entry matching ``next_tick`` counts.
         self._heap: list[tuple[float, int, str]] = []
         self._unanswered: dict[str, int] = {}
-        self._woken = anyio.Event()  # set by put_job: the loop looks at the heap again
+        #: The loop's nap while it naps: put_job and membership changes end it (_wake_up).
+        self._napping: anyio.CancelScope | None = None
         #: Each job's next tick, for the jobs in the heap (racers = k: those this node races).
         self.next_tick: dict[str, int] = {}
         #: Jobs whose next tick cannot be computed: out of the heap until replaced.
@@ -113,10 +114,9 @@ class Scheduler:
             observer=observer,
             set_ready=set_ready,
         )
-        self.tick_race.watch_departures(self.membership, lambda: self._woken.set())
+        self.tick_race.watch_departures(self.membership, self._wake_up)
         # A clock waking its sleepers exactly as it steps (FakeClock) says so: max_sleep_s.
         self._max_sleep_s = float(getattr(clock, "max_sleep_s", MAX_SLEEP_S))
-        self._real_time = sleeps_in_real_time(clock)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -311,22 +311,19 @@ class Scheduler:
         )
 
     async def _nap(self, seconds: float) -> None:
-        """Sleep on the clock, but no longer than until :meth:`put_job` adds a tick."""
-        self._woken = anyio.Event()
-        if self._real_time:  # a timeout, not a task sleeping beside (every wake-up naps)
-            with anyio.move_on_after(seconds):
-                await self._woken.wait()
-            return
+        """Sleep on the clock, but no longer than until :meth:`_wake_up` (a tick added, a
+        membership change): one cancel scope, no task beside (every wake-up naps)."""
         with anyio.CancelScope() as nap:
-
-            async def wake_early() -> None:
-                await self._woken.wait()
-                nap.cancel()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(wake_early)
+            self._napping = nap
+            try:
                 await self.clock.sleep(seconds)
-                tg.cancel_scope.cancel()
+            finally:
+                self._napping = None
+
+    def _wake_up(self) -> None:
+        """End the loop's nap now: it looks at the heap and the racers' work again."""
+        if self._napping is not None:
+            self._napping.cancel()
 
     def put_job(self, job: Job) -> None:
         """Add a job, or replace one, while the loop runs: it fires from its next tick
@@ -341,7 +338,7 @@ class Scheduler:
             return
         if self.next_tick.get(job.name) != first_s:
             self._push(job.name, first_s)
-            self._woken.set()
+            self._wake_up()
 
     def drop_job(self, name: str) -> None:
         """Stop firing a job while the loop runs (its heap entries turn stale)."""
@@ -395,7 +392,7 @@ class Scheduler:
         """The membership's hook: queue the jobs the change moved, wake the loop for them."""
         self.share.changed(before, after, last_beat_ms)
         if self.share.pending or self._orphans:
-            self._woken.set()
+            self._wake_up()
 
     def _turn_windows(self, now: float) -> None:
         """Place the jobs whose window began: those this node races now enter the heap."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from cronrace.runtime.clock import Clock, ServerOffsetClock, SystemClock, sleeps_in_real_time
+from cronrace.runtime.clock import Clock, ServerOffsetClock, SystemClock
 from cronrace.testing import FakeClock
 
 START_S = 1_800_000_000.0
@@ -96,11 +96,3 @@ def test_the_skewed_system_clock_is_off_by_its_skew() -> None:
     skewed, plain = SystemClock(skew_s=3.0), SystemClock()
     assert skewed.time() - plain.time() == pytest.approx(3.0, abs=0.05)
     assert abs(skewed.monotonic() - plain.monotonic()) < 0.05
-
-
-def test_which_clocks_sleep_in_real_time() -> None:
-    assert sleeps_in_real_time(SystemClock())
-    assert sleeps_in_real_time(SystemClock(skew_s=3.0))
-    assert sleeps_in_real_time(ServerOffsetClock())
-    assert not sleeps_in_real_time(FakeClock())
-    assert not sleeps_in_real_time(ServerOffsetClock(FakeClock()))
