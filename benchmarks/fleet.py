@@ -19,6 +19,7 @@ test suite); ``--publish`` writes ``benchmarks/results/`` and RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import shutil
@@ -80,6 +81,8 @@ RACER_CELLS_FULL = tuple(
 #: The winner's path against bare redis-py doing what a winner must (benchmarks/floor.py).
 FLOOR_CELLS_FULL = ((1, 100), (1, 1000), (10, 100))
 FLOOR_CELLS_QUICK = ((1, 100),)
+#: The floor's background cell: the same fleet, with schedules that fire on January 1st only.
+NEVER_IN_WINDOW = "0 0 0 1 1 *"
 #: Nodes x jobs of the churn cell: racers = 2, one agent stopped and started again in turn.
 CHURN_CELL = (6, 20)
 CHURN_EVERY_S = 3.0
@@ -111,7 +114,7 @@ class Plan:
         ours = (
             len(self.cells)
             + len(self.racer_cells)
-            + len(self.floor_cells) * self.floor_repeats
+            + len(self.floor_cells) * self.floor_repeats * 3  # floor, cronrace, background
             + int(self.churn)
             + len(self.extra_ours)
             + len(self.loser_cells)
@@ -419,8 +422,13 @@ def run(plan: Plan, workdir: Path, display: Display) -> dict[str, Any]:
 def floor_cells(plan: Plan, ctx: Context, display: Display) -> dict[str, Any]:
     """Bare redis-py doing a winner's work, then cronrace, side by side, repeated.
 
+    Each repeat runs the floor (its own process), the cronrace cell, and the same fleet
+    with schedules that do not fire in the window: what its nodes spend on heartbeats, the
+    control stream and loop turns with no run at all (their per-node background, which
+    the floor does not do). The winner's path is the cell's CPU less that background.
     Ratios are taken within each repeat (the shared machine's load drifts) and reported
-    as medians: cronrace's agent CPU per run and fire lag p99 over the floor's.
+    as medians: cronrace's winner path (and its whole process) per run, and its fire lag
+    p99, over the floor's.
     """
     cells = []
     for nodes, jobs in plan.floor_cells:
@@ -434,15 +442,28 @@ def floor_cells(plan: Plan, ctx: Context, display: Display) -> dict[str, Any]:
             spec = CellSpec("cronrace", nodes, jobs, ticks=plan.ticks, procs=1, bare=True)
             row = run_cell(spec, ctx, display.status)
             display.done(_summary(row))
-            if row.get("status") != "ok":
-                repeats.append({"floor": bare, "cronrace": row})
+            display.begin(f"floor {nodes}x{jobs}: cronrace's background, no runs ({repeat + 1})")
+            idle_spec = dataclasses.replace(spec, schedule=NEVER_IN_WINDOW)
+            idle = run_cell(idle_spec, ctx, display.status)
+            display.done(f"floor {nodes}x{jobs}: background {idle.get('client_cpu_cores')} cores")
+            if row.get("status") != "ok" or idle.get("status") != "ok":
+                repeats.append({"floor": bare, "cronrace": row, "background": idle})
                 continue
+            # Per node-second, kept to the microsecond (client_cpu_cores is rounded to ms).
+            idle_cores = idle["client_cpu_ms_per_node_s"] * nodes / 1000
+            background_us = idle_cores * row["window_s"] / row["job_ticks"] * 1e6
+            path_us = round(row["client_cpu_us_per_job_tick"] - background_us, 1)
             repeats.append(
                 {
                     "floor": bare,
                     "cronrace_cpu_us_per_run": row["client_cpu_us_per_job_tick"],
+                    "background_cpu_cores": round(idle_cores, 5),
+                    "background_cpu_us_per_run": round(background_us, 1),
+                    "winner_path_cpu_us_per_run": path_us,
                     "cronrace_fire_lag_p99_ms": row["fire_lag_p99_ms"],
-                    "cpu_over_floor": _over(
+                    "runs_per_node_max": row.get("runs_per_node_max"),
+                    "cpu_over_floor": _over(path_us, bare["cpu_us_per_run"]),
+                    "process_cpu_over_floor": _over(
                         row["client_cpu_us_per_job_tick"], bare["cpu_us_per_run"]
                     ),
                     "lag_p99_over_floor": _over(row["fire_lag_p99_ms"], bare["fire_lag_p99_ms"]),
@@ -459,7 +480,14 @@ def _over(value: float | None, floor: float | None) -> float | None:
 
 def _medians(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in ("cpu_over_floor", "lag_p99_over_floor", "cronrace_cpu_us_per_run"):
+    for key in (
+        "cpu_over_floor",
+        "process_cpu_over_floor",
+        "lag_p99_over_floor",
+        "cronrace_cpu_us_per_run",
+        "winner_path_cpu_us_per_run",
+        "background_cpu_us_per_run",
+    ):
         values = [r[key] for r in repeats if r.get(key) is not None]
         out[key] = round(statistics.median(values), 2) if values else None
     floor_cpu = [r["floor"]["cpu_us_per_run"] for r in repeats]
@@ -619,11 +647,14 @@ def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
         "### The winner's path against its floor",
         "",
         "The floor is bare redis-py doing what a winner must, for the same N × J on the same "
-        "server, measured right before cronrace in each repeat (benchmarks/floor.py: the "
-        "claim pipeline, the acquire pipeline with cronrace's own script, the handler task, "
-        "one pipelined release with its run record). CPU per run is the whole process's "
-        "(every node's claims, and for cronrace its heartbeats too) over the runs; ratios "
-        "are medians of the repeats' ratios.",
+        "server, in a process of its own, measured right before cronrace in each repeat "
+        "(benchmarks/floor.py: each node's claim pipelines, the preferred jobs first and the "
+        "others 100 ms later as cronrace's nodes claim, the acquire pipeline with cronrace's "
+        "own script, the handler tasks, one pipelined release with each run record). CPU "
+        "per run is the whole process's (every node's claims too) over the runs; the "
+        "winner's path is cronrace's less its background (the same fleet, measured right "
+        "after, with schedules that do not fire: heartbeats, control stream, loop turns). "
+        "Ratios are medians of the repeats' ratios.",
         "",
         report.floor_table(out.get("floor", {})),
         "",

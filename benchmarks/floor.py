@@ -1,17 +1,28 @@
 """The winner's path floor: bare redis-py doing exactly what a tick's winner must.
 
-For N nodes x J one-second jobs, each tick: every node sends its J claims in one pipeline
-(``SET NX PX``, as cronrace does); the winners decide their won ticks in one pipeline of
-cronrace's own ``acquire.lua``; each run starts as a task (an empty handler); the runs
+For N nodes x J one-second jobs, each tick, as cronrace's nodes do it: every node claims
+first the jobs it is the preferred node for (``SET NX PX`` in one pipeline) and the others
+``PREFERRED_HEAD_START_S`` later in a second pipeline, so runs spread across the nodes
+(DESIGN.md section 12: job ``j``'s preferred node for tick ``t`` is ``(j + t) mod N`` here,
+a rotation without cronrace's ring hash); each node decides what it won in one pipeline
+of cronrace's own ``acquire.lua``; each run starts as a task (an empty handler); the runs
 that finish together are released in one pipeline of cronrace's ``release.lua``, each
 with a run record. Nothing else: no heap, no plans, no records outbox, no renewals, no
-observer, no retries. Its CPU per run and fire lag are what cronrace's winner path is
-compared with (``winner_cpu_over_floor``), measured side by side on the same server.
+observer, no retries, no heartbeat. Its CPU per run and fire lag are what cronrace's
+winner path is compared with (``winner_cpu_over_floor``), measured side by side on the
+same server.
+
+It runs in a process of its own (``python -m benchmarks.floor CONFIG_JSON``), as
+cronrace's fleet process does: measured in the harness's process, its CPU took in the
+progress display's refresh thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -21,22 +32,23 @@ import redis.asyncio as aioredis
 from benchmarks.cells import percentile
 from cronrace.stores.redis import Keys
 from cronrace.stores.redis.scripts import script_sources
+from cronrace.tick.loop import PREFERRED_HEAD_START_S
 
 LEASE_TTL_MS = 30_000
 CLAIM_TTL_MS = 306_000
 HISTORY = 1000
 
 
-async def _node(
+async def _race(
     client: Any,
     keys: Keys,
     shas: dict[str, str],
-    node: int,
+    owner: str,
     jobs: list[str],
     tick: int,
     runs: list[tuple[int, float]],
 ) -> None:
-    owner = f"n{node:03d}:floor"
+    """One wake-up of one node: claim ``jobs``, decide the won ones, run, release."""
     pipe = client.pipeline(transaction=False)
     for job in jobs:
         pipe.set(keys.claim(job, tick), owner, nx=True, px=CLAIM_TTL_MS)
@@ -47,7 +59,7 @@ async def _node(
     for job in won:
         pipe.evalsha(
             shas["acquire"],
-            7,
+            8,
             keys.lease(job),
             keys.fence(job),
             keys.last(job),
@@ -55,6 +67,7 @@ async def _node(
             keys.state(job),
             keys.claim(job, tick),
             keys.hold(job),
+            keys.claim(job, tick - 1),  # the prior tick, as every decision names it
             tick,
             tick,
             tick,
@@ -66,6 +79,8 @@ async def _node(
             0,
             keys.quarantine(job),
             "",
+            tick - 1,
+            "0",
         )
     granted = [
         (job, int(reply[1]))
@@ -111,8 +126,29 @@ async def _node(
     await pipe.execute()
 
 
+async def _node(
+    client: Any,
+    keys: Keys,
+    shas: dict[str, str],
+    node: int,
+    nodes: int,
+    jobs: list[str],
+    tick: int,
+    runs: list[tuple[int, float]],
+) -> None:
+    """One node's tick: its preferred jobs at once, the others after the head start."""
+    owner = f"n{node:03d}:floor"
+    first = [job for index, job in enumerate(jobs) if (index + tick) % nodes == node]
+    rest = [job for index, job in enumerate(jobs) if (index + tick) % nodes != node]
+    preferred = asyncio.create_task(_race(client, keys, shas, owner, first, tick, runs))
+    if rest:
+        await asyncio.sleep(max(0.0, tick + PREFERRED_HEAD_START_S - time.time()))
+        await _race(client, keys, shas, owner, rest, tick, runs)
+    await preferred
+
+
 async def _floor(url: str, namespace: str, nodes: int, jobs: int, ticks: int) -> dict[str, Any]:
-    client = aioredis.Redis.from_url(url, max_connections=max(4, nodes))
+    client = aioredis.Redis.from_url(url, max_connections=max(4, 2 * nodes))
     keys = Keys(namespace)
     sources = script_sources()
     shas = {name: await client.script_load(sources[name]) for name in ("acquire", "release")}
@@ -120,13 +156,23 @@ async def _floor(url: str, namespace: str, nodes: int, jobs: int, ticks: int) ->
     runs: list[tuple[int, float]] = []
     first = int(time.time()) + 2  # one warm-up tick
     cpu_start = 0.0
+    pending: set[asyncio.Task[Any]] = set()
     for tick in range(first, first + ticks + 1):
         await asyncio.sleep(max(0.0, tick - time.time()))
         if tick == first + 1:
             cpu_start, runs = time.process_time(), []
-        await asyncio.gather(
-            *(_node(client, keys, shas, node, names, tick, runs) for node in range(nodes))
+        # A tick's wake-ups overlap the next tick's when they run late, as a node's do.
+        task = asyncio.ensure_future(
+            asyncio.gather(
+                *(
+                    _node(client, keys, shas, node, nodes, names, tick, runs)
+                    for node in range(nodes)
+                )
+            )
         )
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+    await asyncio.gather(*pending)
     cpu_s = time.process_time() - cpu_start
     await client.aclose()
     lags_ms = [(at - tick) * 1000 for tick, at in runs]
@@ -144,10 +190,42 @@ async def _floor(url: str, namespace: str, nodes: int, jobs: int, ticks: int) ->
 def floor_cell(
     url: str, namespace: str, nodes: int, jobs: int, ticks: int, loop: str
 ) -> dict[str, Any]:
-    """Run the floor for N x J over ``ticks`` measured ticks (after one warm-up tick)."""
-    coroutine = _floor(url, namespace, nodes, jobs, ticks)
-    if loop == "uvloop":
+    """Run the floor for N x J over ``ticks`` measured ticks (after one warm-up tick), in a
+    process of its own."""
+    config = {
+        "url": url,
+        "namespace": namespace,
+        "nodes": nodes,
+        "jobs": jobs,
+        "ticks": ticks,
+        "loop": loop,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.floor", json.dumps(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=ticks + 60,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the floor failed: {done.stderr.strip()[-400:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    coroutine = _floor(
+        config["url"], config["namespace"], config["nodes"], config["jobs"], config["ticks"]
+    )
+    if config["loop"] == "uvloop":
         import uvloop
 
-        return uvloop.run(coroutine)
-    return asyncio.run(coroutine)
+        result = uvloop.run(coroutine)
+    else:
+        result = asyncio.run(coroutine)
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -273,8 +273,11 @@ def floor_table(floor: dict[str, Any]) -> str:
     header = [
         "N × J",
         "floor CPU µs per run",
-        "cronrace CPU µs per run",
-        "CPU over floor",
+        "cronrace CPU µs per run (process)",
+        "of which background",
+        "winner's path µs per run",
+        "winner's path over floor",
+        "process over floor",
         "fire lag p99 over floor",
         "repeats",
     ]
@@ -283,7 +286,10 @@ def floor_table(floor: dict[str, Any]) -> str:
             f"{c['nodes']} × {c['jobs']}",
             _fmt(c.get("floor_cpu_us_per_run"), 1),
             _fmt(c.get("cronrace_cpu_us_per_run"), 1),
+            _fmt(c.get("background_cpu_us_per_run"), 1),
+            _fmt(c.get("winner_path_cpu_us_per_run"), 1),
             _fmt(c.get("cpu_over_floor")),
+            _fmt(c.get("process_cpu_over_floor")),
             _fmt(c.get("lag_p99_over_floor")),
             str(len(c.get("repeats", []))),
         ]

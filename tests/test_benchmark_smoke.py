@@ -9,9 +9,13 @@ import csv
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
+import redis
+
+from cronrace.testing import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,3 +123,23 @@ def test_beat_cost_reads_every_member_of_a_small_fleet() -> None:
     row = json.loads(done.stdout.strip().splitlines()[-1])
     assert row["members_seen"] == 6  # the five members and the probe
     assert row["probe_cpu_ms_per_beat"] > 0
+
+
+def test_floor_spreads_runs_like_cronrace_and_runs_every_tick_once(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    from benchmarks.floor import floor_cell
+
+    row = floor_cell(redis_server.url, namespace, 3, 6, 2, "asyncio")
+    assert row["runs"] == 12  # 6 jobs x 2 measured ticks, once each
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        owners = Counter(
+            bytes(client.get(key) or b"").split(b"\n")[0]
+            for key in client.scan_iter(f"{namespace}:claim:*")
+        )
+    finally:
+        client.close()
+    # Every node wins the jobs it is preferred for (two a tick), as cronrace's nodes do:
+    # one node winning every claim would make the floor one pipeline cheaper per step.
+    assert sorted(owners.values()) == [6, 6, 6]  # a warm-up tick and two measured
