@@ -130,7 +130,7 @@ class Scheduler:
             await self._seed()
         while not self.gate.stopping:
             now = self.clock.time()
-            await self.tick_race.take_over_claims(self._orphans)  # winners that went silent
+            await self.tick_race.take_over_claims(self._orphans, self.jobs)  # silent winners
             if self._orphans:
                 await self._race_orphans(runs, now)
                 continue

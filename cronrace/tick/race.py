@@ -11,7 +11,7 @@ a claim is sent for a tick; the scheduler's loop decides only what to propose, a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -31,6 +31,7 @@ from cronrace.stores.contract import Store
 from cronrace.stores.values import Claim, ClaimOutcome, ClaimReply, Owner
 from cronrace.tick.acquire import Answer, acquire_retrying
 from cronrace.tick.decisions import (
+    EXPIRED_COUNT_CAP,
     RAN_OUT,
     Proposal,
     RunStart,
@@ -42,6 +43,7 @@ from cronrace.tick.decisions import (
 )
 from cronrace.tick.lease import SAFETY_MARGIN
 from cronrace.tick.outbox import Outbox
+from cronrace.tick.plans import window_start_s
 from cronrace.tick.releases import FOREIGN_RELEASE_WAIT_S, let_others_release
 from cronrace.tick.runner import Runner
 from cronrace.tick.takeover import Takeovers
@@ -174,7 +176,7 @@ class TickRace:
         now = self.clock.time()
         for p, _reply in lost:
             if p.trigger_id is None:
-                self.takeovers.lost(p.job.name, p.plan.claim_tick_s, now)
+                self.takeovers.lost(p.job.name, p.plan.claim_tick_s, now, first_decided_s(p))
         if winners or short or lost:
             self.observer.claims(len(winners) + len(short), len(lost))
         span.answered(len(winners) + len(short), len(lost))
@@ -195,7 +197,9 @@ class TickRace:
 
         membership.on_departed = departed
 
-    async def take_over_claims(self, orphans: dict[str, list[int]]) -> None:
+    async def take_over_claims(
+        self, orphans: dict[str, list[int]], jobs: Mapping[str, Job]
+    ) -> None:
         """Take over the claims of departed winners that nobody decided (takeover.py).
 
         The ticks taken are added to ``orphans``, which the loop races for at once: each
@@ -203,6 +207,11 @@ class TickRace:
         Ticks already in ``orphans`` (their racers all left) are looked at too: a racer
         that won one and died holds its claim. Returns at once unless members departed
         since the last look, or orphans wait while members departed lately.
+
+        A claim decides its plan's whole backlog (one claim, on the newest due tick): the
+        ticks this node's own plan covered with a claim it takes over are raced with it
+        (those inside the catch-up window; the decision leaves alone those at or below the
+        watermark it finds, which others decided).
         """
         if not self.takeovers.due(self.clock.monotonic(), orphans):
             return
@@ -213,9 +222,17 @@ class TickRace:
             now_mono=self.clock.monotonic(),
             orphans=orphans,
         )
-        for job, ticks in taken.items():
-            self._ambiguous |= {(job, t, None) for t in ticks}
-            orphans[job] = sorted({*orphans.get(job, ()), *ticks})
+        now = self.clock.time()
+        for name, ticks in taken.items():
+            self._ambiguous |= {(name, t, None) for t in ticks}
+            backlog: list[int] = []
+            job = jobs.get(name)
+            for tick_s in ticks:
+                first_s = self.takeovers.covered(name, tick_s)
+                if job is not None and first_s < tick_s:
+                    first_s = max(first_s, window_start_s(now, job.catchup_window_s))
+                    backlog += job.schedule.ticks_between(first_s - 1, tick_s, EXPIRED_COUNT_CAP)
+            orphans[name] = sorted({*orphans.get(name, ()), *ticks, *backlog})
         if taken:
             self.observer.claims_taken_over(sum(len(ticks) for ticks in taken.values()))
 
@@ -373,3 +390,13 @@ class TickRace:
             self.runner.hold_job(p.job.name, start.hold_s)
         grant = self.runner.admit(p.job, list(start.ticks), start.fence, granted_mono, p.trigger_id)
         self.runner.start(grant, runs)
+
+
+def first_decided_s(p: Proposal) -> int:
+    """The oldest tick a plan decides with its claim: the claim's own in the steady state;
+    a backlog's first fired tick, or its first due one when it counts some as missed."""
+    plan = p.plan
+    first_s = plan.fire_ticks_s[0] if plan.fire_ticks_s else plan.claim_tick_s
+    if p.shared_from_s is not None and plan.missed:
+        return min(first_s, p.shared_from_s)
+    return first_s

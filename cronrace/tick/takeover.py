@@ -52,6 +52,9 @@ class Takeovers:
         self.keep_s = keep_s
         #: (tick, job) of every claim lost, oldest first.
         self._lost: deque[tuple[int, str]] = deque()
+        #: The oldest tick a lost claim's plan decided with it when older than the claim's
+        #: own (a backlog), by (tick, job): a taker decides from there (:meth:`covered`).
+        self._backlogs: dict[tuple[int, str], int] = {}
         #: Members seen departing since the last look.
         self._departed: set[str] = set()
         #: Members that departed lately, and when this node first looked for their claims.
@@ -60,12 +63,27 @@ class Takeovers:
         #: Total claims taken over by this node (for tests and the status line).
         self.taken = 0
 
-    def lost(self, job: str, tick_s: int, now: float) -> None:
-        """Remember a claim this node lost (a tick, not a manual trigger)."""
+    def lost(self, job: str, tick_s: int, now: float, first_s: int | None = None) -> None:
+        """Remember a claim this node lost (a tick, not a manual trigger).
+
+        ``first_s``: the oldest tick this node's plan decided with that claim, when older
+        than the claim's (a catch-up after an outage, a pause or a late wake-up: one claim,
+        on the newest tick, decides the whole backlog). The winner planned the same, and
+        its decision would have decided them: a node that takes the claim over must decide
+        them too, or nobody does (its decision moves the watermark past them).
+        """
         self._lost.append((tick_s, job))
+        if first_s is not None and first_s < tick_s:
+            self._backlogs[(tick_s, job)] = first_s
         oldest_s = now - self.keep_s
         while self._lost and self._lost[0][0] < oldest_s:
-            self._lost.popleft()
+            gone = self._lost.popleft()
+            if self._backlogs:
+                self._backlogs.pop(gone, None)
+
+    def covered(self, job: str, tick_s: int) -> int:
+        """The oldest tick a claim taken over decides (its lost plan's backlog from there)."""
+        return self._backlogs.pop((tick_s, job), tick_s)
 
     def departed(self, nodes: Collection[str]) -> None:
         """Members seen departing (the membership's hook): their claims are looked at."""

@@ -42,6 +42,7 @@ from cronrace.model.policies import Catchup, Outcome, Overlap
 from cronrace.model.records import RunRecord
 from cronrace.stores.redis import Store
 from cronrace.stores.redis.keys import Keys
+from cronrace.stores.values import ClaimOutcome, ClaimReply
 from cronrace.testing import FakeClock
 from tests.model.mutations import apply_mutation, python_mutation
 from tests.model.sim import FAR_S, Network, NodeClock, Process, node_client, server_time_follows
@@ -110,6 +111,8 @@ class Node:
     host: asyncio.Task[None] | None = None
     stopping: bool = False
     error: BaseException | None = None
+    #: Freeze right after the next won claim of a tick, before its decision is sent.
+    freeze_on_win: bool = False
 
     @property
     def done(self) -> bool:
@@ -136,6 +139,10 @@ def checked(step: F) -> F:
 
 
 class SchedulerModel(RuleBasedStateMachine):
+    #: The agents' heartbeat: long by default (no member ever goes silent in a step, so
+    #: no claim is taken over); a regression case may shorten it before the fleet starts.
+    heartbeat_s = 60.0
+
     def __init__(self) -> None:
         super().__init__()
         self.failed = False
@@ -198,13 +205,14 @@ class SchedulerModel(RuleBasedStateMachine):
             node_id=name,
             namespace=NAMESPACE,
             clock="local",
-            heartbeat_s=60.0,
+            heartbeat_s=self.heartbeat_s,
             # Stopping is driven by the fake clock: runs end, releases give up, on it.
             shutdown_grace_s=3600.0,
         )
         agent = Agent(settings=settings, clock=clock)
         store = Store(node_client(self.network, process), NAMESPACE)
         apply_mutation(store)
+        self._freeze_on_win(name, store)
         agent._store = store  # the shared embedded store, through this node's process
         for spec in self.specs.values():
             agent.add_job(
@@ -224,6 +232,27 @@ class SchedulerModel(RuleBasedStateMachine):
         self.run(self._until(lambda: agent.ready or node.done, timeout_s=10))
         assert agent.ready, f"{name} did not start: {node.error!r}"
         self.settle()
+
+    def _freeze_on_win(self, name: str, store: Store) -> None:
+        """Let :meth:`node_freezes_after_its_next_win` stop the node between a won claim
+        and its decision (the window of a winner that stalls or dies there)."""
+        claim_each = store.claim_each
+
+        async def claim_and_maybe_freeze(
+            claims: Any, owner: Any, **kwargs: Any
+        ) -> list[ClaimReply]:
+            replies = await claim_each(claims, owner, **kwargs)
+            node = self.nodes.get(name)
+            won = any(
+                r.outcome is ClaimOutcome.WON and c.trigger_id is None
+                for c, r in zip(claims, replies, strict=True)
+            )
+            if node is not None and node.freeze_on_win and won:
+                node.freeze_on_win = False
+                node.process.freeze()
+            return replies
+
+        store.claim_each = claim_and_maybe_freeze  # type: ignore[method-assign]
 
     async def _until(self, condition: Callable[[], bool], *, timeout_s: float) -> None:
         deadline = self.loop.time() + timeout_s
@@ -273,6 +302,15 @@ class SchedulerModel(RuleBasedStateMachine):
         if node is None or not node.running:
             return
         node.process.freeze()
+
+    @rule(name=st.sampled_from(NODES))
+    @checked
+    def node_freezes_after_its_next_win(self, name: str) -> None:
+        """The node will freeze right after its next won claim, before deciding it."""
+        node = self.nodes.get(name)
+        if node is None or not node.running:
+            return
+        node.freeze_on_win = True
 
     @rule(name=st.sampled_from(NODES))
     @checked
@@ -372,6 +410,7 @@ class SchedulerModel(RuleBasedStateMachine):
         then count each job's ticks since its first decision from the records."""
         self.network.heal()
         for node in self.nodes.values():
+            node.freeze_on_win = False
             node.process.thaw()
         self.settle()
         if not self.live():

@@ -102,3 +102,26 @@ def test_a_forced_stop_records_the_queued_tick_handed_to_its_cancelled_run(state
     state.define_fleet(jobs=jobs(j2=(Overlap.QUEUE_ONE, Catchup.SKIP, 35)), nodes=1)
     state.time_passes(seconds=16)
     state.node_stops(name="n1", forced=True)
+
+
+def test_a_claim_taken_over_decides_the_backlog_its_winner_was_deciding(state: Steps) -> None:
+    """Issue 21, the write pause's lost tick: one claim, on the newest due tick, decides a
+    job's whole backlog. Here the fleet froze for 25 s; n1 woke first, won the claim on
+    tick 80 for the backlog 70, 80 and stalled before deciding it (frozen; in the fault
+    test, its decision was held by ``CLIENT PAUSE WRITE`` while its heartbeat looked
+    silent). n2 lost that claim, saw n1 go silent, took the claim over and decided tick
+    80 alone: the watermark passed 70, which nobody decided (no run, no record). Failed
+    before (j1: tick 70 not fired); fixed: a node remembers the oldest tick its own plan
+    covered with each claim it lost, and decides from there the claims it takes over
+    (TickRace.take_over_claims); ticks others decided are left alone (the watermark)."""
+    state.machine.heartbeat_s = 2.0
+    state.define_fleet(
+        jobs=jobs(j1=(Overlap.SKIP, Catchup.ALL, 0), j2=(Overlap.SKIP, Catchup.ALL, 0)), nodes=2
+    )
+    state.node_freezes(name="n1")
+    state.node_freezes(name="n2")
+    state.time_passes(seconds=25)
+    state.node_freezes_after_its_next_win(name="n1")
+    state.node_thaws(name="n1")
+    state.node_thaws(name="n2")
+    state.time_passes(seconds=15)

@@ -106,3 +106,19 @@ async def test_an_orphaned_tick_held_by_a_departed_racer_is_taken_over(store: Do
     # A departure is looked back on for keep_s only.
     assert await takeovers.take(store, B, now=NOW + 6, now_mono=6, orphans=orphans) == {}
     assert not takeovers.due(7, orphans)
+
+
+async def test_a_claim_taken_over_names_the_backlog_its_lost_plan_covered(
+    store: DownStore,
+) -> None:
+    """One claim, on the newest due tick, decides a backlog: the taker must decide from the
+    oldest tick its own lost plan covered (issue 21's write pause lost tick 998 here)."""
+    await won_by_a(store, 999)
+    takeovers = Takeovers("b", keep_s=5)
+    takeovers.lost("j", 990, NOW - 10, first_s=985)  # forgotten after keep_s, with its backlog
+    takeovers.lost("j", 999, NOW, first_s=997)
+    takeovers.departed({"a"})
+    assert await takeovers.take(store, B, now=NOW, now_mono=0) == {"j": [999]}
+    assert takeovers.covered("j", 999) == 997
+    assert takeovers.covered("j", 999) == 999  # told once
+    assert takeovers.covered("j", 990) == 990
