@@ -11,6 +11,17 @@ A member counts as live for racing while its last heartbeat is at most
 (3 periods), because racing is where a dead member costs ticks: a member wrongly thought
 dead only adds racers (the claim still decides), a dead one thought live can leave a
 tick without any. Every node shares ``heartbeat_s`` (it sets the expiry everyone reads).
+
+Silence is judged only over time this node itself could beat. A store that holds every
+write for a while (``CLIENT PAUSE WRITE`` before a managed failover) or does not answer
+silences every member alike, this node too: its own reads stop. Others' beats then land
+late, stamped with when they were sent, or their entries expire first. So after a read
+more than :data:`BLIND_AFTER_PERIODS` after the previous one, the members this node
+counted live stay live for :data:`SILENT_AFTER_PERIODS` more, listed or not; those still
+silent then leave at the next read. A member that really died is noticed at most 2.5
+heartbeats after its last beat, or after this node's own beats went through again,
+whichever is later. Departures are what takeovers of won claims follow
+(tick/takeover.py): a write pause must not hand live winners' claims over.
 """
 
 from __future__ import annotations
@@ -24,6 +35,11 @@ log = logging.getLogger("cronrace.fleet.membership")
 
 #: A member whose last heartbeat is older than this many periods does not race.
 SILENT_AFTER_PERIODS = 1.5
+#: A read this many periods after this node's previous one finds the node itself cut off
+#: meanwhile (its own beats held up or failing): the members' silence over that time is
+#: no evidence that they left (below). Beats are sent every period, so reads come about
+#: a period apart; this margin covers round trips that vary by a quarter period.
+BLIND_AFTER_PERIODS = 1.25
 #: Each node's ring points, shared by every agent of the process (they are a pure function
 #: of the node id): a process simulating 100 agents of a 200-node fleet hashes 32,000
 #: points, not 3,200,000. Cleared when it outgrows every view by far.
@@ -69,6 +85,8 @@ class Membership:
         self.live: frozenset[str] = frozenset({node_id})
         self._fingerprints: dict[str, str] = {}
         self._confirmed_ms = 0
+        #: When this node's own reads went through again after it was cut off (0: never).
+        self._resumed_ms = 0
 
     @property
     def point_cache(self) -> dict[str, list[int]]:
@@ -80,12 +98,29 @@ class Membership:
         """How many nodes race for each tick; None: all."""
         return self.racers.k
 
+    def _blind(self, confirmed_ms: int, now_ms: int) -> bool:
+        """Whether this node's own reads went through too lately to judge silence (the read
+        before ``now_ms`` was at ``confirmed_ms``); see the module's docstring."""
+        if confirmed_ms and now_ms - confirmed_ms > BLIND_AFTER_PERIODS * self.heartbeat_s * 1000:
+            if now_ms - self._resumed_ms > SILENT_AFTER_PERIODS * self.heartbeat_s * 1000:
+                log.info(
+                    "this node's heartbeats were held up: members' silence meanwhile is not "
+                    "taken for departure",
+                    extra={"node": self.node_id, "gap_ms": now_ms - confirmed_ms},
+                )
+            self._resumed_ms = now_ms
+        return now_ms - self._resumed_ms <= SILENT_AFTER_PERIODS * self.heartbeat_s * 1000
+
     def update(self, expiries_ms: Mapping[str, int], *, now_ms: int, ttl_ms: int) -> None:
         """Take a full read of the node set (member -> heartbeat expiry, ms)."""
         silent_ms = int(SILENT_AFTER_PERIODS * self.heartbeat_s * 1000)
         seen_before = self.last_beat_ms
         self.last_beat_ms = {node: expiry - ttl_ms for node, expiry in expiries_ms.items()}
         live = {node for node, beat in self.last_beat_ms.items() if now_ms - beat <= silent_ms}
+        if self._blind(self._confirmed_ms, now_ms):
+            # The members this view had live stay so: their silence is no evidence. Listed
+            # or not: an entry expires 3 periods after its beat, and a held beat lands late.
+            live |= self.live
         live.add(self.node_id)  # this node races for its own view, whatever Redis says
         departed = self.live - live
         if live != self.live:  # the same object while nothing changed (others compare it)
@@ -124,6 +159,8 @@ class Membership:
         """
         confirmed_ms, self._confirmed_ms = self._confirmed_ms, now_ms
         silent_ms = int(SILENT_AFTER_PERIODS * self.heartbeat_s * 1000)
+        if self._blind(confirmed_ms, now_ms) and not self.live.isdisjoint(silent):
+            return False  # read in full: update() keeps members whose silence is no evidence
         gone = {n for n in (*left, *silent) if n != self.node_id}
         came = {n for n in joined if n not in gone}
         live = self.live

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import secrets
 
+import anyio
+
 from cronrace.fleet.heartbeat import Heartbeat, heartbeat_ttl_ms
 from cronrace.fleet.membership import Membership
 from cronrace.fleet.racers import Racers
@@ -41,8 +43,9 @@ async def test_each_beat_reads_every_live_member_with_its_expiry() -> None:
         assert second.membership.last_beat_ms == {"n1": 1_800_000_000_000, "n2": 1_800_000_001_000}
         assert second.membership.live == {"n1", "n2"}
         assert second.readiness.ready
-        await clock.advance(5.5)  # n1's heartbeat has expired, n2's not yet
-        await second.beat(store)
+        for step_s in (2, 2, 1.5):  # n2 beats on; n1's heartbeat expires (6 s), n2's not
+            await clock.advance(step_s)
+            await second.beat(store)
         assert set(second.membership.last_beat_ms) == {"n2"}
         assert second.membership.live == {"n2"}
         await second.leave(store)
@@ -151,5 +154,76 @@ async def test_a_view_of_changes_that_does_not_add_up_is_read_again_in_full() ->
         assert watched.reads == ["changes", "full"]
         assert n1.full_reads_forced == 1
         assert n1.membership.live == {"n1"}
+    finally:
+        await store.aclose()
+
+
+class Paused:
+    """A store that holds every heartbeat while ``held`` (``CLIENT PAUSE WRITE``): each is
+    sent (stamped with its send time) and served once the pause ends, in the order sent."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.held = False
+        self._released: list[anyio.Event] = []
+
+    async def heartbeat(self, node_id: str, **kwargs: object):  # type: ignore[no-untyped-def]
+        if self.held:
+            released = anyio.Event()
+            self._released.append(released)
+            await released.wait()
+        return await self.store.heartbeat(node_id, **kwargs)  # type: ignore[arg-type]
+
+    def unpause(self) -> None:
+        self.held = False
+        for released in self._released:
+            released.set()
+        self._released = []
+
+
+async def test_a_write_pause_that_silences_every_node_is_no_departure() -> None:
+    """Issue 21: every node's beat was held by a write pause, each stamped when it was
+    sent. A read just after the pause found the others' beats stamped before it, took them
+    for departed, and its node took over their won claims, live winners' (and a tick of
+    the backlog they were deciding was lost). A node whose own beats were held up does not
+    judge the others' silence over that time; a node that really died (n3) still departs,
+    1.5 heartbeats after this node's beats went through again. Failed before: n2 and n3
+    departed at n1's first beat after the pause."""
+    clock = FakeClock(start_s=1_800_000_000.0)
+    store = Store.from_url(f"memory://hb-{secrets.token_hex(4)}", "hb")
+    paused = Paused(store)
+    n1, n2, n3 = (beater(name, clock) for name in ("n1", "n2", "n3"))
+    departed: list[frozenset[str]] = []
+    n1.membership.on_departed = departed.append
+    try:
+        for node in (n1, n2, n3):
+            await node.beat(store)
+        await clock.advance(2)
+        for node in (n1, n2, n3):
+            await node.beat(store)
+        assert n1.membership.live == {"n1", "n2", "n3"}
+        # n3 dies; the store pauses writes; n1 and n2 beat into the pause.
+        paused.held = True
+        await clock.advance(1)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(n1.beat, paused)
+            await clock.advance(0.5)
+            tg.start_soon(n2.beat, paused)
+            await clock.advance(4)  # a 4.5 s pause: 2.25 heartbeats
+            paused.unpause()
+        # The held beats were served in the order sent, n2's stamped 4 s ago; n1 beats
+        # again at once (beats go every period, however long the round trip took), before
+        # n2's next beat: n2 looks silent for longer than 1.5 heartbeats.
+        await n1.beat(store)
+        assert departed == []
+        assert n1.membership.live == {"n1", "n2", "n3"}
+        # Beats every 2 s again: n3 (silent since before the pause) departs once n1's own
+        # beats have gone through for 1.5 heartbeats; n2 never does.
+        for _ in range(2):
+            await clock.advance(2)
+            await n2.beat(store)
+            await n1.beat(store)
+        assert departed == [frozenset({"n3"})]
+        assert n1.membership.live == {"n1", "n2"}
     finally:
         await store.aclose()
