@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from cronrace.runtime.readiness import Readiness
     from cronrace.runtime.watchdog import LoopWatchdog
     from cronrace.settings import AgentSettings
-    from cronrace.stores.values import Owner
+    from cronrace.stores.values import FleetReply, FleetRequest, Owner
 
 log = logging.getLogger("cronrace.agent.core")
 
@@ -165,7 +165,9 @@ class Lifecycle:
             await self._connect(store, control)
             scheduler = self._start_scheduler(store, runner, outbox)
             async with anyio.create_task_group() as services:
-                services.start_soon(self.agent.heartbeat.run, store, self._after_beat)
+                services.start_soon(
+                    self.agent.heartbeat.run, store, self._after_beat, self._fleet_request
+                )
                 for service in self.agent.services:
                     services.start_soon(self._run_service, service)
                 services.start_soon(self._watch_loop)
@@ -329,17 +331,24 @@ class Lifecycle:
                 f"{self.agent.settings.startup_timeout_s:g}s at start-up; last error: {last_error}"
             )
 
-    async def _after_beat(self, reconnected: bool) -> None:
-        """Publish what this node runs, compare with the fleet, follow stored schedules."""
+    def _fleet_request(self) -> FleetRequest | None:
+        """What this node publishes, sent with the next heartbeat (one round trip for both)."""
+        if self.sync is None or self.fleet is None:
+            return None
+        return self.fleet.request(self._details_now(self.sync))
+
+    async def _after_beat(self, reconnected: bool, exchanged: FleetReply | None) -> None:
+        """Compare what this node runs with the fleet, follow stored schedules."""
         if self.sync is None or self.fleet is None:
             return
-        details = self._details_now(self.sync)
         version: int | None = None
         try:
             now_ms = int(self.agent.clock.time() * 1000)
             membership = self.agent.membership
             live = membership.live
-            version = await self.fleet.exchange(details, now_ms, live)
+            # None: garbage made the exchange fail with the beat (the store logged it).
+            if exchanged is not None:
+                version = await self.fleet.absorb(exchanged, now_ms, live)
             if self.fleet.changed or live is not self._alike_live:
                 self._alike_live = live
                 membership.alike(self.fleet.fingerprints, now_ms)

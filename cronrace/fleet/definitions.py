@@ -28,6 +28,7 @@ from pydantic import BaseModel
 
 from cronrace.model.job import Job
 from cronrace.runtime.observer import Observer
+from cronrace.stores.values import FleetReply, FleetRequest
 
 if TYPE_CHECKING:
     from cronrace.stores.contract import Store
@@ -202,38 +203,67 @@ class FleetDefinitions:
         #: The details last published and their fingerprint (O(jobs) to compute): a node
         #: that publishes the same details object again reuses it.
         self._printed: tuple[NodeDetails, str] | None = None
+        #: The last request's details, fingerprint and whether it changed (for absorb).
+        self._sent: tuple[NodeDetails, str, bool] | None = None
 
     def _fingerprint(self, details: NodeDetails) -> str:
         if self._printed is None or self._printed[0] is not details:
             self._printed = (details, details.fingerprint())
         return self._printed[1]
 
-    async def exchange(
-        self, details: NodeDetails, now_ms: int, live: Collection[str] | None = None
-    ) -> int:
-        """Publish ``details``, read the others' fingerprints, report disagreements.
+    def request(self, details: NodeDetails) -> FleetRequest:
+        """What the next exchange sends: the heartbeat carries it (one round trip a beat),
+        and :meth:`absorb` reads its reply.
 
         Every fingerprint is read on the first exchange and every
         :data:`FULL_READ_EVERY_EXCHANGES` (or when the change log has a gap); otherwise
-        only those published since the last read. Disagreements are worked out again
-        only when a fingerprint or ``live`` (the live members; None: every node read)
-        changed: an exchange where nothing did costs O(1), not O(N).
-
-        Returns:
-            The stored schedules' version (read in the same round trip).
+        only those published since the last read.
         """
         fingerprint = self._fingerprint(details)
         changed = fingerprint != self._written
         full = self._cursor is None or self._exchanges % FULL_READ_EVERY_EXCHANGES == 0
         self._exchanges += 1
-        reply = await self.store.fleet.exchange(
-            self.node_id,
+        self._sent = (details, fingerprint, changed)
+        return FleetRequest(
             fingerprint,
-            details=details.to_json() if changed else None,
-            now_ms=now_ms,
+            details.to_json() if changed else None,
             since=None if full else self._cursor,
             changed=changed,
         )
+
+    async def exchange(
+        self, details: NodeDetails, now_ms: int, live: Collection[str] | None = None
+    ) -> int:
+        """Publish ``details``, read the others' fingerprints, report disagreements: a
+        :meth:`request` and its :meth:`absorb` in a round trip of their own.
+
+        Returns:
+            The stored schedules' version (read in the same round trip).
+        """
+        request = self.request(details)
+        reply = await self.store.fleet.exchange(
+            self.node_id,
+            request.fingerprint,
+            details=request.details,
+            now_ms=now_ms,
+            since=request.since,
+            changed=request.changed,
+        )
+        return await self.absorb(reply, now_ms, live)
+
+    async def absorb(
+        self, reply: FleetReply, now_ms: int, live: Collection[str] | None = None
+    ) -> int:
+        """Take the reply to the last :meth:`request`: the others' fingerprints, and the
+        disagreements, worked out again only when a fingerprint or ``live`` (the live
+        members; None: every node read) changed: an exchange where nothing did costs O(1),
+        not O(N).
+
+        Returns:
+            The stored schedules' version (read in the same round trip).
+        """
+        assert self._sent is not None, "absorb() answers a request()"
+        details, fingerprint, changed = self._sent
         if reply.gap:
             reply = await self.store.fleet.exchange(
                 self.node_id, fingerprint, details=None, now_ms=now_ms, changed=False

@@ -37,7 +37,7 @@ from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.retry import Retry
 from cronrace.stores.contract import Store
-from cronrace.stores.values import HeartbeatReply
+from cronrace.stores.values import FleetReply, FleetRequest, HeartbeatReply
 
 log = logging.getLogger("cronrace.fleet.heartbeat")
 
@@ -150,8 +150,11 @@ class Heartbeat:
             return False
         return abs(granted_mono - self._wipe_seen_mono) <= self._longest_lease_s
 
-    async def beat(self, store: Store) -> None:
+    async def beat(self, store: Store, fleet: FleetRequest | None = None) -> FleetReply | None:
         """Beat once: sample the server clock, refresh this node, read epoch and members.
+
+        ``fleet``: the fleet's definitions exchange, sent in the same round trip; its
+        reply is returned (None without one).
 
         Members are read in full on the first beat, every :data:`FULL_READ_EVERY_BEATS`
         beats (at a phase of this node's own), after a beat that came late (others may
@@ -175,7 +178,9 @@ class Heartbeat:
             live_after_ms=self.membership.live_after_ms(now_ms, self.ttl_ms),
             asserted_epoch=self.asserted_epoch,
             read_asserted=self._waiting_out_wipe,
+            fleet=fleet,
         )
+        exchanged = reply.fleet
         self._beats += 1
         rtt = base.monotonic() - sent_mono
         if isinstance(self.clock, ServerOffsetClock):
@@ -217,6 +222,7 @@ class Heartbeat:
         self.epoch = reply.epoch
         self._note_asserted(reply.asserted, now_ms)
         self.readiness.set_reachable(True)
+        return exchanged
 
     def _take_changes(self, reply: HeartbeatReply, now_ms: int) -> bool:
         return self.membership.apply_changes(
@@ -295,14 +301,20 @@ class Heartbeat:
         await store.leave(self.node_id)
 
     async def run(
-        self, store: Store, after_beat: Callable[[bool], Awaitable[None]] | None = None
+        self,
+        store: Store,
+        after_beat: Callable[[bool, FleetReply | None], Awaitable[None]] | None = None,
+        fleet_request: Callable[[], FleetRequest | None] | None = None,
     ) -> None:
         """Beat every ``heartbeat_s`` until cancelled; back off while Redis fails.
 
         Args:
             store: where to beat.
             after_beat: called after each successful beat with whether it ended an outage
-                (the agent exchanges definitions and follows stored schedules there).
+                and the reply to the fleet's exchange (the agent compares definitions and
+                follows stored schedules there).
+            fleet_request: the fleet's definitions exchange to send with each beat: one
+                round trip a beat for both.
         """
         retry = Retry(self.clock)
         delay_s = self.heartbeat_s
@@ -312,9 +324,11 @@ class Heartbeat:
                 continue
             sent_mono = self.clock.monotonic()
             try:
-                await self.beat(store)
+                exchanged = await self.beat(
+                    store, None if fleet_request is None else fleet_request()
+                )
                 if after_beat is not None:
-                    await after_beat(retry.attempt > 0)
+                    await after_beat(retry.attempt > 0, exchanged)
                 retry.succeeded()
                 # Beats are sent every heartbeat_s, however long the round trips took:
                 # others count a member silent from its last beat (membership.py), and a

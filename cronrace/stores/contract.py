@@ -40,6 +40,7 @@ from cronrace.stores.values import (
     ClaimReply,
     FinishRequest,
     FleetReply,
+    FleetRequest,
     HeartbeatReply,
     JobState,
     Owner,
@@ -342,6 +343,7 @@ class Store(abc.ABC):
         live_after_ms: int = 0,
         asserted_epoch: str = "",
         read_asserted: bool = False,
+        fleet: FleetRequest | None = None,
     ) -> HeartbeatReply:
         """Read the shared clock and the epoch (writing ``epoch_candidate`` if none), and
         refresh this node's heartbeat.
@@ -356,6 +358,11 @@ class Store(abc.ABC):
         ``asserted_epoch`` is published as this node's word that it re-asserted the leases
         of its runs for that epoch (after a wipe); with ``read_asserted`` the reply carries
         every live member's (only while a wipe is waited out: it is O(N)).
+
+        With ``fleet``, the fleet's definitions exchange goes with the beat
+        (:meth:`FleetStore.exchange` with this node and ``now_ms``), in the same round trip
+        where the store can (a node's fixed work per beat is then one round trip), its
+        reply in ``HeartbeatReply.fleet``.
         """
 
     @abc.abstractmethod

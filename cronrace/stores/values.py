@@ -301,6 +301,8 @@ class HeartbeatReply:
     #: leases after a wipe: node id -> the epoch it did so for ('' before it says; a node
     #: that never saw a wipe says the epoch it started in).
     asserted: dict[str, str] = field(default_factory=dict)
+    #: The fleet's definitions exchange sent with the beat (``fleet``), else None.
+    fleet: FleetReply | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +338,18 @@ class ScheduleSet:
 
     version: int
     definitions: dict[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRequest:
+    """A fleet definitions exchange sent with a heartbeat (``FleetStore.exchange``'s
+    arguments: the heartbeat's node and ``now_ms`` are the exchange's)."""
+
+    fingerprint: str
+    details: bytes | None
+    #: None: read every live node's fingerprint; a cursor: those logged since it.
+    since: str | None = None
+    changed: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ A wake-up's decisions (and finished runs' releases) go in one statement and one 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Collection, Sequence
@@ -34,6 +35,7 @@ from cronrace.stores.values import (
     Claim,
     ClaimOutcome,
     ClaimReply,
+    FleetRequest,
     HeartbeatReply,
     NotReplicatedError,
     Owner,
@@ -315,14 +317,54 @@ class PostgresStore(RunSide, Store):
         live_after_ms: int = 0,
         asserted_epoch: str = "",
         read_asserted: bool = False,
+        fleet: FleetRequest | None = None,
     ) -> HeartbeatReply:
         """Read the database clock and the epoch, refresh this node's heartbeat, read members.
 
         One statement; with ``prune`` it also deletes, in one bounded batch, claims that
         expired below their job's watermark and members whose heartbeat expired. With
         ``since`` None every live member is read; with a cursor (a number of the change
-        log, fleet.sql) only the changes since it.
+        log, fleet.sql) only the changes since it. ``fleet``: the fleet's exchange follows,
+        in a statement of its own.
         """
+        beat = await self._heartbeat(
+            node_id,
+            now_ms=now_ms,
+            ttl_ms=ttl_ms,
+            epoch_candidate=epoch_candidate,
+            prune=prune,
+            since=since,
+            joined=joined,
+            live_after_ms=live_after_ms,
+            asserted_epoch=asserted_epoch,
+            read_asserted=read_asserted,
+        )
+        if fleet is None:
+            return beat
+        exchanged = await self.fleet.exchange(
+            node_id,
+            fleet.fingerprint,
+            details=fleet.details,
+            now_ms=now_ms,
+            since=fleet.since,
+            changed=fleet.changed,
+        )
+        return dataclasses.replace(beat, fleet=exchanged)
+
+    async def _heartbeat(
+        self,
+        node_id: str,
+        *,
+        now_ms: int,
+        ttl_ms: int,
+        epoch_candidate: str,
+        prune: bool,
+        since: str | None,
+        joined: bool,
+        live_after_ms: int,
+        asserted_epoch: str,
+        read_asserted: bool,
+    ) -> HeartbeatReply:
         reply = await self.db.value(
             "heartbeat",
             {

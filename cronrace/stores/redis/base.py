@@ -147,9 +147,11 @@ class StoreBase(contract.Store):
         return Command(method, key, args, kwargs, key_type, kind, self.keys.quarantine(job))
 
     async def _pipeline_repairing(
-        self, commands: Sequence[Command], *, time_first: bool = False
+        self, commands: Sequence[Command], *, time_first: bool = False, tail: Sequence[Command] = ()
     ) -> list[Any]:
-        return await send_repairing(self.client, self.scripts, commands, time_first=time_first)
+        return await send_repairing(
+            self.client, self.scripts, commands, time_first=time_first, tail=tail
+        )
 
     # -- what this node has seen of each job's fences -----------------------------------
 

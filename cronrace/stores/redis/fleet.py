@@ -22,11 +22,11 @@ from typing import Any
 import cronrace.stores.redis.changes as changes
 from cronrace.stores.contract import FleetStore
 from cronrace.stores.redis.errors import translating
-from cronrace.stores.redis.garbage import is_wrong_type
+from cronrace.stores.redis.garbage import Command, is_wrong_type
 from cronrace.stores.redis.keys import Keys
 from cronrace.stores.redis.replies import decode_text, int_or_none
 from cronrace.stores.redis.schedules import VERSION_FIELD
-from cronrace.stores.values import FleetReply
+from cronrace.stores.values import FleetReply, FleetRequest
 
 log = logging.getLogger("cronrace.stores.redis")
 
@@ -53,65 +53,14 @@ class FleetCommands(FleetStore):
 
         One round trip: also reads the stored schedules' version. With ``since`` None,
         every live node's fingerprint (``HGETALL`` and the live set); with a cursor, only
-        the fingerprints logged since (changes.py). A changed fingerprint is logged.
+        the fingerprints logged since (changes.py). A changed fingerprint is logged. The
+        heartbeat sends the same commands in its own round trip (members.py).
         """
+        request = FleetRequest(fingerprint, details, since, changed)
         pipe = self.client.pipeline(transaction=False)
-        if changed or since is None:
-            pipe.hset(self.keys.fleet_defs, node_id, fingerprint)
-        if changed:
-            pipe.xadd(
-                self.keys.fleet_log,
-                changes.entry(node_id, changes.PRINT, fingerprint),
-                **changes.add_kwargs(),
-            )
-        if details is not None:
-            pipe.hset(self.keys.fleet_details, node_id, details)
-        if since is None:
-            pipe.xrevrange(self.keys.fleet_log, "+", "-", count=1)  # the cursor first
-            pipe.hgetall(self.keys.fleet_defs)
-            pipe.zrangebyscore(self.keys.nodes, now_ms, "+inf")
-        else:
-            pipe.xrange(self.keys.fleet_log, changes.after(since), "+", count=changes.READ_MAX + 1)
-            pipe.xrange(self.keys.fleet_log, "-", "+", count=1)
-        pipe.hexists(self.keys.fleet_details, node_id)
-        pipe.hget(self.keys.schedules, VERSION_FIELD)
-        replies = []
-        for reply in await pipe.execute(raise_on_error=False):
-            if isinstance(reply, Exception) and not is_wrong_type(reply):
-                raise reply
-            if isinstance(reply, Exception):
-                # Garbage under a fleet key: this exchange sees nothing there; the node
-                # that deletes dead fields (HDEL) fails too and says which key (ERROR).
-                log.error("garbage under a fleet key; shown as empty", extra={"error": str(reply)})
-                reply = None
-            replies.append(reply)
-        has_details, version = replies[-2:]
-        schedules_version = int_or_none(version) or 0
-        if since is not None:
-            logged, oldest = replies[-4:-2]
-            entries = changes.decode(logged)
-            cursor = entries[-1][0] if entries else since
-            prints = changes.latest(entries, (changes.PRINT,))
-            return FleetReply(
-                fingerprints={node: value for node, (_kind, value) in prints.items()},
-                dead=(),
-                details_missing=not has_details,
-                schedules_version=schedules_version,
-                full=False,
-                cursor=cursor,
-                gap=changes.gap(since, entries, oldest),
-            )
-        last, everyone, live_raw = replies[-5:-2]
-        everyone, live_raw = everyone or {}, live_raw or []
-        live = {decode_text(node) for node in live_raw} | {node_id}
-        prints_all = {decode_text(node): decode_text(value) for node, value in everyone.items()}
-        return FleetReply(
-            fingerprints={node: value for node, value in prints_all.items() if node in live},
-            dead=tuple(sorted(set(prints_all) - live)),
-            details_missing=not has_details,
-            schedules_version=schedules_version,
-            cursor=changes.last_id(last),
-        )
+        for command in exchange_commands(self.keys, node_id, request, now_ms):
+            command.queue(pipe)
+        return decode_exchange(node_id, request, await pipe.execute(raise_on_error=False))
 
     async def read_details(self, nodes: Sequence[str]) -> dict[str, bytes | None]:
         """The published details of ``nodes`` (None where a node has none)."""
@@ -127,3 +76,79 @@ class FleetCommands(FleetStore):
             pipe.hdel(self.keys.fleet_defs, *nodes)
             pipe.hdel(self.keys.fleet_details, *nodes)
             await pipe.execute()
+
+
+def exchange_commands(
+    keys: Keys, node_id: str, request: FleetRequest, now_ms: int
+) -> list[Command]:
+    """The commands of one exchange (:meth:`FleetCommands.exchange`), to pipeline."""
+    commands = []
+    if request.changed or request.since is None:
+        commands.append(Command("hset", keys.fleet_defs, (node_id, request.fingerprint)))
+    if request.changed:
+        fields = changes.entry(node_id, changes.PRINT, request.fingerprint)
+        commands.append(Command("xadd", keys.fleet_log, (fields,), changes.add_kwargs()))
+    if request.details is not None:
+        commands.append(Command("hset", keys.fleet_details, (node_id, request.details)))
+    if request.since is None:
+        commands += [
+            Command("xrevrange", keys.fleet_log, ("+", "-"), {"count": 1}),  # the cursor first
+            Command("hgetall", keys.fleet_defs),
+            Command("zrangebyscore", keys.nodes, (now_ms, "+inf")),
+        ]
+    else:
+        start = changes.after(request.since)
+        commands += [
+            Command("xrange", keys.fleet_log, (start, "+"), {"count": changes.READ_MAX + 1}),
+            Command("xrange", keys.fleet_log, ("-", "+"), {"count": 1}),
+        ]
+    commands.append(Command("hexists", keys.fleet_details, (node_id,)))
+    commands.append(Command("hget", keys.schedules, (VERSION_FIELD,)))
+    return commands
+
+
+def decode_exchange(node_id: str, request: FleetRequest, raw: Sequence[Any]) -> FleetReply:
+    """The reply of one exchange from the replies of :func:`exchange_commands`.
+
+    Raises:
+        The first error reply that is not ``WRONGTYPE`` (garbage under a fleet key reads
+        as empty, logged).
+    """
+    replies = []
+    for reply in raw:
+        if isinstance(reply, Exception) and not is_wrong_type(reply):
+            raise reply
+        if isinstance(reply, Exception):
+            # Garbage under a fleet key: this exchange sees nothing there; the node
+            # that deletes dead fields (HDEL) fails too and says which key (ERROR).
+            log.error("garbage under a fleet key; shown as empty", extra={"error": str(reply)})
+            reply = None
+        replies.append(reply)
+    has_details, version = replies[-2:]
+    schedules_version = int_or_none(version) or 0
+    since = request.since
+    if since is not None:
+        logged, oldest = replies[-4:-2]
+        entries = changes.decode(logged)
+        cursor = entries[-1][0] if entries else since
+        prints = changes.latest(entries, (changes.PRINT,))
+        return FleetReply(
+            fingerprints={node: value for node, (_kind, value) in prints.items()},
+            dead=(),
+            details_missing=not has_details,
+            schedules_version=schedules_version,
+            full=False,
+            cursor=cursor,
+            gap=changes.gap(since, entries, oldest),
+        )
+    last, everyone, live_raw = replies[-5:-2]
+    everyone, live_raw = everyone or {}, live_raw or []
+    live = {decode_text(node) for node in live_raw} | {node_id}
+    prints_all = {decode_text(node): decode_text(value) for node, value in everyone.items()}
+    return FleetReply(
+        fingerprints={node: value for node, value in prints_all.items() if node in live},
+        dead=tuple(sorted(set(prints_all) - live)),
+        details_missing=not has_details,
+        schedules_version=schedules_version,
+        cursor=changes.last_id(last),
+    )

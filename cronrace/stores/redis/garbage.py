@@ -63,12 +63,19 @@ def report_quarantined(moved: Sequence[Quarantined], *, script: str, **context: 
 
 
 async def send_repairing(
-    client: Any, scripts: Scripts, commands: Sequence[Command], *, time_first: bool = False
+    client: Any,
+    scripts: Scripts,
+    commands: Sequence[Command],
+    *,
+    time_first: bool = False,
+    tail: Sequence[Command] = (),
 ) -> list[Any]:
     """Send ``commands`` in one pipeline; move a ``WRONGTYPE`` key aside and resend.
 
     With ``time_first`` the pipeline starts with ``TIME`` (every attempt), whose reply
-    comes first in the result.
+    comes first in the result. ``tail`` rides in the first attempt's pipeline, after
+    ``commands``: its replies come last in the result, as they are (errors included),
+    never moved aside nor sent again.
 
     Raises:
         The first error that remains (not ``WRONGTYPE``, or ``WRONGTYPE`` again), after
@@ -77,15 +84,21 @@ async def send_repairing(
     results: list[Any] = [None] * len(commands)
     todo = list(range(len(commands)))
     server_time: Any = None
+    tail_replies: list[Any] = []
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
         if time_first:
             pipe.execute_command("TIME")  # a cluster pipeline refuses pipe.time()
         for index in todo:
             commands[index].queue(pipe)
+        for command in tail if not attempt else ():
+            command.queue(pipe)
         replies = await pipe.execute(raise_on_error=False)
         if time_first:
             server_time, *replies = replies
+        if tail and not attempt:
+            tail_replies = replies[len(replies) - len(tail) :]
+            replies = replies[: len(replies) - len(tail)]
         for index, reply in zip(todo, replies, strict=True):
             results[index] = reply
         garbled = {commands[i].key: commands[i] for i in todo if is_wrong_type(results[i])}
@@ -98,7 +111,7 @@ async def send_repairing(
     for reply in [server_time, *results]:
         if isinstance(reply, Exception):
             raise reply
-    return [server_time, *results] if time_first else results
+    return [server_time, *results, *tail_replies] if time_first else [*results, *tail_replies]
 
 
 async def quarantine(scripts: Scripts, command: Command) -> tuple[Quarantined, ...]:

@@ -9,12 +9,20 @@ only the members that joined or left since, those gone silent (expiry before
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import cronrace.stores.redis.changes as changes
-from cronrace.stores.redis.errors import translating
+from cronrace.errors import RedisDataError
+from cronrace.stores.redis.errors import RAW_FAILURES, translate, translating
+from cronrace.stores.redis.fleet import decode_exchange, exchange_commands
+from cronrace.stores.redis.garbage import Command
 from cronrace.stores.redis.replies import decode_text
 from cronrace.stores.redis.runs import RunCommands
 from cronrace.stores.redis.sentinel import follow_primary
-from cronrace.stores.values import HeartbeatReply
+from cronrace.stores.values import FleetReply, FleetRequest, HeartbeatReply
+
+log = logging.getLogger("cronrace.stores.redis")
 
 
 @translating
@@ -34,6 +42,7 @@ class MemberCommands(RunCommands):
         live_after_ms: int = 0,
         asserted_epoch: str = "",
         read_asserted: bool = False,
+        fleet: FleetRequest | None = None,
     ) -> HeartbeatReply:
         """Read the server clock and the epoch, refresh this node's heartbeat, read members.
 
@@ -45,6 +54,7 @@ class MemberCommands(RunCommands):
         with a cursor only the changes since it (see the module doc). ``asserted_epoch`` is
         written under ``<ns>:asserted`` (this node's word that it re-asserted its runs'
         leases after a wipe); with ``read_asserted`` every live member's is read back.
+        ``fleet``: the fleet's definitions exchange (fleet.py) rides in the same pipeline.
         """
         await follow_primary(self.client)
         commands = [
@@ -80,7 +90,26 @@ class MemberCommands(RunCommands):
             commands.append(self._command("", "nodes", "zremrangebyscore", "-inf", now_ms))
         # Garbage under the epoch is moved aside like any other: the fresh epoch then
         # written makes every node hold new runs once, as after a wipe (the safe side).
-        (seconds, micros), *replies = await self._pipeline_repairing(commands, time_first=True)
+        # The exchange's commands ride along; a read the beat makes already (the change
+        # log's oldest entry, its changes when both cursors agree) is not sent twice,
+        # unless the exchange logs a new fingerprint first (its reads then follow it).
+        wanted = [] if fleet is None else exchange_commands(self.keys, node_id, fleet, now_ms)
+        same = [
+            -1
+            if fleet is None or fleet.changed
+            else next((i for i, c in enumerate(commands) if _alike(c, w)), -1)
+            for w in wanted
+        ]
+        tail = [w for w, i in zip(wanted, same, strict=True) if i < 0]
+        (seconds, micros), *replies = await self._pipeline_repairing(
+            commands, time_first=True, tail=tail
+        )
+        exchanged = None
+        if fleet is not None:
+            own = iter(replies[len(commands) :])
+            raw = [next(own) if i < 0 else replies[i] for i in same]
+            exchanged = _decode_exchange(node_id, fleet, raw)
+            replies = replies[: len(commands)]
         server_time_s = int(seconds) + int(micros) / 1e6
         epoch = decode_text(replies[1])
         said = replies[reads + (2 if since is None else 4) + 1] if read_asserted else None
@@ -94,13 +123,20 @@ class MemberCommands(RunCommands):
                 members=live,
                 cursor=changes.last_id(last),
                 asserted={node: word for node, word in asserted.items() if node in live},
+                fleet=exchanged,
             )
         logged, oldest, silent, live_count = replies[reads : reads + 4]
         entries = changes.decode(logged)
         cursor = entries[-1][0] if entries else since
         if changes.gap(since, entries, oldest):
             return HeartbeatReply(
-                server_time_s, epoch, full=False, cursor=cursor, gap=True, asserted=asserted
+                server_time_s,
+                epoch,
+                full=False,
+                cursor=cursor,
+                gap=True,
+                asserted=asserted,
+                fleet=exchanged,
             )
         last = changes.latest(entries, (changes.JOIN, changes.LEAVE))
         return HeartbeatReply(
@@ -113,6 +149,7 @@ class MemberCommands(RunCommands):
             left=tuple(sorted(n for n, (k, _v) in last.items() if k == changes.LEAVE)),
             live_count=int(live_count),
             asserted=asserted,
+            fleet=exchanged,
         )
 
     async def leave(self, node_id: str) -> None:
@@ -130,3 +167,26 @@ class MemberCommands(RunCommands):
                 self._command("", "asserted", "hdel", node_id),
             ]
         )
+
+
+def _decode_exchange(node_id: str, fleet: FleetRequest, replies: list[Any]) -> FleetReply | None:
+    """The exchange's reply; None where an error reply of its own data failed it (logged:
+    ticks must not care), while any other error fails the beat, as it would have alone."""
+    try:
+        return decode_exchange(node_id, fleet, replies)
+    except RAW_FAILURES as exc:
+        error = translate(exc, in_reply=True)
+        if not isinstance(error, RedisDataError):
+            raise error from exc
+        log.error("fleet definitions exchange failed", extra={"error": str(error)})
+        return None
+
+
+def _alike(sent: Command, wanted: Command) -> bool:
+    """Whether ``wanted`` is the same read as ``sent``: one reply serves both."""
+    return (sent.method, sent.key, sent.args, dict(sent.kwargs)) == (
+        wanted.method,
+        wanted.key,
+        wanted.args,
+        dict(wanted.kwargs),
+    )

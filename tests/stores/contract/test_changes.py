@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cronrace.stores.contract import Store
+from cronrace.stores.values import FleetRequest
 from tests.stores.contract.test_fleet import server_ms
 
 TTL = 6000
@@ -120,3 +121,43 @@ async def test_an_exchange_of_changes_reads_only_new_fingerprints(store: Store) 
     assert (await store.fleet.exchange("n1", "j d1", details=None, now_ms=now_ms)).fingerprints[
         "n2"
     ] == "j d3"
+
+
+async def test_an_exchange_sent_with_the_heartbeat_answers_as_one_sent_alone(
+    store: Store,
+) -> None:
+    now_ms = await server_ms(store)
+    await store.heartbeat("n2", now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
+    await store.fleet.exchange("n2", "j d2", details=b"{}", now_ms=now_ms)
+    first = await store.heartbeat(
+        "n1",
+        now_ms=now_ms,
+        ttl_ms=TTL,
+        epoch_candidate="e",
+        fleet=FleetRequest("j d1", b'{"jobs":1}'),
+    )
+    assert first.fleet is not None
+    assert first.fleet.full
+    assert first.fleet.fingerprints == {"n1": "j d1", "n2": "j d2"}
+    assert not first.fleet.details_missing
+    assert {"n1", "n2"} <= first.members.keys()
+
+    await store.fleet.exchange("n2", "j d3", details=b"{}", now_ms=now_ms, since=first.cursor)
+    changes = await store.heartbeat(
+        "n1",
+        now_ms=now_ms,
+        ttl_ms=TTL,
+        epoch_candidate="e",
+        since=first.cursor,
+        joined=False,
+        live_after_ms=live_after(now_ms),
+        fleet=FleetRequest("j d1", None, since=first.fleet.cursor, changed=False),
+    )
+    assert changes.fleet is not None
+    assert not changes.fleet.full
+    assert (changes.fleet.fingerprints, changes.fleet.gap) == ({"n2": "j d3"}, False)
+    assert not changes.full
+    assert (changes.members, changes.live_count) == ({}, 2)
+    # A beat without an exchange has no reply to one.
+    alone = await store.heartbeat("n1", now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
+    assert alone.fleet is None
