@@ -278,3 +278,29 @@ def test_members_that_run_other_jobs_or_have_not_said_are_left_out_of_the_race()
     view.alike({"me": "x", "a": "x", "b": "x", "new": "x"}, now_ms)
     assert view.uniform
     assert view.ring.members == {"me", "a", "b", "new"}
+
+
+def test_agents_of_one_process_share_the_ring_of_the_same_members() -> None:
+    # Rings are pure values: two views of the same members hold one ring, and a view
+    # spliced from another agent's recent ring is the ring build makes.
+    now_ms, ttl_ms = 100_000, 6000
+    views = [Membership(node, Racers(2), heartbeat_s=2.0) for node in ("a", "b")]
+    members = ["a", "b", *nodes(40)]
+    for view in views:
+        view.update(dict.fromkeys(members, now_ms + ttl_ms), now_ms=now_ms, ttl_ms=ttl_ms)
+        view.alike(dict.fromkeys(members, "x"), now_ms)
+    assert views[0].ring is views[1].ring
+    assert views[0].ring == Ring.build(members)
+    more = [*members[:-3], "c", "d"]
+    views[0].update(dict.fromkeys(more, now_ms + ttl_ms), now_ms=now_ms, ttl_ms=ttl_ms)
+    views[0].alike(dict.fromkeys(more, "x"), now_ms)
+    assert views[0].ring == Ring.build(more)
+
+
+def test_arcs_found_once_are_the_arcs_found_again() -> None:
+    ring = Ring.build(nodes(50))
+    first = ring.arcs("node-7", 2)
+    assert first is not None
+    first.clear()  # a caller's copy: the ring's own stays whole
+    assert ring.arcs("node-7", 2) == Ring.build(nodes(50)).arcs("node-7", 2)
+    assert Ring.build(nodes(2)).arcs("node-0", 2) is None
