@@ -198,7 +198,11 @@ class Schedule:
         schedule = cls(expr, timezone, zone, job if spec.hashed else None, spec)
         if fires_after_s is not None:
             until_s = repeat_horizon_s(fires_after_s)
-            if schedule._search(fires_after_s, until_s) is None:
+            try:
+                # Through the cache next_tick reads: a start-up seeds from about the same
+                # instant, and agents of one process define the same jobs.
+                _next_cron_tick(schedule, fires_after_s)
+            except ScheduleError:
                 reason = (
                     f"it never fires in {timezone}: every local time it matches falls in a "
                     f"gap where clocks jump forward (searched through {year_of(until_s) - 1} "
@@ -206,7 +210,7 @@ class Schedule:
                 )
                 raise ScheduleError(
                     f"{where}schedule {quote(expr)} is invalid: {reason}", reason=reason
-                )
+                ) from None
         return schedule
 
     def next_tick(self, after_s: int) -> int:
@@ -293,7 +297,9 @@ class Schedule:
         return self.next_tick(first) - first
 
 
-@functools.lru_cache(maxsize=4096)
+#: Sized for the jobs of one process, as the parse cache is: an LRU smaller than the jobs
+#: asked in turn (a node of 10,000 ``H`` jobs seeds each from now) never hits.
+@functools.lru_cache(maxsize=1 << 16)
 def _next_cron_tick(schedule: Schedule, after_s: int) -> int:
     until_s = repeat_horizon_s(after_s)
     tick = schedule._search(after_s, until_s)

@@ -28,7 +28,7 @@ from cronrace.stores.redis.claimreplies import (
     won_or_raise,
 )
 from cronrace.stores.redis.errors import Passage, passage, translate, translating
-from cronrace.stores.redis.garbage import is_wrong_type, report_quarantined
+from cronrace.stores.redis.garbage import report_quarantined
 from cronrace.stores.redis.keys import fence_key
 from cronrace.stores.redis.members import MemberCommands
 from cronrace.stores.redis.replies import (
@@ -39,7 +39,7 @@ from cronrace.stores.redis.replies import (
     int_or_none,
 )
 from cronrace.stores.redis.scripts import locate_lines
-from cronrace.stores.redis.shards import ShardReply, per_shard
+from cronrace.stores.redis.shards import ShardReply, get_many, per_shard
 from cronrace.stores.redis.takeover import TakeoverCommands
 from cronrace.stores.values import (
     AcquireReply,
@@ -386,19 +386,11 @@ class Store(TakeoverCommands, MemberCommands):
         """
         if not jobs:
             return {}
-        # One GET per key (each in its job's slot, for Cluster); garbage of another type
-        # reads as unset here, and the job's first acquire moves it aside and reports it.
-        pipe = self.client.pipeline(transaction=False)
-        for job in jobs:
-            pipe.get(self.keys.last(job))
-            pipe.get(self.keys.fence(job))
-        replies = [
-            None if isinstance(reply, Exception) and is_wrong_type(reply) else reply
-            for reply in await pipe.execute(raise_on_error=False)
-        ]
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
+        # MGET on one primary, one GET per key on a cluster (each in its job's slot);
+        # garbage of another type reads as unset here, and the job's first acquire moves
+        # it aside and reports it.
+        keys = [key for job in jobs for key in (self.keys.last(job), self.keys.fence(job))]
+        replies = await get_many(self.client, keys)
         values, fences = replies[0::2], replies[1::2]
         out: dict[str, int | None] = {}
         for job, raw, fence in zip(jobs, values, fences, strict=True):
