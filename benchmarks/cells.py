@@ -214,15 +214,23 @@ def _run(
         got = fleet.next_event(deadline)
         if got is None:
             ready = sum(proc.ready for proc in fleet.procs)
+            progress = [proc.progress for proc in fleet.procs]
             fleet.kill()
             return {
                 **row,
                 "status": "exceeds",
                 "reason": f"start-up of {spec.nodes} agents x {spec.jobs} jobs not done after "
                 f"{spec.startup_budget_s:.0f} s ({ready}/{spec.procs} processes ready)",
+                "startup_seeded": sum(int(p.get("seeded", 0)) for p in progress),
+                "startup_cpu_s": round(sum(float(p.get("cpu_s", 0)) for p in progress), 2),
+                "loop_stall_ms_startup_max": max(
+                    (float(p.get("stall_ms", 0)) for p in progress), default=None
+                ),
             }
         fleet.handle(*got)
     row["startup_s"] = round(max(proc.startup_s for proc in fleet.procs), 2)
+    row["startup_cpu_s"] = round(sum(proc.startup_cpu_s for proc in fleet.procs), 2)
+    row["heartbeat_s"] = spec.heartbeat_s
     t0 = math.floor(time.time()) + 1 + spec.warmup_ticks
     t1 = t0 + spec.ticks
     if spec.losers_only:

@@ -34,6 +34,10 @@ class Proc:
     ready: bool = False
     done: bool = False
     startup_s: float = 0.0
+    #: CPU the process spent from its start until every agent was seeded.
+    startup_cpu_s: float = 0.0
+    #: While starting: agents seeded, CPU and longest loop stall so far (``starting``).
+    progress: dict[str, Any] = field(default_factory=dict)
 
     def send(self, message: dict[str, Any]) -> None:
         stdin = self.popen.stdin
@@ -112,6 +116,9 @@ class Fleet:
         if event["ev"] == "ready":
             proc.ready = True
             proc.startup_s = float(event.get("startup_s", 0.0))
+            proc.startup_cpu_s = float(event.get("startup_cpu_s", 0.0))
+        elif event["ev"] == "starting":
+            proc.progress = event
         elif event["ev"] == "done":
             proc.done = True
         elif event["ev"] == "exit" and not proc.done:

@@ -148,6 +148,9 @@ CELL_FIGURES = (
     "missed",
     "memory_per_node_mb",
     "startup_s",
+    "startup_cpu_s",
+    "startup_seeded",
+    "heartbeat_s",
     "job_ticks",
     "saturation_notes",
     "reason",
@@ -189,6 +192,7 @@ def cells(args: argparse.Namespace) -> dict[str, Any]:
                 start_spread_s=float(CHURN["spread_s"]) if churn else 0.0,  # each process
                 replace_share=float(CHURN["share"]) if churn else 0.0,
                 catchup="all" if churn else "latest",
+                heartbeat_s=args.heartbeat_s,
             )
             row = run_cell(spec, ctx, _status)
             kept = {"cell": name, **{key: row.get(key) for key in CELL_FIGURES}}
@@ -260,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     lc.add_argument("--only", help=f"comma-separated, of {', '.join(LARGE_CELLS)}")
     lc.add_argument("--startup-budget-s", type=float, default=300.0)
     lc.add_argument(
+        "--heartbeat-s",
+        type=float,
+        default=2.0,
+        help="every agent's heartbeat_s (a setting of the cell, reported in its row)",
+    )
+    lc.add_argument("--tag", default="", help="names the output file: scale_cells_<tag>.json")
+    lc.add_argument(
         "--churn", metavar="NxJ:SPREAD_S", help="the churn cell's shape instead, e.g. 20x10:5"
     )
     lc.add_argument("--out", type=Path, default=RESULTS_DIR)
@@ -282,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.what == "cells":
         out = cells(args)
         args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / "scale_cells.json"
+        path = args.out / (f"scale_cells_{args.tag}.json" if args.tag else "scale_cells.json")
         path.write_text(json.dumps(out, indent=1, default=str))
         sys.stdout.write(f"\nwrote {path}\n")
     elif args.what == "merge":

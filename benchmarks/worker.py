@@ -179,6 +179,21 @@ class Worker:
             last_wall, last_cpu = wall, cpu
             next_report = max(next_report + 1, math.floor(time.time()) + 0.5)
 
+    async def report_start(self) -> None:
+        """Until ready, every 5 s: how many agents are seeded and the CPU spent so far (a
+        start-up the harness gives up on still says how far it got, and at what cost)."""
+        while True:
+            await anyio.sleep(5.0)
+            seeded = sum(_seeded(agent, self.config["jobs"]) for agent in self.agents)
+            emit(
+                {
+                    "ev": "starting",
+                    "seeded": seeded,
+                    "cpu_s": round(time.process_time(), 3),
+                    "stall_ms": round(self.stall_ms["startup"], 1),
+                }
+            )
+
     async def churn(self, tg: Any, every_s: float) -> None:
         """Stop one agent (gracefully) and start it again, in turn, every ``every_s``."""
         turn = 0
@@ -233,6 +248,13 @@ class Worker:
             if not self.config.get("bare"):  # 100 wake-ups a second: not in the floor's cells
                 tg.start_soon(self.watch_stalls)
             spread_s = float(self.config.get("start_spread_s", 0.0))
+            progress = anyio.CancelScope()
+
+            async def report_start() -> None:
+                with progress:
+                    await self.report_start()
+
+            tg.start_soon(report_start)
             for index, agent in enumerate(self.agents):
                 if spread_s:  # nodes joining one by one over spread_s
                     await anyio.sleep(spread_s / len(self.agents))
@@ -243,7 +265,14 @@ class Worker:
                 if self.stop_event.is_set():
                     break
                 await anyio.sleep(0.05)
-            emit({"ev": "ready", "startup_s": round(time.monotonic() - started, 3)})
+            progress.cancel()
+            emit(
+                {
+                    "ev": "ready",
+                    "startup_s": round(time.monotonic() - started, 3),
+                    "startup_cpu_s": round(time.process_time(), 3),
+                }
+            )
             async with anyio.create_task_group() as watchers:
                 watchers.start_soon(self.measure)
                 watchers.start_soon(self.report_ticks)
