@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -226,6 +225,34 @@ class Job:
         }
 
 
+class LostFlag:
+    """Set once when a run loses its lease; read by its handler, in any thread.
+
+    A plain attribute, not a ``threading.Event``: the event loop sets it and a handler's
+    thread reads it, each access whole under the GIL, and nobody waits on it. The Event's
+    lock and condition cost about 3 µs per run on the winner's path.
+    """
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+class Flag(Protocol):
+    """What the agent sets when a lease is lost (a :class:`LostFlag`, or an Event)."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+
 @dataclass(slots=True)
 class RunContext:
     """What a handler receives: which run this is, and the means to write safely.
@@ -247,7 +274,7 @@ class RunContext:
     trigger_id: str | None = None
     args: Mapping[str, Any] = field(default_factory=dict)
     _store: FencedWriter | None = field(default=None, repr=False)
-    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _lost: LostFlag = field(default_factory=LostFlag, repr=False)
 
     @property
     def tick(self) -> datetime:

@@ -13,13 +13,13 @@ import heapq
 import itertools
 import logging
 import math
-import threading
 from dataclasses import dataclass, field
 
 import anyio
 from anyio.abc import TaskGroup
 
 from cronrace.errors import StoreError
+from cronrace.model.job import Flag
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.stores.contract import Store
@@ -101,9 +101,7 @@ class Lease:
             )
         return self.lost
 
-    async def keep(
-        self, victim: anyio.CancelScope, lost_flag: threading.Event | None = None
-    ) -> None:
+    async def keep(self, victim: anyio.CancelScope, lost_flag: Flag | None = None) -> None:
         """Renew every ``ttl/3`` until cancelled; cancel ``victim`` when the lease is lost.
 
         ``lost_flag`` (the run context's) is set *before* the victim is cancelled, so that
@@ -155,7 +153,7 @@ class Lease:
         answer: Renewal,
         sent: float,
         victim: anyio.CancelScope,
-        lost_flag: threading.Event | None,
+        lost_flag: Flag | None,
     ) -> bool:
         """Take a renewal's answer (sent at ``sent``); return whether the lease is still held."""
         self.observer.renewal(self.job, answer in (Renewal.RENEWED, Renewal.REASSERTED))
@@ -180,7 +178,7 @@ class Lease:
     async def renew_now(
         self,
         victim: anyio.CancelScope,
-        lost_flag: threading.Event | None,
+        lost_flag: Flag | None,
         *,
         starting: bool = False,
     ) -> bool:
@@ -194,9 +192,7 @@ class Lease:
         sent = self.clock.monotonic()
         return self.answered(await self._renew(starting=starting), sent, victim, lost_flag)
 
-    def _lose(
-        self, reason: str, victim: anyio.CancelScope, lost_flag: threading.Event | None
-    ) -> None:
+    def _lose(self, reason: str, victim: anyio.CancelScope, lost_flag: Flag | None) -> None:
         self.lost_reason = reason
         if lost_flag is not None:
             lost_flag.set()
@@ -217,7 +213,7 @@ class HeldLease:
 
     lease: Lease
     victim: anyio.CancelScope
-    lost_flag: threading.Event | None
+    lost_flag: Flag | None
     done: bool = False
     #: In the keeper's heap, waiting for its first renewal to be due.
     queued: bool = True
@@ -252,9 +248,7 @@ class Renewals:
         #: re-assert when Redis lost its data.
         self._live: set[HeldLease] = set()
 
-    def hold(
-        self, lease: Lease, victim: anyio.CancelScope, lost_flag: threading.Event | None
-    ) -> HeldLease:
+    def hold(self, lease: Lease, victim: anyio.CancelScope, lost_flag: Flag | None) -> HeldLease:
         """Renew ``lease`` from its first renewal until :meth:`drop`; if lost, cancel ``victim``."""
         held = HeldLease(lease, victim, lost_flag)
         self._live.add(held)
