@@ -223,6 +223,9 @@ class Lifecycle:
             membership=self.agent.membership,
         )
         self.sync.attach(self.scheduler)
+        # The watchdog wakes at least once a second anyway: it looks at the clock for the
+        # loop, which then sleeps until its next tick instead of turning every second.
+        self.agent.watchdog.on_wake = self.scheduler.watch_clock()
         log.info(
             "agent started",
             extra={

@@ -42,6 +42,9 @@ class LoopWatchdog:
         self.period_s = period_s if period_s is not None else min(PERIOD_MAX_S, threshold_s / 4)
         #: Called on the loop with the lag of every wake-up above the threshold.
         self.on_stall: Callable[[float], None] | None = None
+        #: Called on the loop at every wake-up (at least once a second): a cheap check that
+        #: would otherwise need a wake-up of its own (the tick loop's look at the clock).
+        self.on_wake: Callable[[], None] | None = None
         # Written by the loop, read by the metrics thread: plain floats, replaced whole.
         self._due_mono: float | None = None
         self._last_lag_s = 0.0
@@ -74,6 +77,8 @@ class LoopWatchdog:
                 await anyio.sleep(self.period_s)
                 lag = max(0.0, time.monotonic() - slept - self.period_s)
                 self._last_lag_s = lag
+                if self.on_wake is not None:
+                    self.on_wake()
                 if lag >= self.threshold_s:
                     log.error(
                         "the event loop was blocked; nothing ran meanwhile (claims, "

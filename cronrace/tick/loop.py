@@ -14,6 +14,7 @@ import dataclasses
 import heapq
 import logging
 import math
+from collections.abc import Callable
 
 import anyio
 from anyio.abc import TaskGroup
@@ -36,12 +37,15 @@ from cronrace.tick.plans import plan_due, window_start_s
 from cronrace.tick.race import TickRace
 from cronrace.tick.runner import Runner
 from cronrace.tick.share import RacerShare
-from cronrace.tick.wakeup import StopGate
+from cronrace.tick.wakeup import Nap, StopGate
 
 log = logging.getLogger("cronrace.tick.loop")
 
-#: The loop re-reads the wall clock at least this often (clock steps, new offsets).
+#: The loop re-reads the wall clock at least this often (clock steps, new offsets)...
 MAX_SLEEP_S = 1.0
+#: ... unless something else looks at the clock for it (:meth:`Scheduler.watch_clock`):
+#: it then sleeps until its next tick, up to this long.
+WATCHED_MAX_SLEEP_S = 60.0
 #: How much later than a tick's preferred node the others claim it (racers.py): more than
 #: the wake-up jitter of a loaded 2-core machine (tens of ms), so the preferred node wins
 #: when alive and runs spread across the fleet; the others still fire it if it is not.
@@ -94,8 +98,8 @@ class Scheduler:
         #: than its tick (backoff), and only the entry matching ``next_tick`` counts.
         self._heap: list[tuple[float, int, str]] = []
         self._unanswered: dict[str, int] = {}
-        #: The loop's nap while it naps: put_job and membership changes end it (_wake_up).
-        self._napping: anyio.CancelScope | None = None
+        #: The loop's sleep: put_job, membership changes and a moved clock end it.
+        self.nap = Nap(clock)
         #: Each job's next tick, for the jobs in the heap (racers = k: those this node races).
         self.next_tick: dict[str, int] = {}
         #: Jobs whose next tick cannot be computed: out of the heap until replaced.
@@ -144,14 +148,14 @@ class Scheduler:
             next_s = min(self._heap[0][0] if self._heap else math.inf, self.share.next_turn_s())
             if next_s == math.inf:
                 with self.gate.waiting():
-                    await self._nap(self._max_sleep_s)
+                    await self.nap.sleep(self._max_sleep_s)
                 continue
             wait_s = next_s - now
             if wait_s > 0:
                 # Some event loops wake a little early, and the wall clock may be stepped
                 # or re-estimated meanwhile: sleep, then look at the clock again.
                 with self.gate.waiting():
-                    await self._nap(min(wait_s, self._max_sleep_s))
+                    await self.nap.sleep(min(wait_s, self._max_sleep_s))
                 continue
             if due:
                 await self._wake(now, runs)
@@ -310,20 +314,15 @@ class Scheduler:
             },
         )
 
-    async def _nap(self, seconds: float) -> None:
-        """Sleep on the clock, but no longer than until :meth:`_wake_up` (a tick added, a
-        membership change): one cancel scope, no task beside (every wake-up naps)."""
-        with anyio.CancelScope() as nap:
-            self._napping = nap
-            try:
-                await self.clock.sleep(seconds)
-            finally:
-                self._napping = None
-
     def _wake_up(self) -> None:
         """End the loop's nap now: it looks at the heap and the racers' work again."""
-        if self._napping is not None:
-            self._napping.cancel()
+        self.nap.wake()
+
+    def watch_clock(self) -> Callable[[], None]:
+        """Let the loop sleep until its next tick; call what this returns about once a
+        second (cheap: two clock reads) to end a nap when the clock moved."""
+        self._max_sleep_s = max(self._max_sleep_s, WATCHED_MAX_SLEEP_S)
+        return self.nap.check_clock
 
     def put_job(self, job: Job) -> None:
         """Add a job, or replace one, while the loop runs: it fires from its next tick

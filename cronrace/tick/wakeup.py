@@ -35,6 +35,47 @@ log = logging.getLogger("cronrace.tick.loop")
 
 #: How long a wake-up cut short by a forced stop may spend finding out what it had won.
 ABORT_TIMEOUT_S = 2.0
+#: A clock that moved by more than this against the monotonic one since the loop began to
+#: nap (the wall clock stepped, a new estimate of the server's offset) ends the nap.
+CLOCK_MOVED_S = 0.005
+
+
+class Nap:
+    """The tick loop's sleep between wake-ups, ended early by :meth:`wake` (a tick added,
+    a membership change) or by a clock that moved (:meth:`check_clock`)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._scope: anyio.CancelScope | None = None
+        self._drift_s = 0.0
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` on the clock, or until woken: one cancel scope, no task beside."""
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            self._drift_s = self.clock.time() - self.clock.monotonic()
+            try:
+                await self.clock.sleep(seconds)
+            finally:
+                self._scope = None
+
+    def wake(self) -> None:
+        """End the nap now (if the loop naps)."""
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def check_clock(self) -> None:
+        """End the nap if the wall clock moved against the monotonic one since it began.
+
+        Two clock reads: a task that wakes anyway (the event-loop watchdog, about once a
+        second) calls it, so the loop sleeps until its next tick rather than turning
+        every second to look at the clock.
+        """
+        if self._scope is None:
+            return
+        moved_s = self.clock.time() - self.clock.monotonic() - self._drift_s
+        if abs(moved_s) > CLOCK_MOVED_S:
+            self._scope.cancel()
 
 
 @dataclass(slots=True)
