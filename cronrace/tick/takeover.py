@@ -115,7 +115,9 @@ class Takeovers:
         """
         departed, self._departed = self._departed, set()
         for node in departed:
-            self._recent.setdefault(node, now)
+            # A node seen departing again (it came back, won claims, went silent again)
+            # is looked back on from now: its earlier departure's time would drop it below.
+            self._recent[node] = now
         oldest_s = now - self.keep_s
         self._recent = {node: at for node, at in self._recent.items() if at >= oldest_s}
         if not self._recent:

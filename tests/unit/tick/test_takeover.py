@@ -122,3 +122,16 @@ async def test_a_claim_taken_over_names_the_backlog_its_lost_plan_covered(
     assert takeovers.covered("j", 999) == 997
     assert takeovers.covered("j", 999) == 999  # told once
     assert takeovers.covered("j", 990) == 990
+
+
+async def test_a_node_departing_again_has_its_new_claims_taken_over(store: DownStore) -> None:
+    """a departed (frozen), came back, won tick 999 and went silent again before deciding
+    it. Its first departure's time was kept (``setdefault``), older than keep_s: the second
+    departure was dropped with it and the claim never looked at (failed before: {})."""
+    takeovers = Takeovers("b", keep_s=5)
+    takeovers.departed({"a"})
+    assert await takeovers.take(store, B, now=NOW - 10, now_mono=0) == {}
+    await won_by_a(store, 999)
+    takeovers.lost("j", 999, NOW)
+    takeovers.departed({"a"})
+    assert await takeovers.take(store, B, now=NOW, now_mono=10) == {"j": [999]}
