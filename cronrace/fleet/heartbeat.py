@@ -209,6 +209,7 @@ class Heartbeat:
             self.membership.update(reply.members, now_ms=now_ms, ttl_ms=self.ttl_ms)
         self._cursor = reply.cursor or None
         self._last_ok_ms = sent_ms  # the expiry others read is from this estimate
+        self.membership.beat_went_through(sent_ms)  # claims wait while it is old
         self.observer.membership(len(self.membership.ring.members))
         if self.epoch is None:
             self.asserted_epoch = reply.epoch  # a new node holds no run from before it

@@ -22,12 +22,23 @@ silent then leave at the next read. A member that really died is noticed at most
 heartbeats after its last beat, or after this node's own beats went through again,
 whichever is later. Departures are what takeovers of won claims follow
 (tick/takeover.py): a write pause must not hand live winners' claims over.
+
+So a node claims only while the others count it live, or will at their next read: its own
+last heartbeat that went through at most :data:`BLIND_AFTER_PERIODS` old
+(:meth:`Membership.counted_live`). A claim won by a node the others had already counted
+departed (its beats failing while its claims went through, a thawed process claiming
+before its first beat lands) would otherwise never be taken over should that node die
+undecided: nothing departs anew. A claim won by a node counted live makes its silence
+after the claim a departure, which every node that lost the claim sees within 2.5
+heartbeats of that last beat.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+
+import anyio
 
 from cronrace.fleet.racers import Racers, Ring
 
@@ -111,6 +122,11 @@ class Membership:
         self._confirmed_ms = 0
         #: When this node's own reads went through again after it was cut off (0: never).
         self._resumed_ms = 0
+        #: When this node's own last heartbeat that went through was sent (epoch ms, what
+        #: the others judge it by); None until the heartbeat reports one (never in tests
+        #: that drive a scheduler without heartbeats: no beat, no judgement).
+        self.own_beat_ms: int | None = None
+        self._beat_waiters: list[anyio.Event] = []
 
     @property
     def point_cache(self) -> dict[str, list[int]]:
@@ -157,6 +173,30 @@ class Membership:
             return seen_before.get(node, self.last_beat_ms.get(node, now_ms))
 
         self._rebuild(last_beat_ms, now_ms)
+
+    def counted_live(self, now_ms: int) -> bool:
+        """Whether every other node counts this one live now, or will at its next read:
+        its own last beat that went through at most :data:`BLIND_AFTER_PERIODS` old.
+
+        Others count a member departed once its last beat is :data:`SILENT_AFTER_PERIODS`
+        old; the quarter period between covers a claim's round trip and the others' own
+        claims of the same tick, sent a moment later (placement).
+        """
+        own = self.own_beat_ms
+        return own is None or now_ms - own <= BLIND_AFTER_PERIODS * self.heartbeat_s * 1000
+
+    def beat_went_through(self, sent_ms: int) -> None:
+        """This node's heartbeat sent at ``sent_ms`` went through (wakes claims waiting)."""
+        self.own_beat_ms = sent_ms
+        waiters, self._beat_waiters = self._beat_waiters, []
+        for event in waiters:
+            event.set()
+
+    async def next_beat(self) -> None:
+        """Return when this node's next heartbeat goes through."""
+        event = anyio.Event()
+        self._beat_waiters.append(event)
+        await event.wait()
 
     def live_after_ms(self, now_ms: int, ttl_ms: int) -> int:
         """The heartbeat expiry a member must have to count as live now (not silent)."""

@@ -95,6 +95,10 @@ class TickRace:
         )
         self._unreachable_since: float | None = None
         self._recovered_mono = float("-inf")  # when claims went through after an outage
+        #: The live view (watch_departures): claims wait while others may count this node
+        #: departed (Membership.counted_live).
+        self._membership: Membership | None = None
+        self._unheard = False  # logged that claims wait for a heartbeat
 
     def claim_ttl_ms(self, job: Job) -> int:
         """A claim must outlive every attempt at its tick (DESIGN.md section 5)."""
@@ -156,6 +160,9 @@ class TickRace:
             raise
 
     async def _race(self, wakeup: WakeUp, runs: TaskGroup, span: Any) -> set[str]:
+        if not await self._counted_live():
+            wakeup.decided = True  # nothing claimed: the loop plans these ticks again
+            return {p.job.name for p in wakeup.plans}
         replies = await self._claim(wakeup.claims)
         winners: list[Proposal] = []
         short: list[tuple[Proposal, ClaimReply]] = []
@@ -190,12 +197,47 @@ class TickRace:
 
     def watch_departures(self, membership: Membership, wake: Callable[[], None]) -> None:
         """Look for claims to take over whenever members go silent (then ``wake`` the loop)."""
+        self._membership = membership
 
         def departed(nodes: frozenset[str]) -> None:
             self.takeovers.departed(nodes)
             wake()
 
         membership.on_departed = departed
+
+    async def _counted_live(self) -> bool:
+        """Wait (a heartbeat at most) until the others count this node live; False if not.
+
+        A claim won by a node the others count departed is never taken over should that
+        node die before deciding it: only a new departure makes them look at the claims
+        they lost (takeover.py). So while this node's own heartbeats have not gone through
+        for longer than the others wait before counting it departed (its beats failing
+        while its claims would go through, a process thawed before its next beat), it
+        claims nothing; the loop plans those ticks again (late, under the catch-up policy).
+        """
+        membership, node_id = self._membership, self.owner.node_id
+        if membership is None or membership.counted_live(int(self.clock.time() * 1000)):
+            if self._unheard:
+                self._unheard = False
+                log.info("heartbeats go through again: claiming", extra={"node": node_id})
+            return True
+        if not self._unheard:
+            self._unheard = True
+            log.warning(
+                "this node's heartbeats have not gone through lately: others may count it "
+                "departed, so it claims nothing until one does",
+                extra={"node": node_id, "last_beat_ms": membership.own_beat_ms},
+            )
+        async with anyio.create_task_group() as waits:  # the beat, or a heartbeat's time
+
+            async def give_up() -> None:
+                await self.clock.sleep(self.settings.heartbeat_s)
+                waits.cancel_scope.cancel()
+
+            waits.start_soon(give_up)
+            await membership.next_beat()
+            waits.cancel_scope.cancel()
+        return membership.counted_live(int(self.clock.time() * 1000))
 
     async def take_over_claims(
         self, orphans: dict[str, list[int]], jobs: Mapping[str, Job]

@@ -37,6 +37,7 @@ from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from cronrace import Agent, AgentSettings
+from cronrace.errors import RedisUnavailableError
 from cronrace.model.job import RunContext
 from cronrace.model.policies import Catchup, Outcome, Overlap
 from cronrace.model.records import RunRecord
@@ -113,6 +114,8 @@ class Node:
     error: BaseException | None = None
     #: Freeze right after the next won claim of a tick, before its decision is sent.
     freeze_on_win: bool = False
+    #: Its heartbeats fail (refused) while its other calls go through.
+    beats_fail: bool = False
 
     @property
     def done(self) -> bool:
@@ -213,6 +216,7 @@ class SchedulerModel(RuleBasedStateMachine):
         store = Store(node_client(self.network, process), NAMESPACE)
         apply_mutation(store)
         self._freeze_on_win(name, store)
+        self._fail_beats(name, store)
         agent._store = store  # the shared embedded store, through this node's process
         for spec in self.specs.values():
             agent.add_job(
@@ -253,6 +257,18 @@ class SchedulerModel(RuleBasedStateMachine):
             return replies
 
         store.claim_each = claim_and_maybe_freeze  # type: ignore[method-assign]
+
+    def _fail_beats(self, name: str, store: Store) -> None:
+        """Let :meth:`node_heartbeats_fail` refuse the node's heartbeats alone."""
+        heartbeat = store.heartbeat
+
+        async def maybe_refused(*args: Any, **kwargs: Any) -> Any:
+            node = self.nodes.get(name)
+            if node is not None and node.beats_fail:
+                raise RedisUnavailableError("heartbeat refused (the model's fault)")
+            return await heartbeat(*args, **kwargs)
+
+        store.heartbeat = maybe_refused  # type: ignore[method-assign]
 
     async def _until(self, condition: Callable[[], bool], *, timeout_s: float) -> None:
         deadline = self.loop.time() + timeout_s
@@ -311,6 +327,16 @@ class SchedulerModel(RuleBasedStateMachine):
         if node is None or not node.running:
             return
         node.freeze_on_win = True
+
+    @rule(name=st.sampled_from(NODES), failing=st.booleans())
+    @checked
+    def node_heartbeats_fail(self, name: str, failing: bool) -> None:
+        """The node's heartbeats fail (or go through again) while its claims, decisions
+        and releases go through: a process that is up, counted departed by the others."""
+        node = self.nodes.get(name)
+        if node is None or not node.running:
+            return
+        node.beats_fail = failing
 
     @rule(name=st.sampled_from(NODES))
     @checked
@@ -411,6 +437,7 @@ class SchedulerModel(RuleBasedStateMachine):
         self.network.heal()
         for node in self.nodes.values():
             node.freeze_on_win = False
+            node.beats_fail = False
             node.process.thaw()
         self.settle()
         if not self.live():

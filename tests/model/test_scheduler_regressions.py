@@ -125,3 +125,34 @@ def test_a_claim_taken_over_decides_the_backlog_its_winner_was_deciding(state: S
     state.node_thaws(name="n1")
     state.node_thaws(name="n2")
     state.time_passes(seconds=15)
+
+
+def test_a_claim_won_by_a_node_already_counted_departed_is_not_lost(state: Steps) -> None:
+    """Issue 21, a winner already counted departed: n1's heartbeats failed while its claims
+    went through, so n2 counted it departed; n1 then won a claim and froze before deciding
+    it. Only a new departure made n2 look at the claims it lost, and n1 was not departing
+    anew: nobody took the claim over; n2 went on deciding later ticks, and when n1 thawed
+    its late decision of the claim ran nothing (its lease had run out). Failed before
+    (j2: tick 1700000085 not fired); fixed: a node claims only while its own last heartbeat that
+    went through is recent enough that every other node counts it live, or will at its
+    next read (``Membership.counted_live``), so a winner's silence after its claim is
+    always a new departure."""
+    state.machine.heartbeat_s = 2.0
+    state.define_fleet(
+        jobs=jobs(j1=(Overlap.SKIP, Catchup.ALL, 0), j2=(Overlap.SKIP, Catchup.ALL, 0)), nodes=2
+    )
+    state.node_heartbeats_fail(name="n1", failing=True)
+    state.time_passes(seconds=8)
+    state.node_freezes_after_its_next_win(name="n1")
+    state.time_passes(seconds=30)
+    state.node_heartbeats_fail(name="n1", failing=False)
+    state.time_passes(seconds=30)
+    # Every tick fired (catchup = "all"), within the takeover's bound: 2.5 heartbeats.
+    # The accounting at the end counts the thawed winner's late decision as a record.
+    machine = state.machine
+    now_s = machine.clock.time()
+    for spec in machine.specs.values():
+        first = machine.first_decided[spec.name]
+        fired = {s.tick_s for s in machine.starts if s.job == spec.name and not s.trigger_id}
+        due = range(first + spec.every_s, int(now_s - 2.5 * machine.heartbeat_s), spec.every_s)
+        assert not set(due) - fired, f"{spec.name}: not fired {sorted(set(due) - fired)}"

@@ -227,3 +227,13 @@ async def test_a_write_pause_that_silences_every_node_is_no_departure() -> None:
         assert n1.membership.live == {"n1", "n2"}
     finally:
         await store.aclose()
+
+
+def test_a_node_is_counted_live_while_its_own_last_beat_is_recent() -> None:
+    """Claims wait while others may count this node departed (race.py): its own last beat
+    that went through older than 1.25 heartbeats; no beat reported yet, no judgement."""
+    membership = Membership("a", Racers.parse("all"), heartbeat_s=2.0)
+    assert membership.counted_live(10_000)
+    membership.own_beat_ms = 10_000
+    assert membership.counted_live(12_500)
+    assert not membership.counted_live(12_501)
