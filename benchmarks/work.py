@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from collections import Counter
@@ -167,8 +168,21 @@ async def one_cell(
     }
 
 
+def medians(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, float, float, int]]]:
+    """Per tag, per N: (N, median CPU per node in ms/s, median fleet cores, repeats)."""
+    out: dict[str, list[tuple[int, float, float, int]]] = {}
+    for tag in sorted({r["tag"] for r in rows}):
+        for nodes in sorted({r["nodes"] for r in rows if r["tag"] == tag}):
+            sel = [r for r in rows if r["tag"] == tag and r["nodes"] == nodes]
+            per_node = statistics.median(r["node_cpu_ms_per_s"] for r in sel)
+            fleet = statistics.median(r["fleet_cpu_s_per_s"] for r in sel)
+            out.setdefault(tag, []).append((nodes, per_node, fleet, len(sel)))
+    return out
+
+
 def plot(rows_path: Path, out_path: Path) -> Path:
-    """Each node's CPU and the fleet's against N, one line per tag (before, after)."""
+    """Each node's CPU and the fleet's against N, one line per tag (before, after): the
+    medians of the repeats of each cell."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,13 +190,12 @@ def plot(rows_path: Path, out_path: Path) -> Path:
 
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.startswith("{")]
     fig, (per_node, fleet) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for tag in sorted({r["tag"] for r in rows}):
-        sel = sorted((r for r in rows if r["tag"] == tag), key=lambda r: r["nodes"])
-        xs = [r["nodes"] for r in sel]
-        per_node.plot(xs, [r["node_cpu_ms_per_s"] for r in sel], "o-", label=tag)
-        fleet.plot(xs, [r["fleet_cpu_s_per_s"] for r in sel], "o-", label=tag)
+    for tag, sel in medians(rows).items():
+        xs = [n for n, *_ in sel]
+        per_node.plot(xs, [ms for _n, ms, _c, _r in sel], "o-", label=tag)
+        fleet.plot(xs, [cores for _n, _ms, cores, _r in sel], "o-", label=tag)
         if tag == "after" and sel:
-            ideal = [sel[0]["node_cpu_ms_per_s"] * sel[0]["nodes"] / n for n in xs]
+            ideal = [sel[0][1] * sel[0][0] / n for n in xs]
             per_node.plot(xs, ideal, "k:", label="1/N from the first point")
     jobs = rows[0]["jobs"] if rows else 0
     for ax, title, label in (
@@ -249,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         row["redis_timeout_s"] = args.redis_timeout_s
         row["wakeups"] = "all" if args.all_wakeups else "stream"
         row["cronrace"] = cronrace.__file__
+        row["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
         sys.stdout.write(json.dumps(row) + "\n")
         sys.stdout.flush()
     return 0
