@@ -161,6 +161,7 @@ def run_cell(spec: CellSpec, ctx: Context, status: Status) -> dict[str, Any]:
         "loop": ctx.loop,
         "racers": spec.racers,
         "store": ctx.store,
+        "heartbeat_s": spec.heartbeat_s,
     }
     base = {
         "redis_url": ctx.server.url,
@@ -230,7 +231,6 @@ def _run(
         fleet.handle(*got)
     row["startup_s"] = round(max(proc.startup_s for proc in fleet.procs), 2)
     row["startup_cpu_s"] = round(sum(proc.startup_cpu_s for proc in fleet.procs), 2)
-    row["heartbeat_s"] = spec.heartbeat_s
     t0 = math.floor(time.time()) + 1 + spec.warmup_ticks
     t1 = t0 + spec.ticks
     if spec.losers_only:
