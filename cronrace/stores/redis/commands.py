@@ -28,7 +28,7 @@ from cronrace.stores.redis.claimreplies import (
     won_or_raise,
 )
 from cronrace.stores.redis.errors import Passage, passage, translate, translating
-from cronrace.stores.redis.garbage import report_quarantined
+from cronrace.stores.redis.garbage import is_wrong_type, report_quarantined
 from cronrace.stores.redis.keys import fence_key
 from cronrace.stores.redis.members import MemberCommands
 from cronrace.stores.redis.replies import (
@@ -390,7 +390,13 @@ class Store(TakeoverCommands, MemberCommands):
         # garbage of another type reads as unset here, and the job's first acquire moves
         # it aside and reports it.
         keys = [key for job in jobs for key in (self.keys.last(job), self.keys.fence(job))]
-        replies = await get_many(self.client, keys)
+        replies = [
+            None if isinstance(reply, Exception) and is_wrong_type(reply) else reply
+            for reply in await get_many(self.client, keys)
+        ]
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
         values, fences = replies[0::2], replies[1::2]
         out: dict[str, int | None] = {}
         for job, raw, fence in zip(jobs, values, fences, strict=True):

@@ -51,31 +51,24 @@ MGET_CHUNK = 1000
 
 
 async def get_many(client: Any, keys: Sequence[str]) -> list[Any]:
-    """``GET`` of every key, in order; a key holding another type reads as None.
+    """``GET`` of every key, in order: each a value, None, or the error Redis answered.
 
     On one primary (Sentinel included): one pipeline of ``MGET`` of up to
-    :data:`MGET_CHUNK` keys each, which costs the client a fraction of a ``GET`` per key
-    (a node of 10,000 jobs reads 20,000 keys at start-up: 26 % of its start-up CPU as
-    one ``GET`` each). On a cluster, where the keys lie in many slots, one ``GET`` per key.
+    :data:`MGET_CHUNK` keys each (a key of another type reads as None), which costs the
+    client a fraction of a ``GET`` per key (a node of 10,000 jobs reads 20,000 keys at
+    start-up: 26 % of its start-up CPU as one ``GET`` each). On a cluster, where the keys
+    lie in many slots, one ``GET`` per key (a key of another type answers ``WRONGTYPE``).
     """
-    from cronrace.stores.redis.garbage import is_wrong_type  # garbage.py imports the scripts
-
     if not keys:
         return []
     pipe = client.pipeline(transaction=False)
     if isinstance(client, RedisCluster):
         for key in keys:
             pipe.get(key)
-    else:
-        for start in range(0, len(keys), MGET_CHUNK):
-            pipe.mget(keys[start : start + MGET_CHUNK])
-    replies = await pipe.execute(raise_on_error=False)
-    for reply in replies:
-        if isinstance(reply, Exception) and not is_wrong_type(reply):
-            raise reply
-    if isinstance(client, RedisCluster):
-        return [None if isinstance(reply, Exception) else reply for reply in replies]
-    return [value for chunk in replies for value in chunk]
+        return list(await pipe.execute(raise_on_error=False))
+    for start in range(0, len(keys), MGET_CHUNK):
+        pipe.mget(keys[start : start + MGET_CHUNK])
+    return [value for chunk in await pipe.execute() for value in chunk]
 
 
 async def per_shard(
