@@ -304,3 +304,24 @@ def test_arcs_found_once_are_the_arcs_found_again() -> None:
     first.clear()  # a caller's copy: the ring's own stays whole
     assert ring.arcs("node-7", 2) == Ring.build(nodes(50)).arcs("node-7", 2)
     assert Ring.build(nodes(2)).arcs("node-0", 2) is None
+
+
+def test_a_ring_spliced_through_many_changes_is_the_ring_build_makes() -> None:
+    # Chunks split as joins pile into them and empty as nodes leave: after every change
+    # the spliced ring orders every point as a fresh build does, and answers alike.
+    rng = random.Random(7)
+    cache: dict[str, list[int]] = {}
+    members = set(nodes(60))
+    ring = Ring.build(members, cache)
+    for step in range(40):
+        leaving = set(rng.sample(sorted(members), rng.randint(0, 6)))
+        joining = {f"new-{step}-{i}" for i in range(rng.randint(0, 8))}
+        members = (members - leaving) | joining
+        ring = ring.with_members(members, cache)
+        fresh = Ring.build(members)
+        assert ring == fresh
+        for t in range(0, 400, 7):
+            assert ring.candidates("job", t, 3) == fresh.candidates("job", t, 3)
+            assert ring.preferred("job", t) == fresh.preferred("job", t)
+        node = sorted(members)[step % len(members)]
+        assert ring.arcs(node, 2, cache) == fresh.arcs(node, 2)
