@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from cronrace.fleet.membership import Membership
 from cronrace.fleet.placement import KeyIndex
-from cronrace.fleet.racers import PLACEMENT_WINDOW_S, Ring, placement_start_s
+from cronrace.fleet.racers import PLACEMENT_WINDOW_S, POINTS_PER_NODE, Ring, placement_start_s
 from cronrace.model.job import Job
 
 log = logging.getLogger("cronrace.tick.share")
@@ -43,6 +43,12 @@ log = logging.getLogger("cronrace.tick.share")
 CHANGE_CHUNK = 500
 #: Most recent ticks of one job looked at for a departure (a one-second job's last few).
 RECENT_TICKS_CAP = 64
+#: Finding the jobs a change moved (the arcs, placement.py) walks about k ring points per
+#: point of every node that changed; re-homing every job costs about one placement each.
+#: Past this many ring points per job of this node, every job is re-homed instead: a node
+#: of 100 jobs whose beat reads 160 joins (a fleet of 1,000 starting within a minute,
+#: heartbeat_s = 10) walked 25,600 points for them, ~26 % of its fleet process's CPU.
+ARC_POINTS_PER_JOB = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +151,11 @@ class RacerShare:
         if k is None:
             return
         change = Change(before, after, last_beat_ms // 1000 - 1)
-        moved = self.index.moved(before, after, k, self.membership.point_cache)
+        changed = len(before.members ^ after.members)
+        if changed * POINTS_PER_NODE > ARC_POINTS_PER_JOB * len(self.index):
+            moved = None  # cheaper to look at every job again
+        else:
+            moved = self.index.moved(before, after, k, self.membership.point_cache)
         names = self.index.names() if moved is None else sorted(moved)
         if change.departed:
             # Jobs whose window turned lately: their last window's ticks may be orphans.
