@@ -249,6 +249,68 @@ def plot(results_dir: Path) -> Path:
     return path
 
 
+def plot_cells(results_dir: Path, cells_file: Path, attempts: list[Path]) -> Path:
+    """The large cells (CPU got, share of job-ticks run) and the churn attempts (agents
+    seeded, longest loop stall) side by side: ``<cells_file stem>.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in json.loads(cells_file.read_text())["rows"] if r.get("job_ticks")]
+    tries = []
+    for path in attempts:
+        data = json.loads(path.read_text())
+        row = data["rows"][0]
+        if row.get("startup_seeded") is None:
+            continue  # no progress reported (an older harness)
+        budget = str(row.get("reason", "")).split(" after ")[-1].split(" (")[0]
+        label = f"{data['commit'][:7]}, heartbeat {row['heartbeat_s']:g} s\n"
+        label += f"{budget}, load {row['loadavg'][0]}"
+        tries.append((label, row))
+    fig, (cells_ax, churn_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    xs = range(len(rows))
+    cells_ax.bar(
+        [x - 0.2 for x in xs],
+        [r["client_cpu_cores"] for r in rows],
+        0.4,
+        label="client CPU got, cores",
+    )
+    cells_ax.bar(
+        [x + 0.2 for x in xs],
+        [1 - r["missed"] / r["job_ticks"] for r in rows],
+        0.4,
+        label="share of job-ticks run",
+    )
+    cells_ax.set_xticks(list(xs))
+    cells_ax.set_xticklabels([f"{r['cell']}\nload {r['loadavg'][0]}" for r in rows], fontsize=8)
+    cells_ax.set_title("Large cells: saturated")
+    xs = range(len(tries))
+    churn_ax.bar(
+        [x - 0.2 for x in xs],
+        [r["startup_seeded"] / 1000 for _l, r in tries],
+        0.4,
+        label="agents seeded, of 1,000",
+    )
+    churn_ax.bar(
+        [x + 0.2 for x in xs],
+        [r["loop_stall_ms_startup_max"] / 30_000 for _l, r in tries],
+        0.4,
+        label="longest loop stall / 30 s",
+    )
+    churn_ax.set_xticks(list(xs))
+    churn_ax.set_xticklabels([label for label, _r in tries], fontsize=7)
+    churn_ax.set_title("Churn 1,000 x 100: start-up never ready")
+    for ax in (cells_ax, churn_ax):
+        ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path = results_dir / f"{cells_file.stem}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -283,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     mg.add_argument("--out", type=Path, default=RESULTS_DIR)
     pl = sub.add_parser("plot", help="draw work_vs_n.png from every tag's results")
     pl.add_argument("--out", type=Path, default=RESULTS_DIR)
+    pc = sub.add_parser("plot-cells", help="draw the large cells and the churn attempts")
+    pc.add_argument("cells_file", type=Path, help="a scale_cells_*.json")
+    pc.add_argument("attempts", nargs="*", type=Path, help="churn rows (scale_churn_*.json)")
+    pc.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     if args.what == "work-vs-n":
         out = work_vs_n(args)
@@ -300,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"scale_work_vs_n_{args.tag}.json"
         path.write_text(json.dumps(merge(args.tag, args.inputs), indent=1, default=str))
         sys.stdout.write(f"wrote {path}\n")
+    elif args.what == "plot-cells":
+        sys.stdout.write(f"wrote {plot_cells(args.out, args.cells_file, args.attempts)}\n")
     elif args.what == "plot":
         sys.stdout.write(f"wrote {plot(args.out)}\n")
     return 0
