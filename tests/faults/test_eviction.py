@@ -181,6 +181,20 @@ def test_every_agent_names_an_evicting_redis_at_start_up(
     ]
     try:
         wait_until(lambda: all(started(witness).values()), timeout_s=40, what="every job firing")
+        # Every job may fire on e0 alone while e1 is still starting (a loaded machine):
+        # wait for each node's start-up check, then read what it said.
+        wait_until(
+            lambda: (
+                all(
+                    "EVICT" in (tmp_path / f"e{i}.err").read_text(errors="replace")
+                    for i in range(2)
+                    if (tmp_path / f"e{i}.err").exists()
+                )
+                and len(list(tmp_path.glob("e*.err"))) == 2
+            ),
+            timeout_s=40,
+            what="each node's start-up check",
+        )
     finally:
         stop_all(procs)
         admin.close()
