@@ -22,6 +22,7 @@ CLIENT_COMMANDS = (
     "hmget",
     "hset",
     "info",  # the eviction check at start-up (base.py): INFO memory, read only
+    "mget",  # the watermarks read at start-up, on one primary (shards.py)
     "ping",
     "pttl",
     "sadd",
