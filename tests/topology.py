@@ -316,6 +316,28 @@ class ClusterSet:
         port = int(info["slave0"]["port"])
         return next(node for node in self.nodes if node.port == port)
 
+    def add_node(self, directory: Path) -> DataNode:
+        """Start an empty node and ``CLUSTER MEET`` it; return once every node knows it.
+
+        It joins as a primary with no slot (what a managed cluster scaling out adds).
+        """
+        node = DataNode(directory, *self._args())
+        node.start()
+        self.nodes.append(node)
+        bus_port = node.extra_args[node.extra_args.index("--cluster-port") + 1]
+        live = [n for n in self.nodes if n.process is not None]
+        client(live[0].port).execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus_port)
+
+        def everyone_knows() -> bool:
+            return all(
+                int(client(n.port).cluster("info")["cluster_known_nodes"]) == len(live)
+                for n in live
+            )
+
+        wait_until(everyone_knows, timeout_s=20, what="every node to know the new node")
+        wait_until(self.healthy, timeout_s=20, what="the cluster to be ok on every node")
+        return node
+
     def primaries(self) -> list[DataNode]:
         return [
             node

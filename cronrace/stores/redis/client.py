@@ -27,6 +27,7 @@ from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
+from redis.cluster import PRIMARY
 from redis.exceptions import ReadOnlyError, RedisError
 
 from cronrace.stores.redis.access import AccessWatch
@@ -372,6 +373,24 @@ class _WatchedCluster(RedisCluster):
                 )
                 self._initialize = False
         return self
+
+    def get_node(
+        self, host: str | None = None, port: int | None = None, node_name: str | None = None
+    ) -> ClusterNode | None:
+        """The node at ``host:port``, added to the slot map's nodes if it is not there yet.
+
+        redis-py (8.2) follows an ``ASK`` with ``get_node(host, port)``; a node that joined
+        after the slot map was read (a new primary receiving slots) was not found, and the
+        claim failed with ``'NoneType' object has no attribute 'connection_kwargs'`` until
+        the slot had moved (tests/faults/test_cluster_operations.py). A ``MOVED`` to it
+        already adds it (``NodesManager.move_slot``): this does the same for an ``ASK``.
+        """
+        node = super().get_node(host, port, node_name)
+        if node is None and host and port:
+            manager = self.nodes_manager
+            node = ClusterNode(host, port, PRIMARY, **manager.connection_kwargs)
+            manager.set_nodes(manager.nodes_cache, {node.name: node})
+        return node
 
     async def _execute_command(self, target_node: Any, *args: Any, **kwargs: Any) -> Any:
         token = _IN_ONE_COMMAND.set(True)
