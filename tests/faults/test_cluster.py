@@ -26,18 +26,6 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.cluster]
 JOBS = [f"extra{index:03d}" for index in range(50)]
 
 
-def newest_ticks(witness: Witness) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {job: [] for job in JOBS}
-    for event in witness.events():
-        if event["event"] == "start" and event["job"] in out:
-            out[event["job"]].append(event["tick"])
-    return out
-
-
-def every_job_reached(witness: Witness, tick_s: int) -> bool:
-    return all(ticks and max(ticks) >= tick_s for ticks in newest_ticks(witness).values())
-
-
 def replica_promoted(cluster: ClusterSet, dead_port: int) -> bool:
     live = [node for node in cluster.nodes if node.process is not None]
     for node in live:
@@ -67,15 +55,14 @@ def test_a_killed_cluster_primary_costs_no_tick_and_healthy_shards_no_duplicate(
     try:
         # Every job fired (the agents take a few seconds to start), then twice more.
         started_s = wait_until(
-            lambda: (
-                all(newest_ticks(witness).values())
-                and max(min(ticks) for ticks in newest_ticks(witness).values())
-            ),
+            lambda: witness.all_started_from(JOBS),
             timeout_s=30,
             what="every job firing",
         )
         wait_until(
-            lambda: every_job_reached(witness, started_s + 2), timeout_s=30, what="steady state"
+            lambda: witness.every_job_reached(JOBS, started_s + 2),
+            timeout_s=30,
+            what="steady state",
         )
         dead_port = shard[JOBS[0]]
         victim = next(node for node in cluster.nodes if node.port == dead_port)
@@ -88,7 +75,7 @@ def test_a_killed_cluster_primary_costs_no_tick_and_healthy_shards_no_duplicate(
         promoted_s = time.time()
         caught_up_s = int(promoted_s) + 2
         wait_until(
-            lambda: every_job_reached(witness, caught_up_s), timeout_s=30, what="the catch-up"
+            lambda: witness.every_job_reached(JOBS, caught_up_s), timeout_s=30, what="the catch-up"
         )
     finally:
         stop_all(procs)

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.faults.test_slot_migration import _CLIENTS, admin, migrate_slot
-from tests.faults.witness import Verdict, Witness, judge, start_node, stop_all
+from tests.faults.test_slot_migration import admin, migrate_slot, stop_everything
+from tests.faults.witness import Verdict, Witness, judge, start_node
 from tests.topology import ClusterSet, wait_until
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.cluster]
@@ -40,28 +40,16 @@ ENV = {
 BAD_LINES = ("this tick will not run", "connection_kwargs", "Traceback")
 
 
-def starts(witness: Witness) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {job: [] for job in JOBS}
-    for event in witness.events():
-        if event["event"] == "start" and event["job"] in out:
-            out[event["job"]].append(event["tick"])
-    return out
-
-
-def every_job_reached(witness: Witness, tick_s: int) -> bool:
-    return all(ticks and max(ticks) >= tick_s for ticks in starts(witness).values())
-
-
 def wait_steady(witness: Witness) -> int:
     """Wait until every job fired, then twice more; the first tick every job must have."""
     started_s = int(
         wait_until(
-            lambda: all(starts(witness).values()) and max(min(t) for t in starts(witness).values()),
+            lambda: witness.all_started_from(JOBS),
             timeout_s=40,
             what="every job firing",
         )
     )
-    wait_until(lambda: every_job_reached(witness, started_s + 2), timeout_s=30, what="steady")
+    wait_until(lambda: witness.every_job_reached(JOBS, started_s + 2), timeout_s=30, what="steady")
     return started_s
 
 
@@ -139,13 +127,9 @@ def test_cluster_failover_on_a_replica_loses_no_tick(
         )
         switched_s = time.time() - began
         last_s = int(time.time()) + 3
-        wait_until(lambda: every_job_reached(witness, last_s), timeout_s=30, what="after")
+        wait_until(lambda: witness.every_job_reached(JOBS, last_s), timeout_s=30, what="after")
     finally:
-        stop_all(procs)
-        for admin_client in _CLIENTS.values():
-            admin_client.close()
-        _CLIENTS.clear()
-        cluster.stop()
+        stop_everything(procs, cluster)
     verdicts, events = verdicts_of(witness, started_s + 1, last_s)
     check(
         tmp_path,
@@ -180,13 +164,9 @@ def test_slots_moved_to_a_new_primary_lose_no_tick(
             moves.append({"job": job, "keys": moved, "s": round(time.time() - move_began, 2)})
         assert all(cluster.primary_of(f"{{{job}}}").port == new.port for job in JOBS[:MIGRATIONS])
         last_s = int(time.time()) + 3
-        wait_until(lambda: every_job_reached(witness, last_s), timeout_s=30, what="after")
+        wait_until(lambda: witness.every_job_reached(JOBS, last_s), timeout_s=30, what="after")
     finally:
-        stop_all(procs)
-        for admin_client in _CLIENTS.values():
-            admin_client.close()
-        _CLIENTS.clear()
-        cluster.stop()
+        stop_everything(procs, cluster)
     verdicts, events = verdicts_of(witness, started_s + 1, last_s)
     check(
         tmp_path,

@@ -16,6 +16,7 @@ primaries accepted are counted too (``INFO stats``), against the same time at re
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,15 @@ def admin(port: int) -> redis.Redis:
     if port not in _CLIENTS:
         _CLIENTS[port] = client(port)
     return _CLIENTS[port]
+
+
+def stop_everything(procs: list[subprocess.Popen[bytes]], cluster: ClusterSet) -> None:
+    """Stop the agents, close the admin connections, then stop the cluster."""
+    stop_all(procs)
+    for admin_client in _CLIENTS.values():
+        admin_client.close()
+    _CLIENTS.clear()
+    cluster.stop()
 
 
 def node_id(port: int) -> str:
@@ -83,18 +93,6 @@ def migrate_slot(cluster: ClusterSet, slot: int, source: int, target: int) -> in
     return moved
 
 
-def starts(witness: Witness) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {job: [] for job in JOBS}
-    for event in witness.events():
-        if event["event"] == "start" and event["job"] in out:
-            out[event["job"]].append(event["tick"])
-    return out
-
-
-def every_job_reached(witness: Witness, tick_s: int) -> bool:
-    return all(ticks and max(ticks) >= tick_s for ticks in starts(witness).values())
-
-
 def log_count(directory: Path, *phrases: str) -> dict[str, int]:
     text = [p.read_text(errors="replace") for p in sorted(directory.glob("m*.err"))]
     return {phrase: sum(t.count(phrase) for t in text) for phrase in phrases}
@@ -122,11 +120,13 @@ def test_live_slot_migration_loses_no_tick(
     moves: list[dict[str, Any]] = []
     try:
         started_s = wait_until(
-            lambda: all(starts(witness).values()) and max(min(t) for t in starts(witness).values()),
+            lambda: witness.all_started_from(JOBS),
             timeout_s=40,
             what="every job firing",
         )
-        wait_until(lambda: every_job_reached(witness, started_s + 2), timeout_s=30, what="steady")
+        wait_until(
+            lambda: witness.every_job_reached(JOBS, started_s + 2), timeout_s=30, what="steady"
+        )
         ports = [node.port for node in cluster.primaries()]
         rest_from, rest_began = connections_received(cluster), time.monotonic()
         for index in range(MIGRATIONS):
@@ -143,13 +143,11 @@ def test_live_slot_migration_loses_no_tick(
         rest_from = connections_received(cluster)
         time.sleep(moving_s)
         opened_at_rest = connections_received(cluster) - rest_from
-        wait_until(lambda: every_job_reached(witness, migrated_s + 3), timeout_s=40, what="after")
+        wait_until(
+            lambda: witness.every_job_reached(JOBS, migrated_s + 3), timeout_s=40, what="after"
+        )
     finally:
-        stop_all(procs)
-        for admin_client in _CLIENTS.values():
-            admin_client.close()
-        _CLIENTS.clear()
-        cluster.stop()
+        stop_everything(procs, cluster)
     events = witness.events()
     last_s = migrated_s + 3
     verdicts = {

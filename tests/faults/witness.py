@@ -65,6 +65,23 @@ class Witness:
         finally:
             client.close()
 
+    def started_ticks(self, jobs: Iterable[str]) -> dict[str, list[int]]:
+        """The ticks each of ``jobs`` started, in the order the witness received them."""
+        out: dict[str, list[int]] = {job: [] for job in jobs}
+        for event in self.events():
+            if event["event"] == "start" and event["job"] in out:
+                out[event["job"]].append(event["tick"])
+        return out
+
+    def all_started_from(self, jobs: Iterable[str]) -> int:
+        """Once every one of ``jobs`` has started, the newest of their first ticks; else 0."""
+        ticks = self.started_ticks(jobs)
+        return max(min(t) for t in ticks.values()) if all(ticks.values()) else 0
+
+    def every_job_reached(self, jobs: Iterable[str], tick_s: int) -> bool:
+        """Whether every one of ``jobs`` has started a tick at or after ``tick_s``."""
+        return all(ticks and max(ticks) >= tick_s for ticks in self.started_ticks(jobs).values())
+
     def wait_for(self, predicate: Any, *, timeout_s: float, what: str) -> list[dict[str, Any]]:
         """Poll the events until ``predicate(events)`` is true; fail after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
