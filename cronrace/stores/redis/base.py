@@ -33,6 +33,7 @@ _INFO_FAILURES: tuple[type[BaseException], ...] = (*RAW_FAILURES, StoreError)
 #: The namespace-wide keys and the type each holds.
 NAMESPACE_KEY_TYPES = {
     "jobs": "set",
+    "specs": "hash",
     "nodes": "zset",
     "epoch": "string",
     "asserted": "hash",

@@ -108,6 +108,11 @@ class Keys:
         return f"{self.ns}:jobs"
 
     @property
+    def specs(self) -> str:
+        """Hash job -> the spec (JSON) last published into its state hash (register_jobs)."""
+        return f"{self.ns}:specs"
+
+    @property
     def control(self) -> str:
         return f"{self.ns}:control"
 

@@ -397,3 +397,20 @@ async def test_fenced_set_refuses_a_lower_fence(pg_store: PostgresStore) -> None
         "SELECT value FROM @schema@.fenced_values WHERE ns = %(ns)s AND key = 'target'",
     ) == [(b"from-7",)]
     assert await pg_store.fenced_set("target", "again-7", 7)
+
+
+async def test_registering_a_job_spec_stored_as_it_is_leaves_its_row_alone(
+    pg_store: PostgresStore,
+) -> None:
+    """A node of 10,000 jobs starting where the fleet published the same definitions made
+    a new row version of every job at every start."""
+    await pg_store.register_jobs({"j": {"schedule": "@hourly", "timezone": "UTC"}})
+    (version,) = await sql(
+        pg_store, "SELECT xmin::text FROM @schema@.jobs WHERE ns = %(ns)s AND job = 'j'"
+    )
+    await pg_store.register_jobs({"j": {"timezone": "UTC", "schedule": "@hourly"}})
+    assert await sql(
+        pg_store, "SELECT xmin::text FROM @schema@.jobs WHERE ns = %(ns)s AND job = 'j'"
+    ) == [version]
+    await pg_store.register_jobs({"j": {"schedule": "@daily"}})
+    assert (await job_row(pg_store))["spec"] == {"schedule": "@daily", "timezone": "UTC"}

@@ -116,3 +116,44 @@ async def test_a_wipe_fault_erases_the_keys_a_restart_would(
     assert await store.client.exists(*erased) == len(erased)
     await backend.faults.wipe("j")
     assert await store.client.exists(*erased) == 0
+
+
+async def test_a_start_finding_its_job_specs_stored_as_they_are_writes_none(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node of 10,000 jobs starting where the fleet published the same definitions
+    wrote 10,001 commands at every start; it writes only the specs that differ."""
+    specs = {"a": {"schedule": "@hourly"}, "b": {"schedule": "@daily", "timezone": "UTC"}}
+    await store.register_jobs(specs)
+    sent: list[tuple[str, str]] = []
+    send = store._pipeline_repairing
+
+    async def counting(commands, **kwargs):  # type: ignore[no-untyped-def]
+        sent.extend((command.method, command.key) for command in commands)
+        return await send(commands, **kwargs)
+
+    monkeypatch.setattr(store, "_pipeline_repairing", counting)
+    await store.register_jobs({"b": {"timezone": "UTC", "schedule": "@daily"}, "a": specs["a"]})
+    assert sent == []
+    await store.register_jobs({**specs, "b": {"schedule": "@weekly", "timezone": "UTC"}})
+    assert ("hset", store.keys.state("b")) in sent
+    assert ("hset", store.keys.state("a")) not in sent
+    (b,) = await store.job_states(["b"])
+    assert b.spec == {"schedule": "@weekly", "timezone": "UTC"}
+
+
+async def test_job_specs_are_published_again_after_redis_lost_them(store: Store) -> None:
+    await store.register_jobs({"a": {"schedule": "@hourly"}})
+    await store.client.delete(store.keys.specs, store.keys.state("a"), store.keys.jobs)
+    await store.register_jobs({"a": {"schedule": "@hourly"}})
+    assert await store.known_jobs() == ["a"]
+    (a,) = await store.job_states(["a"])
+    assert a.spec == {"schedule": "@hourly"}
+
+
+async def test_garbage_under_the_published_specs_is_moved_aside(store: Store) -> None:
+    await store.client.set(store.keys.specs, "garbage")
+    await store.register_jobs({"a": {"schedule": "@hourly"}})
+    (a,) = await store.job_states(["a"])
+    assert a.spec == {"schedule": "@hourly"}
+    assert await store.client.type(store.keys.specs) == b"hash"

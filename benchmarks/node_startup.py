@@ -1,0 +1,145 @@
+"""A node of many jobs starting: CPU to ready and memory, per agent, in one process.
+
+``python -m benchmarks.node_startup --agents 10 --jobs 10000`` starts a private
+redis-server and, in this process, ``--agents`` agents (``racers = 2``) of ``--jobs``
+minutely jobs spread by ``H`` (``H * * * * *``), as a fleet process of
+``benchmarks.scale cells`` builds them. It reports, per agent:
+
+- the CPU to build it (``add_job`` for every job) and to start it (connect, heartbeat,
+  publish the jobs and the fleet details, read the watermarks, place the jobs) until its
+  scheduler is seeded: the first agent alone (the namespace empty: it writes what it
+  publishes), then the others together (what the first one stored is there already);
+- memory (``tracemalloc``, Python allocations): the first agent alone, which holds
+  everything a real node holds (its parsed schedules and ring points included), and the
+  others' mean, which leaves out what agents of one process share (the parse cache of
+  schedules and the ring points: pure values of their inputs).
+
+A second round (``--rounds 2``) starts new agents in the same namespace, as nodes
+restarting with unchanged definitions do. It imports ``cronrace`` from wherever
+``PYTHONPATH`` points, so the same file measures an older checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from benchmarks.server import BenchServer
+from benchmarks.worker import job_name
+from cronrace import Agent, RunContext
+from cronrace.settings import AgentSettings
+
+SCHEDULE = "H * * * * *"
+
+
+async def _handler(ctx: RunContext) -> None:
+    return None
+
+
+def _build(url: str, namespace: str, node: str, jobs: int) -> Agent:
+    settings = AgentSettings(
+        store_url=url, node_id=node, namespace=namespace, racers="2", heartbeat_s=2.0
+    )
+    agent = Agent(settings=settings)
+    for index in range(jobs):
+        agent.add_job(_handler, SCHEDULE, name=job_name(index))
+    return agent
+
+
+def _seeded(agent: Agent) -> bool:
+    scheduler = agent.scheduler
+    return bool(agent.ready and scheduler is not None and getattr(scheduler, "seeded", False))
+
+
+def _traced_mb() -> float:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0] / 1e6 if tracemalloc.is_tracing() else 0.0
+
+
+async def _start(tg: Any, agents: list[Agent]) -> None:
+    for agent in agents:
+        tg.start_soon(agent.run)
+    # Polled: an agent says it is seeded through no event a benchmark can wait on.
+    while not all(_seeded(agent) for agent in agents):  # noqa: ASYNC110
+        await anyio.sleep(0.005)
+
+
+async def _round(url: str, namespace: str, first: int, agents: int, jobs: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+        base_mb = _traced_mb()
+        cpu = time.process_time()
+        one = [_build(url, namespace, f"n{first:04d}", jobs)]
+        out["build_cpu_s_first"] = round(time.process_time() - cpu, 3)
+        cpu = time.process_time()
+        await _start(tg, one)
+        out["start_cpu_s_first"] = round(time.process_time() - cpu, 3)
+        first_mb = _traced_mb()
+        out["memory_mb_first"] = round(first_mb - base_mb, 3)
+        cpu = time.process_time()
+        rest = [_build(url, namespace, f"n{first + i:04d}", jobs) for i in range(1, agents)]
+        build_s = time.process_time() - cpu
+        cpu = time.process_time()
+        await _start(tg, rest)
+        start_s = time.process_time() - cpu
+        others = max(1, agents - 1)
+        out["build_cpu_s_others"] = round(build_s / others, 3)
+        out["start_cpu_s_others"] = round(start_s / others, 3)
+        out["memory_mb_others"] = round((_traced_mb() - first_mb) / others, 3)
+        for agent in one + rest:
+            agent.stop()
+    return out
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="cronrace-startup-"))
+    if args.memory:
+        tracemalloc.start()  # doubles the CPU figures: memory and CPU are two runs
+    with BenchServer(workdir / "redis") as server:
+        rounds = []
+        for index in range(args.rounds):
+            row = await _round(server.url, "s", index * args.agents, args.agents, args.jobs)
+            row["round"] = index + 1
+            rounds.append(row)
+            sys.stderr.write(json.dumps(row) + "\n")
+        redis_mb = int(server.client().info("memory")["used_memory"]) / 1e6
+    return {
+        "agents": args.agents,
+        "jobs": args.jobs,
+        "tag": args.tag,
+        "memory": args.memory,
+        "rounds": rounds,
+        "redis_used_memory_mb": round(redis_mb, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.node_startup", description=__doc__)
+    parser.add_argument("--agents", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--memory", action="store_true", help="tracemalloc (slows the CPU)")
+    parser.add_argument("--out", type=Path, help="append the result as a JSON line here")
+    args = parser.parse_args(argv)
+    result = anyio.run(_main, args)
+    result["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
+    line = json.dumps(result)
+    sys.stdout.write(line + "\n")
+    if args.out is not None:
+        with args.out.open("a") as handle:
+            handle.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
