@@ -24,6 +24,7 @@ from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.stores.contract import Store
 from cronrace.stores.values import Owner, Renewal
+from cronrace.tick.cancel import Cancellable
 
 log = logging.getLogger("cronrace.tick.lease")
 
@@ -101,7 +102,7 @@ class Lease:
             )
         return self.lost
 
-    async def keep(self, victim: anyio.CancelScope, lost_flag: Flag | None = None) -> None:
+    async def keep(self, victim: Cancellable, lost_flag: Flag | None = None) -> None:
         """Renew every ``ttl/3`` until cancelled; cancel ``victim`` when the lease is lost.
 
         ``lost_flag`` (the run context's) is set *before* the victim is cancelled, so that
@@ -152,7 +153,7 @@ class Lease:
         self,
         answer: Renewal,
         sent: float,
-        victim: anyio.CancelScope,
+        victim: Cancellable,
         lost_flag: Flag | None,
     ) -> bool:
         """Take a renewal's answer (sent at ``sent``); return whether the lease is still held."""
@@ -177,7 +178,7 @@ class Lease:
 
     async def renew_now(
         self,
-        victim: anyio.CancelScope,
+        victim: Cancellable,
         lost_flag: Flag | None,
         *,
         starting: bool = False,
@@ -192,7 +193,7 @@ class Lease:
         sent = self.clock.monotonic()
         return self.answered(await self._renew(starting=starting), sent, victim, lost_flag)
 
-    def _lose(self, reason: str, victim: anyio.CancelScope, lost_flag: Flag | None) -> None:
+    def _lose(self, reason: str, victim: Cancellable, lost_flag: Flag | None) -> None:
         self.lost_reason = reason
         if lost_flag is not None:
             lost_flag.set()
@@ -212,7 +213,7 @@ class HeldLease:
     """A running handler's lease, as :class:`Renewals` keeps it."""
 
     lease: Lease
-    victim: anyio.CancelScope
+    victim: Cancellable
     lost_flag: Flag | None
     done: bool = False
     #: In the keeper's heap, waiting for its first renewal to be due.
@@ -248,7 +249,7 @@ class Renewals:
         #: re-assert when Redis lost its data.
         self._live: set[HeldLease] = set()
 
-    def hold(self, lease: Lease, victim: anyio.CancelScope, lost_flag: Flag | None) -> HeldLease:
+    def hold(self, lease: Lease, victim: Cancellable, lost_flag: Flag | None) -> HeldLease:
         """Renew ``lease`` from its first renewal until :meth:`drop`; if lost, cancel ``victim``."""
         held = HeldLease(lease, victim, lost_flag)
         self._live.add(held)

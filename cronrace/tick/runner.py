@@ -31,6 +31,7 @@ from cronrace.stores.values import (
     Owner,
     ReleaseDecision,
 )
+from cronrace.tick.cancel import HandlerCancel
 from cronrace.tick.decisions import further_tick_request
 from cronrace.tick.lease import Lease, Renewals
 from cronrace.tick.outbox import Outbox
@@ -324,7 +325,8 @@ class Runner(UnrunRuns):
         before its handler started (Redis lost the job's data).
         """
         outcome, error, detail, held_ms = Outcome.OK, None, None, 0
-        handler_scope = anyio.CancelScope()
+        # A lost lease cancels what runs under it as an anyio scope would (tick/cancel.py).
+        handler_scope = HandlerCancel()
         held = self.renewals.hold(lease, handler_scope, ctx._lost) if renew else None
         called = False
         try:
@@ -386,7 +388,7 @@ class Runner(UnrunRuns):
             await self.clock.sleep(min(left, HOLD_POLL_S))
 
     async def _confirm_after_hold(
-        self, lease: Lease, victim: anyio.CancelScope, ctx: RunContext
+        self, lease: Lease, victim: HandlerCancel, ctx: RunContext
     ) -> None:
         """Renew a held run's lease as it starts; lose it (cancelling ``victim``) if taken.
 
