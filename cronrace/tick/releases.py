@@ -15,6 +15,7 @@ meets the finished run's lease and skips its tick:
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import Collection
@@ -58,11 +59,17 @@ _NOT_SENT = object()
 
 @dataclass(slots=True, eq=False)
 class _Batch:
-    """Releases sent together: each request's reply (or error) at the same index."""
+    """Releases sent together: each request's reply (or error) at the same index.
+
+    The first request's run sends the batch; each other one waits on a future of its own
+    (``waiting[i]`` for ``requests[i + 1]``): a future, not an event, as nearly every run
+    waits here, and an event's wait holds two coroutines and a future more for each run in
+    flight (the runs are plain asyncio tasks, tick/tasks.py).
+    """
 
     requests: list[FinishRequest]
+    waiting: list[asyncio.Future[object]] = field(default_factory=list)
     replies: list[object] = field(default_factory=list)
-    done: anyio.Event = field(default_factory=anyio.Event)
 
 
 class Releases:
@@ -121,33 +128,43 @@ class Releases:
         self._pending[job.name] = self._pending.get(job.name, 0) + 1
         try:
             while True:
-                try:
-                    reply = await self._send(
-                        FinishRequest(
-                            record,
-                            job.history,
-                            fence,
-                            self.owner,
-                            job.lease_ttl_ms,
-                            next_tick_s,
-                            retried=attempt > 0,
-                        )
-                    )
+                request = FinishRequest(
+                    record,
+                    job.history,
+                    fence,
+                    self.owner,
+                    job.lease_ttl_ms,
+                    next_tick_s,
+                    retried=attempt > 0,
+                )
+                # Sent in the batch of the releases of this turn of the loop (_lead); here,
+                # not in a coroutine of its own: one frame less for each run in flight.
+                batch = self._forming
+                if batch is None:
+                    reply = await self._lead(request)
+                else:
+                    batch.requests.append(request)
+                    waiter: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+                    batch.waiting.append(waiter)
+                    reply = await waiter
+                if reply is _NOT_SENT:
+                    continue  # its batch was cut short before it was sent: send it again
+                if not isinstance(reply, StoreError):
+                    assert isinstance(reply, ReleaseReply)
                     confirmed = True
                     return reply
-                except StoreError as exc:
-                    attempt += 1
-                    if attempt == 1 or attempt % 50 == 0:
-                        log.warning(
-                            "could not record or release a run; retrying until its lease expires",
-                            extra={
-                                "job": job.name,
-                                "tick": record.tick_s,
-                                "fence": fence,
-                                "attempt": attempt,
-                                "error": str(exc),
-                            },
-                        )
+                attempt += 1
+                if attempt == 1 or attempt % 50 == 0:
+                    log.warning(
+                        "could not record or release a run; retrying until its lease expires",
+                        extra={
+                            "job": job.name,
+                            "tick": record.tick_s,
+                            "fence": fence,
+                            "attempt": attempt,
+                            "error": str(reply),
+                        },
+                    )
                 if self.clock.monotonic() >= until_mono:
                     log.error(
                         "the lease expired before it could be released; the record waits "
@@ -174,24 +191,6 @@ class Releases:
                     self._settled.set()
                     self._settled = None
 
-    async def _send(self, request: FinishRequest) -> ReleaseReply:
-        """Send one release in the batch of those finishing in this turn of the loop."""
-        while True:
-            batch = self._forming
-            if batch is None:
-                reply = await self._lead(request)
-            else:
-                batch.requests.append(request)
-                index = len(batch.requests) - 1
-                await batch.done.wait()
-                reply = batch.replies[index]
-            if reply is not _NOT_SENT:
-                break
-        if isinstance(reply, BaseException):
-            raise reply
-        assert isinstance(reply, ReleaseReply)
-        return reply
-
     async def _lead(self, request: FinishRequest) -> object:
         """Open a batch, let this turn's other releases join it, send it, share the replies.
 
@@ -217,7 +216,9 @@ class Releases:
             if not batch.replies:
                 cut: object = RedisAmbiguousError("a batch of releases was cut short")
                 batch.replies = [cut if sent else _NOT_SENT] * len(batch.requests)
-            batch.done.set()
+            for waiter, reply in zip(batch.waiting, batch.replies[1:], strict=True):
+                if not waiter.done():  # a run cancelled meanwhile has stopped waiting
+                    waiter.set_result(reply)
         return batch.replies[0]
 
 

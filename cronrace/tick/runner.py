@@ -9,7 +9,6 @@ each with its own new fence.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -144,15 +143,47 @@ class Runner(UnrunRuns):
             return  # a forced stop got to it first: released and recorded as never started
         self._unstarted.discard(grant)
         self.active += 1
-        job = grant.job
+        # One coroutine for the whole sequence (each run in flight holds every frame of
+        # its await chain until its release is answered, for the GC to walk); ``ticks``
+        # is the grant's own list, taken from the front (a catch-up has at most
+        # max_catchup of them).
+        job, ticks, trigger_id = grant.job, grant.ticks, grant.trigger_id
+        leased = job.overlap is not Overlap.ALLOW
         try:
-            await self._sequence(
-                job, deque(grant.ticks), grant.fence, grant.granted_mono, grant.trigger_id
+            lease = Lease(
+                self.store,
+                self.clock,
+                job.name,
+                grant.fence,
+                job.lease_ttl_s,
+                grant.granted_mono,
+                observer=self.observer,
+                owner=self.owner,
             )
+            backlog, done = len(ticks), 0
+            try:
+                while ticks:
+                    tick_s = ticks.pop(0)
+                    if backlog > 1:
+                        # A catch-up of many ticks can take long: say how far it is.
+                        done += 1
+                        log.info(
+                            "catch-up progress",
+                            extra={"job": job.name, "tick": tick_s, "run": done, "of": backlog},
+                        )
+                    record = await self._run_once(job, tick_s, lease, trigger_id, renew=leased)
+                    go_on, trigger_id = await self._after_run(
+                        job, record, lease, ticks, leased=leased
+                    )
+                    if not go_on:
+                        return
+            except anyio.get_cancelled_exc_class():
+                self._keep_unrun(job, ticks)
+                raise
         except Exception:  # the outermost frame of a run: log it, keep the agent alive
             log.exception(
                 "unexpected error around a run",
-                extra={"job": job.name, "ticks": grant.ticks, "fence": grant.fence},
+                extra={"job": job.name, "ticks_left": ticks, "fence": grant.fence},
             )
         finally:
             self.active -= 1
@@ -160,46 +191,8 @@ class Runner(UnrunRuns):
                 self._idle.set()
                 self._idle = None
 
-    async def _sequence(
-        self,
-        job: Job,
-        ticks: deque[int],
-        fence: int,
-        granted_mono: float,
-        trigger_id: str | None,
-    ) -> None:
-        leased = job.overlap is not Overlap.ALLOW
-        lease = Lease(
-            self.store,
-            self.clock,
-            job.name,
-            fence,
-            job.lease_ttl_s,
-            granted_mono,
-            observer=self.observer,
-            owner=self.owner,
-        )
-        backlog, done = len(ticks), 0
-        try:
-            while ticks:
-                tick_s = ticks.popleft()
-                if backlog > 1:
-                    # A catch-up of many ticks can take long: say how far it is.
-                    done += 1
-                    log.info(
-                        "catch-up progress",
-                        extra={"job": job.name, "tick": tick_s, "run": done, "of": backlog},
-                    )
-                record = await self._run_once(job, tick_s, lease, trigger_id, renew=leased)
-                go_on, trigger_id = await self._after_run(job, record, lease, ticks, leased=leased)
-                if not go_on:
-                    return
-        except anyio.get_cancelled_exc_class():
-            self._keep_unrun(job, ticks)
-            raise
-
     async def _after_run(
-        self, job: Job, record: RunRecord, lease: Lease, ticks: deque[int], *, leased: bool
+        self, job: Job, record: RunRecord, lease: Lease, ticks: list[int], *, leased: bool
     ) -> tuple[bool, str | None]:
         """Record a run, release or hand on its lease.
 
@@ -239,7 +232,7 @@ class Runner(UnrunRuns):
             self.hold_job(job.name, reply.hold_ms / 1000)
         lease.rebase(reply.fence, sent)
         if not ticks or ticks[0] != reply.tick_s:
-            ticks.appendleft(reply.tick_s)
+            ticks.insert(0, reply.tick_s)
             return True, reply.trigger_id  # a queued trigger runs as that trigger
         return True, None
 

@@ -14,6 +14,7 @@ run has ended.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -31,6 +32,11 @@ class RunTasks:
         self._tasks: set[asyncio.Task[None]] = set()
         self._all_done: anyio.Event | None = None
         self._supervised = False
+        # Bound once, and run in an empty context: add_done_callback would otherwise copy
+        # the caller's context for every run, and keep the copy and a bound method alive
+        # for as long as the run (_done reads no context variable).
+        self._on_done = self._done
+        self._done_context = contextvars.Context()
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -46,7 +52,7 @@ class RunTasks:
             self._supervised = True
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
-        task.add_done_callback(self._done)
+        task.add_done_callback(self._on_done, context=self._done_context)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
