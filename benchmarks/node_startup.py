@@ -10,9 +10,12 @@ minutely jobs spread by ``H`` (``H * * * * *``), as a fleet process of
   scheduler is seeded: the first agent alone (the namespace empty: it writes what it
   publishes), then the others together (what the first one stored is there already);
 - memory (``tracemalloc``, Python allocations): the first agent alone, which holds
-  everything a real node holds (its parsed schedules and ring points included), and the
-  others' mean, which leaves out what agents of one process share (the parse cache of
-  schedules and the ring points: pure values of their inputs).
+  everything a real node holds (its Job objects with their parsed schedules, their
+  digests, the process-wide caches it fills), and the others' mean, which leaves out what
+  agents of one process share: the job definitions (frozen ``Job`` objects, built once per
+  process as ``benchmarks.worker`` does; ``--own-jobs``: each agent builds its own), their
+  digests and the caches of parsed schedules and next ticks (pure values of their inputs,
+  bounded per process).
 
 A second round (``--rounds 2``) starts new agents in the same namespace, as nodes
 restarting with unchanged definitions do. It imports ``cronrace`` from wherever
@@ -34,24 +37,24 @@ from typing import Any
 import anyio
 
 from benchmarks.server import BenchServer
-from benchmarks.worker import job_name
-from cronrace import Agent, RunContext
-from cronrace.settings import AgentSettings
+from benchmarks.worker import build_agent, job_name, log_run
+from cronrace import Agent
 
 SCHEDULE = "H * * * * *"
+#: Each agent builds its own job definitions (as before the fleet processes shared them).
+OWN_JOBS = False
 
 
-async def _handler(ctx: RunContext) -> None:
-    return None
-
-
-def _build(url: str, namespace: str, node: str, jobs: int) -> Agent:
-    settings = AgentSettings(
-        store_url=url, node_id=node, namespace=namespace, racers="2", heartbeat_s=2.0
-    )
-    agent = Agent(settings=settings)
+def _build(url: str, namespace: str, node: int, jobs: int) -> Agent:
+    """An agent as a fleet process builds it (benchmarks.worker): the job definitions
+    built by the first agent and shared by the others (``--own-jobs``: each its own)."""
+    config = {"redis_url": url, "namespace": namespace, "racers": "2", "heartbeat_s": 2.0}
+    config.update(jobs=jobs, schedule=SCHEDULE, bare=True)
+    if not OWN_JOBS:
+        return build_agent(config, node)
+    agent = build_agent({**config, "jobs": 0}, node)
     for index in range(jobs):
-        agent.add_job(_handler, SCHEDULE, name=job_name(index))
+        agent.add_job(log_run, SCHEDULE, name=job_name(index))
     return agent
 
 
@@ -78,7 +81,7 @@ async def _round(url: str, namespace: str, first: int, agents: int, jobs: int) -
     async with anyio.create_task_group() as tg:
         base_mb = _traced_mb()
         cpu = time.process_time()
-        one = [_build(url, namespace, f"n{first:04d}", jobs)]
+        one = [_build(url, namespace, first, jobs)]
         out["build_cpu_s_first"] = round(time.process_time() - cpu, 3)
         cpu = time.process_time()
         await _start(tg, one)
@@ -86,7 +89,7 @@ async def _round(url: str, namespace: str, first: int, agents: int, jobs: int) -
         first_mb = _traced_mb()
         out["memory_mb_first"] = round(first_mb - base_mb, 3)
         cpu = time.process_time()
-        rest = [_build(url, namespace, f"n{first + i:04d}", jobs) for i in range(1, agents)]
+        rest = [_build(url, namespace, first + i, jobs) for i in range(1, agents)]
         build_s = time.process_time() - cpu
         cpu = time.process_time()
         await _start(tg, rest)
@@ -117,6 +120,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         "jobs": args.jobs,
         "tag": args.tag,
         "memory": args.memory,
+        "own_jobs": args.own_jobs,
         "rounds": rounds,
         "redis_used_memory_mb": round(redis_mb, 2),
     }
@@ -128,9 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tag", default="")
+    parser.add_argument("--own-jobs", action="store_true", help="no definitions shared")
     parser.add_argument("--memory", action="store_true", help="tracemalloc (slows the CPU)")
     parser.add_argument("--out", type=Path, help="append the result as a JSON line here")
     args = parser.parse_args(argv)
+    global OWN_JOBS
+    OWN_JOBS = args.own_jobs
     result = anyio.run(_main, args)
     result["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
     line = json.dumps(result)
