@@ -160,6 +160,16 @@ CELL_FIGURES = (
 )
 
 
+def _cell(name: str) -> tuple[int, int, str, str, int]:
+    """A cell not in LARGE_CELLS, spelled alike: ``NxJ:k`` (one-second jobs, 10 s) or
+    ``NxJ:k:H`` (minutely jobs spread by ``H``, 120 s: each job fires twice)."""
+    shape, racers, *spread = name.split(":")
+    nodes, _, jobs = shape.partition("x")
+    if spread:
+        return int(nodes), int(jobs), racers, LARGE_CELLS["1000x10000:2:H"][3], 120
+    return int(nodes), int(jobs), racers, SCHEDULE, 10
+
+
 def cells(args: argparse.Namespace) -> dict[str, Any]:
     if args.churn:
         shape, _, spread = args.churn.partition(":")
@@ -177,7 +187,8 @@ def cells(args: argparse.Namespace) -> dict[str, Any]:
                 nodes, jobs, racers = CHURN["nodes"], CHURN["jobs"], CHURN["racers"]
                 schedule, seconds = SCHEDULE, 20
             else:
-                nodes, jobs, racers, schedule, seconds = LARGE_CELLS[name]
+                nodes, jobs, racers, schedule, seconds = LARGE_CELLS.get(name) or _cell(name)
+                seconds = args.window_s or seconds
             spec = CellSpec(
                 "cronrace",
                 nodes,
@@ -323,8 +334,14 @@ def main(argv: list[str] | None = None) -> int:
     wvn.add_argument("--repeats", type=int, default=3)
     wvn.add_argument("--out", type=Path, default=RESULTS_DIR)
     lc = sub.add_parser("cells", help="the large cells: 200 x 1,000, 1,000 x 100, 1,000 x 10,000")
-    lc.add_argument("--only", help=f"comma-separated, of {', '.join(LARGE_CELLS)}")
+    lc.add_argument(
+        "--only",
+        help=f"comma-separated, of {', '.join(LARGE_CELLS)}, churn, or any NxJ:k[:H]",
+    )
     lc.add_argument("--startup-budget-s", type=float, default=300.0)
+    lc.add_argument(
+        "--window-s", type=int, default=0, help="the measured window (default: the cell's)"
+    )
     lc.add_argument(
         "--heartbeat-s",
         type=float,

@@ -383,14 +383,20 @@ class Store(TakeoverCommands, MemberCommands):
         if not specs:
             return
         sort = orjson.OPT_SORT_KEYS
-        published = {job: orjson.dumps(spec, option=sort) for job, spec in specs.items()}
+        # Decoded: orjson's bytes keep the 1 kB it allocates each (10 MB for 10,000 specs,
+        # 40 MB at the peak of a start-up), a str only its length.
+        published = {job: orjson.dumps(spec, option=sort).decode() for job, spec in specs.items()}
         try:
             stored = await self.client.hmget(self.keys.specs, list(published))
         except ResponseError as exc:
             if not is_wrong_type(exc):
                 raise
             stored = [None] * len(published)  # garbage: moved aside by the HSET below
-        changed = [job for job, old in zip(published, stored, strict=True) if old != published[job]]
+        changed = [
+            job
+            for job, old in zip(published, stored, strict=True)
+            if old is None or old.decode() != published[job]
+        ]
         if not changed:
             return
         commands = [self._command("", "jobs", "sadd", *changed)]
