@@ -15,6 +15,16 @@ each node's is that over N. Each node's control reader blocks in real time
 20 s of wall time per simulated second would otherwise wake every reader 40 times per
 simulated second instead of once every 4 s.
 
+Two more parts of the process's CPU are counted apart (both in each row). The embedded
+store's whole handling of what a node sends (parsing the protocol, executing, encoding the
+replies: a Redis server's share) is the store's; until 2026-12-04 only the execution was
+(``store_exec_cpu_s_per_s``, and ``node_cpu_ms_per_s_v1`` is the old figure). And the
+process's full (oldest-generation) garbage collections: they come at the rate of the
+whole fleet's allocations and each walks every simulated node's heap, so their cost per
+node grows with N, where a real node's full collections come at its own allocation rate
+and walk its own heap only. The young collections, which follow the allocations, stay in
+the nodes' figure.
+
 It imports ``cronrace`` from wherever ``PYTHONPATH`` points, so the same file measures an
 older checkout for a before/after pair. Prints one JSON line per N.
 """
@@ -22,6 +32,7 @@ older checkout for a before/after pair. Prints one JSON line per N.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -36,25 +47,57 @@ from cronrace import RunContext
 from cronrace.testing import FakeClock, memory_agent
 
 START_S = 1_700_000_000
-#: CPU seconds the embedded store spent executing commands (scripts included): what a
-#: Redis server would spend, not the nodes. Counted apart so that the nodes' own work is
-#: the process's CPU less this.
+#: CPU seconds the embedded store spent handling what the nodes sent: parsing the
+#: protocol, executing commands (scripts included), encoding replies. What a Redis server
+#: would spend, not the nodes: counted apart, so the nodes' own work is the process's CPU
+#: less this.
 STORE_CPU_S = [0.0]
+#: Of it, executing commands alone (what this benchmark subtracted until 2026-12-04).
+STORE_EXEC_CPU_S = [0.0]
 
 
 def _count_store_cpu() -> None:
     from fakeredis._socket import _base
 
     run = _base.BaseFakeSocket._process_command
+    receive = _base.BaseFakeSocket.sendall
 
     def timed(self: Any, fields: list[bytes]) -> None:
         started = time.process_time()
         try:
             run(self, fields)
         finally:
+            STORE_EXEC_CPU_S[0] += time.process_time() - started
+
+    def handled(self: Any, data: Any) -> None:
+        started = time.process_time()
+        try:
+            receive(self, data)
+        finally:
             STORE_CPU_S[0] += time.process_time() - started
 
     _base.BaseFakeSocket._process_command = timed  # type: ignore[method-assign]
+    _base.BaseFakeSocket.sendall = handled  # type: ignore[method-assign]
+
+
+#: CPU seconds of the process's full garbage collections (generation 2), and how many.
+FULL_GC = [0.0, 0]
+
+
+def _count_full_gc() -> None:
+    """Time every full collection: a simulation's cost, O(N) each (module docstring)."""
+    started = [0.0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            started[0] = time.process_time()
+        else:
+            FULL_GC[0] += time.process_time() - started[0]
+            FULL_GC[1] += 1
+
+    gc.callbacks.append(timed)
 
 
 #: CPU seconds the fake clock spent finding out whether every task waits (its settle step,
@@ -140,12 +183,15 @@ async def one_cell(
         first = int(clock.time()) + 1
         heaps = [len(agent.scheduler.next_tick) for agent in agents if agent.scheduler]
         cpu0, wall0, store0 = time.process_time(), time.perf_counter(), STORE_CPU_S[0]
-        clock0 = CLOCK_CPU_S[0]
+        clock0, exec0, (gc0, full0) = CLOCK_CPU_S[0], STORE_EXEC_CPU_S[0], FULL_GC
         await clock.advance(seconds)
         cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
         store_s = STORE_CPU_S[0] - store0
+        exec_s = STORE_EXEC_CPU_S[0] - exec0
         clock_s = CLOCK_CPU_S[0] - clock0
-        cpu_s -= store_s + clock_s
+        gc_s, full_gcs = FULL_GC[0] - gc0, FULL_GC[1] - full0
+        cpu_v1_s = cpu_s - exec_s - clock_s
+        cpu_s -= store_s + clock_s + gc_s
         for agent in agents:
             agent.stop()
         await clock.advance(5)
@@ -159,8 +205,12 @@ async def one_cell(
         "simulated_s": seconds,
         "fleet_cpu_s_per_s": round(cpu_s / seconds, 4),
         "store_cpu_s_per_s": round(store_s / seconds, 4),
+        "store_exec_cpu_s_per_s": round(exec_s / seconds, 4),
         "clock_cpu_s_per_s": round(clock_s / seconds, 4),
+        "full_gc_s_per_s": round(gc_s / seconds, 4),
+        "full_gcs": full_gcs,
         "node_cpu_ms_per_s": round(cpu_s / seconds / nodes * 1000, 3),
+        "node_cpu_ms_per_s_v1": round(cpu_v1_s / seconds / nodes * 1000, 3),
         "heap_jobs_per_node_mean": round(sum(heaps) / max(1, len(heaps)), 1),
         "wall_s": round(wall_s, 2),
         "duplicates": dup,
@@ -246,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
 
     _count_store_cpu()
     _count_clock_cpu()
+    _count_full_gc()
     if not args.all_wakeups:
         _wake_only_stream_readers()
     for nodes in (int(n) for n in args.nodes.split(",")):
