@@ -215,6 +215,8 @@ class HeldLease:
     lease: Lease
     victim: Cancellable
     lost_flag: Flag | None
+    #: Its place in the keeper's heap (the order it was held in).
+    order: int = 0
     done: bool = False
     #: In the keeper's heap, waiting for its first renewal to be due.
     queued: bool = True
@@ -239,7 +241,14 @@ class Renewals:
         self.clock = clock
         #: Where the keeper and the renewal tasks run: the agent's run group.
         self.task_group: TaskGroup | None = None
-        self._heap: list[tuple[float, int, HeldLease]] = []
+        # The heap holds (due, order) alone and the leases waiting for their first renewal
+        # are looked up by order: a run that ended before it leaves nothing behind but a
+        # pair of numbers (untracked by the GC) until the keeper pops it or a compaction
+        # drops it. Held in the heap, each would keep its lease, victim and flag alive
+        # that long, 10 s under the default lease_ttl: at a thousand runs a second, all
+        # of them promoted to the GC's oldest generation, to be walked at every collection.
+        self._heap: list[tuple[float, int]] = []
+        self._queued: dict[int, HeldLease] = {}
         self._order = itertools.count()
         self._dropped = 0  # entries in the heap whose run ended before their first renewal
         self._keeper = False
@@ -251,10 +260,12 @@ class Renewals:
 
     def hold(self, lease: Lease, victim: Cancellable, lost_flag: Flag | None) -> HeldLease:
         """Renew ``lease`` from its first renewal until :meth:`drop`; if lost, cancel ``victim``."""
-        held = HeldLease(lease, victim, lost_flag)
+        order = next(self._order)
+        held = HeldLease(lease, victim, lost_flag, order)
         self._live.add(held)
         due = lease.first_renewal_mono
-        heapq.heappush(self._heap, (due, next(self._order), held))
+        heapq.heappush(self._heap, (due, order))
+        self._queued[order] = held
         if not self._keeper:
             assert self.task_group is not None, "Renewals.task_group is set by Runner.start"
             self._keeper = True
@@ -274,9 +285,11 @@ class Renewals:
         elif held.queued:
             # Still in the heap until its first renewal was due: with a long lease_ttl and
             # frequent runs, dropped entries would pile up there. Compact now and then.
+            del self._queued[held.order]
             self._dropped += 1
             if self._dropped > COMPACT_AT and self._dropped * 2 > len(self._heap):
-                self._heap = [entry for entry in self._heap if not entry[2].done]
+                queued = self._queued
+                self._heap = [entry for entry in self._heap if entry[1] in queued]
                 heapq.heapify(self._heap)
                 self._dropped = 0
 
@@ -311,8 +324,9 @@ class Renewals:
     async def _keep(self) -> None:
         try:
             while self._heap:
-                due, _order, held = self._heap[0]
-                if held.done:
+                due, order = self._heap[0]
+                held = self._queued.get(order)
+                if held is None:  # dropped before its first renewal was due
                     heapq.heappop(self._heap)
                     self._dropped -= 1
                     continue
@@ -324,6 +338,7 @@ class Renewals:
                     self._nap, self._nap_until = None, math.inf
                     continue
                 heapq.heappop(self._heap)
+                del self._queued[order]
                 held.queued = False
                 scope, stopped = anyio.CancelScope(), anyio.Event()
                 held.renewing, held.stopped = scope, stopped
