@@ -71,7 +71,7 @@ class RunRecord:
                 "job": self.job,
                 "tick_s": self.tick_s,
                 "node": self.node,
-                "outcome": self.outcome.value,
+                "outcome": self.outcome,  # a StrEnum: orjson writes its value
                 "fence": self.fence,
                 "started_ms": self.started_ms,
                 "finished_ms": self.finished_ms,

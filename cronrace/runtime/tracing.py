@@ -101,6 +101,8 @@ class _Span:
 
 #: The last provider a tracer was taken from, and that tracer (providers are set once).
 _tracer: tuple[Any, Any] = (None, None)
+#: The last provider found to be the API's placeholder (no provider configured yet).
+_placeholder: Any = None
 
 
 def _recording(trace: ModuleType) -> Any:
@@ -111,9 +113,12 @@ def _recording(trace: ModuleType) -> Any:
     making them cost a run's path tens of microseconds for nothing. Asked at every span,
     so a provider set after the agent started is used from then on.
     """
-    global _tracer
+    global _tracer, _placeholder
     provider = trace.get_tracer_provider()
+    if provider is _placeholder:
+        return None  # the one found last time: asked at every run, answered without a check
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        _placeholder = provider
         return None
     if _tracer[0] is not provider:
         _tracer = (provider, provider.get_tracer(TRACER_NAME))

@@ -149,6 +149,18 @@ def decide(
         answered_late: the answer came back past the grant's lease deadline (a slow
             Redis, a retry): a granted run must not start, it could overlap the next.
     """
+    plan = proposal.plan
+    if (
+        reply.decision is AcquireDecision.RUN
+        and not (plan.missed or answered_late or reply.replayed)
+        and not (reply.abandoned_fence or reply.superseded_tick_s)
+        and plan.fire_ticks_s
+        and (reply.prev_watermark_s is None or plan.fire_ticks_s[0] > reply.prev_watermark_s)
+    ):
+        # Nearly every decision: a run granted in time, nothing met on the way, nothing
+        # missed, none of its ticks decided by another node. What the steps below would
+        # make of it, without building their lists (tests/unit/tick/test_decisions.py).
+        return Verdict(start=RunStart(plan.fire_ticks_s, reply.fence, reply.hold_ms / 1000))
     job, plan = proposal.job.name, really_missed(proposal, reply)
     records = _met_on_the_way(job, plan, reply, node_id=node_id, now_ms=now_ms)
     events = [(record.outcome, 1) for record in records]
@@ -275,6 +287,13 @@ def report(
 ) -> None:
     """Log a decision and tell the observer (garbage moved aside was logged by the store)."""
     job, plan = proposal.job.name, proposal.plan
+    prev = reply.prev_watermark_s
+    if (
+        reply.decision is AcquireDecision.RUN
+        and not (verdict.events or verdict.unrun or reply.abandoned_fence)
+        and (prev is None or prev < plan.claim_tick_s or proposal.trigger_id)
+    ):
+        return  # a run granted with nothing to say (nearly every decision): it says it starts
     missed = 0
     if proposal.shared_from_s is not None and verdict.events:
         missed = sum(count for outcome, count in verdict.events if outcome is Outcome.MISSED)

@@ -385,12 +385,13 @@ class TickRace:
             # forced stop can come, and a winner settled leaves the wake-up's account.
             leave(indexes)
             now_ms = int(self.clock.time() * 1000)
+            now_mono = self.clock.monotonic()  # once: nothing in here awaits
             for index in indexes:
                 p, (reply, granted_mono) = winners[index], answers[index]
                 if isinstance(reply, Exception):
                     continue
                 deadline_mono = granted_mono + p.job.lease_ttl_s * (1 - SAFETY_MARGIN)
-                late = self.clock.monotonic() >= deadline_mono
+                late = now_mono >= deadline_mono
                 verdict = decide(p, reply, node_id=node, now_ms=now_ms, answered_late=late)
                 report(p, reply, verdict, node_id=node, observer=self.observer)
                 wakeup.records += verdict.records

@@ -351,7 +351,9 @@ class Runner(UnrunRuns):
                 self.renewals.drop_now(held)
             raise
         if held is not None:
-            await self.renewals.drop(held)
+            self.renewals.drop_now(held)
+            if held.stopped is not None:  # its renewal task had started: wait for its verdict
+                await held.stopped.wait()
         # Looked at once the renewal task has stopped, so that its verdict is in; and
         # whatever the handler did: a handler that blocked the event loop past the
         # deadline, or a paused process that resumed, ran without a lease.

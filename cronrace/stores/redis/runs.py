@@ -168,26 +168,30 @@ class RunCommands(OperatorCommands):
         out: list[ReleaseReply | StoreError] = []
         for request, reply in zip(requests, replies, strict=True):
             try:
-                out.append(await self._finished(request, reply))
+                decoded = self._finished(request, reply)
+                if decoded.decision is ReleaseDecision.NOT_OWNER:
+                    await self._record_alone(request)
+                out.append(decoded)
             except StoreError as exc:
                 out.append(exc)
             except RAW_FAILURES as exc:
                 out.append(translate(exc))
         return out
 
-    async def _finished(self, request: FinishRequest, reply: Any) -> ReleaseReply:
-        """Decode one run's release; write its record alone when the lease had moved on."""
+    def _finished(self, request: FinishRequest, reply: Any) -> ReleaseReply:
+        """Decode one run's release (not a coroutine: one per run, nearly all released)."""
         if isinstance(reply, BaseException):
             if passage(reply, in_reply=True) is Passage.FAILED and isinstance(reply, ResponseError):
                 raise type(reply)(locate_lines("release", str(reply))) from reply
             raise translate(reply, in_reply=True) from reply
+        return self._decode_release(request.record.job, request.release_fence, reply)
+
+    async def _record_alone(self, request: FinishRequest) -> None:
+        """Write a run's record on its own: the lease had moved on, so the release did not."""
         record = request.record
-        decoded = self._decode_release(record.job, request.release_fence, reply)
-        if decoded.decision is ReleaseDecision.NOT_OWNER:
-            recent = await self.history(record.job, 20) if request.retried else []
-            if not any(r.fence == record.fence and r.node == record.node for r in recent):
-                await self.record([record], history=request.history)
-        return decoded
+        recent = await self.history(record.job, 20) if request.retried else []
+        if not any(r.fence == record.fence and r.node == record.node for r in recent):
+            await self.record([record], history=request.history)
 
     async def record(self, records: Sequence[RunRecord], *, history: int) -> None:
         """Append run records to their jobs' history streams (one pipeline)."""
