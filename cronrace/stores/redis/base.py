@@ -23,7 +23,7 @@ from cronrace.stores.redis.keys import Keys
 from cronrace.stores.redis.schedules import ScheduleCommands
 from cronrace.stores.redis.scripts import Scripts
 from cronrace.stores.redis.sentinel import follow_switch_master
-from cronrace.stores.values import Claim
+from cronrace.stores.values import Claim, Owner
 
 log = logging.getLogger("cronrace.stores.redis")
 
@@ -53,6 +53,8 @@ class StoreBase(contract.Store):
         self.schedules = ScheduleCommands(client, self.keys, self.scripts)
         self.fleet = FleetCommands(client, self.keys)
         self._fences_seen: dict[str, int] = {}
+        #: The last owner a release named, and its ``<node_id>:<nonce>`` (one per agent).
+        self._owner_spelled: tuple[Owner | None, str] = (None, "")
         # job -> (a claim this node lost while the job's counter was not there yet, the
         # monotonic instant that claim expires): its witness that Redis lost the job's
         # data, should the claim vanish before its TTL (see ``Store.claim_each``).

@@ -361,9 +361,10 @@ class Store(TakeoverCommands, MemberCommands):
                 out.append(exc)
                 continue
             self._saw_fence(req.job, decoded.fence, decoded.holder_fence, decoded.abandoned_fence)
-            report_quarantined(
-                decoded.quarantined, script="acquire", job=req.job, tick=req.decide_tick_s
-            )
+            if decoded.quarantined:  # nearly never: no call with its keywords per decision
+                report_quarantined(
+                    decoded.quarantined, script="acquire", job=req.job, tick=req.decide_tick_s
+                )
             out.append(decoded)
         return out
 

@@ -96,12 +96,16 @@ class RunCommands(OperatorCommands):
         of = self.keys.of(job)
         keys = [of.lease, of.fence, of.pending, of.state, of.runs, of.hold]
         payload = record.to_json() if record is not None else b""
-        args = [fence, str(owner), lease_ttl_ms, continue_tick_s, payload, history, of.quarantine]
+        spelled = self._owner_spelled
+        if spelled[0] is not owner:  # one owner per agent: spelled once, not per run
+            spelled = self._owner_spelled = (owner, str(owner))
+        args = [fence, spelled[1], lease_ttl_ms, continue_tick_s, payload, history, of.quarantine]
         return keys, args
 
     def _decode_release(self, job: str, fence: int, reply: Any) -> ReleaseReply:
         quarantined = decode_quarantined(reply[3])
-        report_quarantined(quarantined, script="release", job=job, fence=fence)
+        if quarantined:  # nearly never: no call with its keywords per release
+            report_quarantined(quarantined, script="release", job=job, fence=fence)
         self._saw_fence(job, fence, int(reply[1]))
         return decode_release(reply, quarantined)
 
