@@ -529,6 +529,12 @@ def measure(
         # Nothing may run: every claim was taken by an outsider before its tick.
         row["missed"] = None
     round_trips = _delta(results, "round_trips")
+    if all("beats" in result["marks"]["start"] for result in results):
+        # The cascade's counters: late beats and full reads cost O(N) each (heartbeat.py).
+        row["beats_before_window"] = dict(
+            sum((Counter(result["marks"]["start"]["beats"]) for result in results), Counter())
+        )
+        row["beats_in_window"] = dict(_delta(results, "beats"))
     commands = _delta(results, "commands")
     wakeups = _delta(results, "wakeups")
     claims = _delta(results, "claims")

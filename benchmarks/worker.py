@@ -109,6 +109,18 @@ def _seeded(agent: Agent, jobs: int) -> bool:
     return bool(seeded) if seeded is not None else len(scheduler.next_tick) == jobs
 
 
+def beat_counts(agents: list[Agent]) -> dict[str, int]:
+    """The agents' heartbeats so far: late ones (logged as joined again), full reads of
+    the members, reads of the changes, and reads of changes that fell back to a full one."""
+    beats = [agent.heartbeat for agent in agents]
+    return {
+        "late": sum(b.late_beats for b in beats),
+        "full_reads": sum(b.full_reads for b in beats),
+        "change_reads": sum(b.change_reads for b in beats),
+        "forced": sum(b.full_reads_forced for b in beats),
+    }
+
+
 def rss_mb() -> float:
     """This process's resident memory, MB (Linux: /proc/self/statm)."""
     pages = int(Path("/proc/self/statm").read_text().split()[1])
@@ -143,6 +155,7 @@ class Worker:
             "cpu": time.process_time(),
             "rss_mb": rss_mb(),
             **COUNTERS.snapshot(),
+            "beats": beat_counts(self.agents),
         }
 
     async def commands(self) -> None:
@@ -290,6 +303,7 @@ class Worker:
             emit(
                 {
                     "ev": "ready",
+                    "beats": beat_counts(self.agents),
                     "startup_s": round(time.monotonic() - started, 3),
                     "startup_cpu_s": round(time.process_time(), 3),
                 }

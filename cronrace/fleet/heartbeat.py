@@ -106,6 +106,11 @@ class Heartbeat:
         self._rejoin_after_ms = int(REJOIN_AFTER_PERIODS * heartbeat_s * 1000)
         #: Reads of changes that did not add up (or met a gap) and were read again in full.
         self.full_reads_forced = 0
+        #: Beats that came late (logged as joined again), full reads of the members, and
+        #: reads of the changes taken: how a fleet's heartbeats cost O(N) or O(changes).
+        self.late_beats = 0
+        self.full_reads = 0
+        self.change_reads = 0
         #: The epoch this node re-asserted its runs' leases for ('' before the first beat).
         self.asserted_epoch = ""
         #: Re-asserts the leases of the runs this node holds; whether all were answered.
@@ -157,16 +162,23 @@ class Heartbeat:
         reply is returned (None without one).
 
         Members are read in full on the first beat, every :data:`FULL_READ_EVERY_BEATS`
-        beats (at a phase of this node's own), after a beat that came late (others may
-        have counted this node silent, and members may have come and gone unseen), and
-        when a read of the changes does not add up; otherwise only the changes since the
-        last read are (O(changes), not O(N): DESIGN.md section 12).
+        beats (at a phase of this node's own), and when a read of the changes does not add
+        up or meets a gap; otherwise only the changes since the last read are (O(changes),
+        not O(N): DESIGN.md section 12). A beat that comes late (others may have counted
+        this node silent) logs the node as joined again, so that they see it back within
+        a read of changes, and reads the changes too: the log holds who came and went
+        meanwhile, the silent are read as they are now, a member pruned unseen makes the
+        count disagree, and a member this node counted live but finds silent sends it to
+        the full read (:meth:`Membership.apply_changes`: its own lateness is no evidence).
+        A node late because its own process is loaded would otherwise read every member
+        at every beat, O(N) each, which makes it later still: at N = 1,000 a loaded
+        fleet's beats all came late and all read in full (issue 19).
         """
         base = self.clock.base if isinstance(self.clock, ServerOffsetClock) else self.clock
         sent_wall, sent_mono = base.time(), base.monotonic()
         now_ms = sent_ms = int(self.clock.time() * 1000)
         late = self._last_ok_ms is None or now_ms - self._last_ok_ms > self._rejoin_after_ms
-        full = self._cursor is None or late or self._beats % FULL_READ_EVERY_BEATS == 0
+        full = self._cursor is None or self._beats % FULL_READ_EVERY_BEATS == 0
         reply = await store.heartbeat(
             self.node_id,
             now_ms=now_ms,
@@ -182,6 +194,7 @@ class Heartbeat:
         )
         exchanged = reply.fleet
         self._beats += 1
+        self.late_beats += late
         rtt = base.monotonic() - sent_mono
         if isinstance(self.clock, ServerOffsetClock):
             self.clock.add_sample(
@@ -206,7 +219,10 @@ class Heartbeat:
                 read_asserted=self._waiting_out_wipe,
             )
         if reply.full:
+            self.full_reads += 1
             self.membership.update(reply.members, now_ms=now_ms, ttl_ms=self.ttl_ms)
+        else:
+            self.change_reads += 1
         self._cursor = reply.cursor or None
         self._last_ok_ms = sent_ms  # the expiry others read is from this estimate
         self.membership.beat_went_through(sent_ms)  # claims wait while it is old

@@ -158,6 +158,37 @@ async def test_a_view_of_changes_that_does_not_add_up_is_read_again_in_full() ->
         await store.aclose()
 
 
+async def test_a_late_beat_reads_the_changes_and_is_seen_back_by_the_others() -> None:
+    """Issue 19: a beat that came late (its process loaded) read every member, O(N), which
+    made the next one later still; at N = 1,000 every beat of a loaded fleet came late and
+    read in full. It logs its node as joined again and reads the changes like any other
+    beat. Failed before: the late beat read in full."""
+    clock = FakeClock(start_s=1_800_000_000.0)
+    store = Store.from_url(f"memory://hb-{secrets.token_hex(4)}", "hb")
+    n1, n2 = beater("n1", clock), beater("n2", clock)
+    watched = Recording(store)
+    try:
+        for node in (n1, n2):
+            await node.beat(store)
+            node._beats = 1  # away from the periodic full read
+        await clock.advance(2)
+        await n2.beat(store)
+        await clock.advance(1.6)  # n1 last beat 3.6 s ago: late, and silent to n2 (3 s)
+        await n2.beat(store)
+        assert n2.membership.live == {"n2"}
+        await n1.beat(watched)  # type: ignore[arg-type]
+        assert watched.reads == ["changes"]
+        assert (n1.late_beats, n1.full_reads_forced) == (2, 0)  # its first beat, and this
+        assert n1.membership.live == {"n1", "n2"}
+        await clock.advance(0.4)
+        await n2.beat(watched)  # type: ignore[arg-type]
+        assert watched.reads == ["changes", "changes"]
+        assert n2.membership.live == {"n1", "n2"}  # n1 logged itself as joined again
+        assert n2.full_reads_forced == 0
+    finally:
+        await store.aclose()
+
+
 class Paused:
     """A store that holds every heartbeat while ``held`` (``CLIENT PAUSE WRITE``): each is
     sent (stamped with its send time) and served once the pause ends, in the order sent."""
