@@ -189,6 +189,46 @@ async def test_a_late_beat_reads_the_changes_and_is_seen_back_by_the_others() ->
         await store.aclose()
 
 
+async def test_a_late_node_keeps_the_members_it_reads_silent_without_reading_all() -> None:
+    """Issue 19: a node whose own beats came late (its process loaded) does not take the
+    others' silence meanwhile for departure, as after a write pause, but it learnt that
+    from a full read of every member after each such beat (O(N)); at N = 1,000 a loaded
+    fleet's beats all did. A read of the changes keeps them; a member still silent once
+    this node's beats go through again departs as before. Failed before: the read of
+    changes gave up and read in full."""
+    clock = FakeClock(start_s=1_800_000_000.0)
+    store = Store.from_url(f"memory://hb-{secrets.token_hex(4)}", "hb")
+    n1, n2, n3 = (beater(name, clock) for name in ("n1", "n2", "n3"))
+    departed: list[frozenset[str]] = []
+    n1.membership.on_departed = departed.append
+    watched = Recording(store)
+    try:
+        for node in (n1, n2, n3):
+            await node.beat(store)
+            node._beats = 1  # away from the periodic full read and the prune
+        await clock.advance(2)
+        for node in (n1, n2, n3):
+            await node.beat(store)
+        await clock.advance(3)
+        await n3.beat(store)
+        await clock.advance(0.5)  # n1's loop was held 3.5 s; n2's beat is 3.5 s old
+        await n1.beat(watched)  # type: ignore[arg-type]
+        assert n1.membership.live == {"n1", "n2", "n3"}
+        assert departed == []
+        # n2 is dead; n1 and n3 beat every 2 s: n2 departs 1.5 heartbeats after n1's
+        # own beats went through again.
+        for _ in range(2):
+            await clock.advance(2)
+            await n3.beat(store)
+            await n1.beat(watched)  # type: ignore[arg-type]
+        assert departed == [frozenset({"n2"})]
+        assert n1.membership.live == {"n1", "n3"}
+        assert watched.reads == ["changes"] * 3
+        assert n1.full_reads_forced == 0
+    finally:
+        await store.aclose()
+
+
 class Paused:
     """A store that holds every heartbeat while ``held`` (``CLIENT PAUSE WRITE``): each is
     sent (stamped with its send time) and served once the pause ends, in the order sent."""
