@@ -16,7 +16,7 @@ Fields of nodes that left the live set are deleted by whichever node notices.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cronrace.stores.redis.changes as changes
@@ -107,8 +107,16 @@ def exchange_commands(
     return commands
 
 
-def decode_exchange(node_id: str, request: FleetRequest, raw: Sequence[Any]) -> FleetReply:
+def decode_exchange(
+    node_id: str,
+    request: FleetRequest,
+    raw: Sequence[Any],
+    entries_of: Callable[[Any], list[tuple[str, str, str, str]]] = changes.decode,
+) -> FleetReply:
     """The reply of one exchange from the replies of :func:`exchange_commands`.
+
+    ``entries_of`` decodes the change log's entries (the heartbeat passes its own, which
+    remembers the reply it shares with the exchange: the entries are decoded once).
 
     Raises:
         The first error reply that is not ``WRONGTYPE`` (garbage under a fleet key reads
@@ -129,7 +137,7 @@ def decode_exchange(node_id: str, request: FleetRequest, raw: Sequence[Any]) -> 
     since = request.since
     if since is not None:
         logged, oldest = replies[-4:-2]
-        entries = changes.decode(logged)
+        entries = entries_of(logged)
         cursor = entries[-1][0] if entries else since
         prints = changes.latest(entries, (changes.PRINT,))
         return FleetReply(

@@ -10,6 +10,7 @@ only the members that joined or left since, those gone silent (expiry before
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import cronrace.stores.redis.changes as changes
@@ -105,10 +106,21 @@ class MemberCommands(RunCommands):
             commands, time_first=True, tail=tail
         )
         exchanged = None
+        decoded: list[tuple[Any, list[tuple[str, str, str, str]]]] = []
+
+        def entries_of(logged: Any) -> list[tuple[str, str, str, str]]:
+            # The change log's entries, decoded once when the beat and the exchange share
+            # the read (a loaded fleet's log holds a join for each of its late beats).
+            for reply, entries in decoded:
+                if reply is logged:
+                    return entries
+            decoded.append((logged, changes.decode(logged)))
+            return decoded[-1][1]
+
         if fleet is not None:
             own = iter(replies[len(commands) :])
             raw = [next(own) if i < 0 else replies[i] for i in same]
-            exchanged = _decode_exchange(node_id, fleet, raw)
+            exchanged = _decode_exchange(node_id, fleet, raw, entries_of)
             replies = replies[: len(commands)]
         server_time_s = int(seconds) + int(micros) / 1e6
         epoch = decode_text(replies[1])
@@ -126,7 +138,7 @@ class MemberCommands(RunCommands):
                 fleet=exchanged,
             )
         logged, oldest, silent, live_count = replies[reads : reads + 4]
-        entries = changes.decode(logged)
+        entries = entries_of(logged)
         cursor = entries[-1][0] if entries else since
         if changes.gap(since, entries, oldest):
             return HeartbeatReply(
@@ -169,11 +181,16 @@ class MemberCommands(RunCommands):
         )
 
 
-def _decode_exchange(node_id: str, fleet: FleetRequest, replies: list[Any]) -> FleetReply | None:
+def _decode_exchange(
+    node_id: str,
+    fleet: FleetRequest,
+    replies: list[Any],
+    entries_of: Callable[[Any], list[tuple[str, str, str, str]]],
+) -> FleetReply | None:
     """The exchange's reply; None where an error reply of its own data failed it (logged:
     ticks must not care), while any other error fails the beat, as it would have alone."""
     try:
-        return decode_exchange(node_id, fleet, replies)
+        return decode_exchange(node_id, fleet, replies, entries_of)
     except RAW_FAILURES as exc:
         error = translate(exc, in_reply=True)
         if not isinstance(error, RedisDataError):

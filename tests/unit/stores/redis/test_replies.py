@@ -92,3 +92,20 @@ def test_renewals_decode_to_enums(raw: int, renewal: Renewal) -> None:
 def test_an_unknown_renewal_answer_is_a_store_error() -> None:
     with pytest.raises(StoreError, match=r"renew\.lua answered"):
         decode_renewal(3)
+
+
+def test_change_log_entries_decode_from_bytes_or_text_and_skip_malformed_ones() -> None:
+    from cronrace.stores.redis import changes
+
+    reply = [
+        (b"5-0", {b"n": b"a", b"k": b"join", b"v": b"9000"}),
+        (b"6-0", {b"n": b"b", b"k": b"leave"}),
+        (b"7-0", {b"x": b"garbage"}),
+        (b"8-0", {}),
+        ("9-0", {"n": "c", "k": "print", "v": "f1 f2"}),
+    ]
+    assert changes.decode(reply) == [
+        ("5-0", "a", "join", "9000"),
+        ("6-0", "b", "leave", ""),
+        ("9-0", "c", "print", "f1 f2"),
+    ]
