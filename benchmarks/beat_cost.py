@@ -35,7 +35,7 @@ from cronrace.runtime.clock import SystemClock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import Readiness
 from cronrace.runtime.watchdog import LoopWatchdog
-from cronrace.stores.redis import Store
+from cronrace.stores.redis import Store, changes
 
 HEARTBEAT_S = 2.0
 
@@ -72,7 +72,31 @@ async def _beat(
         await fleet.exchange(details, int(time.time() * 1000))
 
 
-async def one(url: str, nodes: int, beats: int) -> dict[str, Any]:
+async def _fall_behind(
+    probe: Heartbeat, store: Store, members: list[Any], late_share: float, ttl_ms: int
+) -> None:
+    """A loaded fleet between two of the probe's beats: a share of the members beat late
+    (each logged as joined again) and half of those still look silent, and the probe's own
+    beat comes late too (its loop held up for 1.75 heartbeats), as in a saturated
+    1,000-node cell (issue 19)."""
+    now_ms = int(time.time() * 1000)
+    behind_ms = int(1.75 * HEARTBEAT_S * 1000)
+    late = members[: int(len(members) * late_share)]
+    pipe = store.client.pipeline(transaction=False)
+    for index, (beat, *_rest) in enumerate(late):
+        expiry = now_ms + ttl_ms - (behind_ms if index % 2 else 0)
+        pipe.zadd(store.keys.nodes, {beat.node_id: expiry})
+        pipe.xadd(
+            store.keys.fleet_log,
+            changes.entry(beat.node_id, changes.JOIN, expiry),
+            **changes.add_kwargs(),
+        )
+    await pipe.execute()
+    probe._last_ok_ms = now_ms - behind_ms
+    probe.membership._confirmed_ms = now_ms - behind_ms
+
+
+async def one(url: str, nodes: int, beats: int, late_share: float = 0.0) -> dict[str, Any]:
     clock = SystemClock()
     store = Store.from_url(url, f"beat-{nodes}-{time.monotonic_ns()}")
     members = []
@@ -96,6 +120,8 @@ async def one(url: str, nodes: int, beats: int) -> dict[str, Any]:
             await store.client.zadd(
                 store.keys.nodes, {beat.node_id: now_ms + ttl_ms for beat, *_ in members}
             )
+            if late_share:
+                await _fall_behind(probe, store, members, late_share, ttl_ms)
             started = time.process_time()
             await _beat(probe, store, fleet, details, membership.live)
             probe_cpu += time.process_time() - started
@@ -106,6 +132,9 @@ async def one(url: str, nodes: int, beats: int) -> dict[str, Any]:
             "probe_cpu_ms_per_beat": round(probe_cpu / beats * 1000, 3),
             "fleet_cores_at_2s": round(probe_cpu / beats * nodes / HEARTBEAT_S, 3),
             "members_seen": len(membership.live),
+            "late_share": late_share,
+            "full_reads": getattr(probe, "full_reads", None),
+            "full_reads_forced": probe.full_reads_forced,
         }
     finally:
         await store.aclose()
@@ -116,13 +145,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", default="10,100,1000")
     parser.add_argument("--beats", type=int, default=40)
     parser.add_argument("--tag", default="")
+    parser.add_argument(
+        "--late-share",
+        type=float,
+        default=0.0,
+        help="a loaded fleet: this share of the members beat late between the probe's "
+        "beats (logged as joined again, half of them still silent), the probe late too",
+    )
     args = parser.parse_args(argv)
     import cronrace
 
     with BenchServer(Path(tempfile.mkdtemp(prefix="cronrace-beat-"))) as server:
         url = f"redis://127.0.0.1:{server.port}"
         for nodes in (int(n) for n in args.nodes.split(",")):
-            row = anyio.run(one, url, nodes, args.beats)
+            row = anyio.run(one, url, nodes, args.beats, args.late_share)
             row["tag"] = args.tag
             row["cronrace"] = cronrace.__file__
             row["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]

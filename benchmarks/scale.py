@@ -157,6 +157,10 @@ CELL_FIGURES = (
     "loop_stall_ms_startup_max",
     "loop_stall_ms_window_max",
     "churned",
+    # The heartbeats' cascade counters (late beats, full reads, reads of changes, reads
+    # of changes that fell back to a full one), summed over the agents.
+    "beats_before_window",
+    "beats_in_window",
 )
 
 

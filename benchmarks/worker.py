@@ -113,12 +113,14 @@ def beat_counts(agents: list[Agent]) -> dict[str, int]:
     """The agents' heartbeats so far: late ones (logged as joined again), full reads of
     the members, reads of the changes, and reads of changes that fell back to a full one."""
     beats = [agent.heartbeat for agent in agents]
-    return {
-        "late": sum(b.late_beats for b in beats),
-        "full_reads": sum(b.full_reads for b in beats),
-        "change_reads": sum(b.change_reads for b in beats),
-        "forced": sum(b.full_reads_forced for b in beats),
+    names = {
+        "late": "late_beats",
+        "full_reads": "full_reads",
+        "change_reads": "change_reads",
+        "forced": "full_reads_forced",
     }
+    # getattr: an older checkout (a before/after pair) counts fewer of them.
+    return {key: sum(getattr(b, name, 0) for b in beats) for key, name in names.items()}
 
 
 def rss_mb() -> float:
