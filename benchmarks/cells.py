@@ -227,10 +227,17 @@ def _run(
                 "loop_stall_ms_startup_max": max(
                     (float(p.get("stall_ms", 0)) for p in progress), default=None
                 ),
+                "startup_memory_per_node_mb": round(
+                    sum(float(p.get("rss_mb", 0)) for p in progress) / spec.nodes, 2
+                ),
             }
         fleet.handle(*got)
     row["startup_s"] = round(max(proc.startup_s for proc in fleet.procs), 2)
     row["startup_cpu_s"] = round(sum(proc.startup_cpu_s for proc in fleet.procs), 2)
+    row["startup_cpu_s_per_node"] = round(row["startup_cpu_s"] / spec.nodes, 3)
+    row["startup_memory_per_node_mb"] = round(
+        sum(proc.startup_rss_mb for proc in fleet.procs) / spec.nodes, 2
+    )
     t0 = math.floor(time.time()) + 1 + spec.warmup_ticks
     t1 = t0 + spec.ticks
     if spec.losers_only:

@@ -36,6 +36,8 @@ class Proc:
     startup_s: float = 0.0
     #: CPU the process spent from its start until every agent was seeded.
     startup_cpu_s: float = 0.0
+    #: Resident memory its agents grew the process by when they were ready, MB.
+    startup_rss_mb: float = 0.0
     #: While starting: agents seeded, CPU and longest loop stall so far (``starting``).
     progress: dict[str, Any] = field(default_factory=dict)
 
@@ -117,6 +119,7 @@ class Fleet:
             proc.ready = True
             proc.startup_s = float(event.get("startup_s", 0.0))
             proc.startup_cpu_s = float(event.get("startup_cpu_s", 0.0))
+            proc.startup_rss_mb = float(event.get("startup_rss_mb", 0.0))
         elif event["ev"] == "starting":
             proc.progress = event
         elif event["ev"] == "done":

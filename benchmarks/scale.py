@@ -149,6 +149,8 @@ CELL_FIGURES = (
     "memory_per_node_mb",
     "startup_s",
     "startup_cpu_s",
+    "startup_cpu_s_per_node",
+    "startup_memory_per_node_mb",
     "startup_seeded",
     "heartbeat_s",
     "job_ticks",

@@ -224,6 +224,7 @@ class Worker:
                     "seeded": seeded,
                     "cpu_s": round(time.process_time(), 3),
                     "stall_ms": round(self.stall_ms["startup"], 1),
+                    "rss_mb": round(rss_mb() - self.rss_base_mb, 1),
                 }
             )
 
@@ -308,6 +309,7 @@ class Worker:
                     "beats": beat_counts(self.agents),
                     "startup_s": round(time.monotonic() - started, 3),
                     "startup_cpu_s": round(time.process_time(), 3),
+                    "startup_rss_mb": round(rss_mb() - self.rss_base_mb, 1),
                 }
             )
             async with anyio.create_task_group() as watchers:
