@@ -15,7 +15,8 @@ minutely jobs spread by ``H`` (``H * * * * *``), as a fleet process of
   agents of one process share: the job definitions (frozen ``Job`` objects, built once per
   process as ``benchmarks.worker`` does; ``--own-jobs``: each agent builds its own), their
   digests and the caches of parsed schedules and next ticks (pure values of their inputs,
-  bounded per process).
+  bounded per process). Resident memory (RSS) grown, the same two ways, is reported
+  beside it: it holds what the allocator kept of each start's peak too.
 
 A second round (``--rounds 2``) starts new agents in the same namespace, as nodes
 restarting with unchanged definitions do. It imports ``cronrace`` from wherever
@@ -37,7 +38,7 @@ from typing import Any
 import anyio
 
 from benchmarks.server import BenchServer
-from benchmarks.worker import build_agent, job_name, log_run
+from benchmarks.worker import build_agent, job_name, log_run, rss_mb
 from cronrace import Agent
 
 SCHEDULE = "H * * * * *"
@@ -79,7 +80,7 @@ async def _start(tg: Any, agents: list[Agent]) -> None:
 async def _round(url: str, namespace: str, first: int, agents: int, jobs: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
-        base_mb = _traced_mb()
+        base_mb, base_rss = _traced_mb(), rss_mb()
         cpu = time.process_time()
         one = [_build(url, namespace, first, jobs)]
         out["build_cpu_s_first"] = round(time.process_time() - cpu, 3)
@@ -88,6 +89,8 @@ async def _round(url: str, namespace: str, first: int, agents: int, jobs: int) -
         out["start_cpu_s_first"] = round(time.process_time() - cpu, 3)
         first_mb = _traced_mb()
         out["memory_mb_first"] = round(first_mb - base_mb, 3)
+        first_rss = rss_mb()
+        out["rss_mb_first"] = round(first_rss - base_rss, 2)
         cpu = time.process_time()
         rest = [_build(url, namespace, first + i, jobs) for i in range(1, agents)]
         build_s = time.process_time() - cpu
@@ -98,6 +101,7 @@ async def _round(url: str, namespace: str, first: int, agents: int, jobs: int) -
         out["build_cpu_s_others"] = round(build_s / others, 3)
         out["start_cpu_s_others"] = round(start_s / others, 3)
         out["memory_mb_others"] = round((_traced_mb() - first_mb) / others, 3)
+        out["rss_mb_others"] = round((rss_mb() - first_rss) / others, 2)
         for agent in one + rest:
             agent.stop()
     return out
