@@ -337,3 +337,46 @@ async def test_one_racer_of_two_leaving_costs_no_extra_claim() -> None:
         if "ghost" in Ring.build([*(f"node-{i}" for i in range(4)), "ghost"]).racers(name, t, 2)
     ]
     assert sent == 2 * 20 - len(ghost_ticks)
+
+
+@pytest.mark.timeout(60)
+async def test_a_node_joining_a_running_fleet_claims_only_its_share_from_its_first_tick() -> None:
+    # It reads what the others run before its first tick, not a heartbeat later: a node
+    # joining a fleet of many jobs (a restart, a rolling deploy) does not claim every
+    # job's every tick until its first heartbeat, only those its full view places on it.
+    clock = FakeClock(start_s=START_S)
+    names = [f"job-{i}" for i in range(30)]
+    agents, observers = [], []
+    for index in range(7):
+        observer = Claims()
+        agent = memory_agent(
+            clock,
+            redis_url="memory://racers-join",
+            node_id=f"node-{index}",
+            racers="2",
+            heartbeat_s=2.0,
+        )
+        agent.observer = observer
+
+        async def tick(ctx: RunContext) -> None:
+            pass
+
+        for name in names:
+            agent.add_job(tick, "@every 1s", name=name)
+        agents.append(agent)
+        observers.append(observer)
+    async with anyio.create_task_group() as tg:
+        for agent in agents[:6]:
+            await tg.start(agent.run)
+        await clock.advance(5)  # the six have read each other
+        await tg.start(agents[6].run)
+        joined_s = int(clock.time())
+        await clock.advance(1.5)  # its first tick, before its first heartbeat after start
+        sent = observers[6].sent
+        for agent in agents:
+            agent.stop()
+        await clock.advance(5)
+    ring = Ring.build(f"node-{i}" for i in range(7))
+    raced = sum("node-6" in ring.racers(name, joined_s + 1, 2) for name in names)
+    assert raced < len(names) / 2
+    assert sent == raced
