@@ -137,13 +137,13 @@ class Store(TakeoverCommands, MemberCommands):
         replies = await self._claims_sent(keys, add, wait_replicas=wait_replicas, wait_ms=wait_ms)
         out: list[ClaimReply] = []
         errors: list[BaseException] = []
-        for claim, reply in zip(claims, replies, strict=True):
+        for claim, reply, witness in zip(claims, replies, witnesses, strict=True):
             answers = reply.replies
             probed = False
             if isinstance(answers, list) and len(answers) > claim_replies:
                 # The fence probe: garbage there (or an error reply) is no evidence, and
                 # the job's next acquire moves it aside.
-                probed = self._probed(claim.job, answers[claim_replies:])
+                probed = self._probed(claim.job, answers[claim_replies:], witness)
                 answers = answers[:claim_replies]
             failed: BaseException | None = None
             if isinstance(answers, list):
@@ -235,9 +235,13 @@ class Store(TakeoverCommands, MemberCommands):
             return None
         return witness[0]
 
-    def _probed(self, job: str, answers: Sequence[Any]) -> bool:
-        """Take a claim's probe answers (the counter, then the witness if one was sent);
-        False when the counter could not be read."""
+    def _probed(self, job: str, answers: Sequence[Any], witness: str | None = None) -> bool:
+        """Take a claim's probe answers (the counter, then ``witness``'s if one was sent);
+        False when the counter could not be read.
+
+        Two claims of one job in a batch (a tick and a manual trigger) carry the same
+        witness: the first answer takes it out of the bookkeeping, the second is read
+        from ``witness``, not from it."""
         if isinstance(answers[0], BaseException):
             return False
         fence = int_or_none(answers[0])
@@ -250,7 +254,7 @@ class Store(TakeoverCommands, MemberCommands):
             # and a fence the winner may be running under with it.
             log.warning(
                 "a lost claim vanished before its TTL: taking it as a wipe of the job",
-                extra={"job": job, "claim": self._lost_unseen[job][0]},
+                extra={"job": job, "claim": witness},
             )
             self._lost_unseen.pop(job, None)
             self._saw_fence(job, 1)

@@ -61,3 +61,19 @@ async def test_a_lost_claim_near_its_expiry_witnesses_nothing(
     await wipe_job(store, "j", 100)
     assert await loser.claim([Claim("j", 101, 30_000)], LOSER) == [True]
     assert loser.known_fence("j") == 0
+
+
+async def test_a_tick_and_a_trigger_of_one_job_in_one_batch_both_read_the_witness(
+    store: Store, backend: RedisBackend
+) -> None:
+    """Both carry the lost claim's witness; the first answer takes it out of the node's
+    bookkeeping, and the second must still be read (it raised KeyError, failing the claims
+    of the whole batch)."""
+    loser = await backend.node()
+    assert await store.claim([Claim("j", 100, 30_000)], WINNER) == [True]
+    assert await loser.claim([Claim("j", 100, 30_000)], LOSER) == [False]
+    await acquire(store, request(100, owner=WINNER))
+    await wipe_job(store, "j", 100)
+    batch = [Claim("j", 101, 30_000), Claim("j", 101, 30_000, trigger_id="t1")]
+    assert await loser.claim(batch, LOSER) == [True, True]
+    assert loser.known_fence("j") > 0
