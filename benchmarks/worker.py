@@ -118,6 +118,7 @@ def beat_counts(agents: list[Agent]) -> dict[str, int]:
         "full_reads": "full_reads",
         "change_reads": "change_reads",
         "forced": "full_reads_forced",
+        "gaps": "gaps",
     }
     # getattr: an older checkout (a before/after pair) counts fewer of them.
     return {key: sum(getattr(b, name, 0) for b in beats) for key, name in names.items()}

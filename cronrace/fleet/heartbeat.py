@@ -111,6 +111,8 @@ class Heartbeat:
         self.late_beats = 0
         self.full_reads = 0
         self.change_reads = 0
+        #: Reads of changes that met a gap in the log (more than it reads at once, trimmed).
+        self.gaps = 0
         #: The epoch this node re-asserted its runs' leases for ('' before the first beat).
         self.asserted_epoch = ""
         #: Re-asserts the leases of the runs this node holds; whether all were answered.
@@ -208,6 +210,7 @@ class Heartbeat:
             await self._after_wipe(store, self.epoch, reply.epoch)
         if wiped or (not reply.full and (reply.gap or not self._take_changes(reply, now_ms))):
             self.full_reads_forced += not reply.full
+            self.gaps += reply.gap
             reply = await store.heartbeat(
                 self.node_id,
                 now_ms=now_ms,
