@@ -27,9 +27,9 @@ from types import ModuleType
 from typing import Any
 
 import fakeredis
-from fakeredis._clients._async import FakeAsyncRedisConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from cronrace.stores.redis.client import embedded_connection
 from cronrace.testing import FakeClock
 
 #: fakeredis modules that read ``time.time()``: key expiry, ``TIME``, stream ids.
@@ -159,7 +159,7 @@ def node_client(network: Network, process: Process) -> Any:
     """An async client of the shared server whose calls go through ``process`` and
     ``network``: frozen with the node, failing with the network."""
 
-    class NodeConnection(FakeAsyncRedisConnection):
+    class NodeConnection(embedded_connection()):  # type: ignore[misc]
         async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
             await process.running()
             if process.buried:

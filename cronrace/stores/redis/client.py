@@ -13,6 +13,7 @@ that does not verify) into cronrace's errors for every command and pipeline, and
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -39,6 +40,25 @@ log = logging.getLogger("cronrace.stores.redis")
 _MEMORY_SERVERS: dict[str, Any] = {}
 
 
+@functools.cache
+def embedded_connection() -> type:
+    """The embedded store's connection class: fakeredis's, with a name.
+
+    Given a shared server, fakeredis (2.41) never sets a connection's ``server_key``,
+    which its ``__str__`` returns, and redis-py (8.2) formats the connection into the
+    debug line it logs when an operation fails: the failure then surfaces as an
+    ``AttributeError`` from inside redis-py instead of the ``ConnectionError`` cronrace
+    reads back after (a claim whose answer was lost became an unexpected error, and its
+    tick was dropped).
+    """
+    from fakeredis._clients._async import FakeAsyncRedisConnection
+
+    class EmbeddedConnection(FakeAsyncRedisConnection):
+        server_key = "memory"
+
+    return EmbeddedConnection
+
+
 def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) -> Any:
     """Create a redis.asyncio client for ``url`` (``memory://NAME`` for the embedded one).
 
@@ -54,7 +74,9 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
         import fakeredis
 
         server = _MEMORY_SERVERS.setdefault(target.memory_name, fakeredis.FakeServer())
-        return fakeredis.FakeAsyncRedis(server=server, decode_responses=False)
+        return fakeredis.FakeAsyncRedis(
+            server=server, decode_responses=False, connection_class=embedded_connection()
+        )
     options: dict[str, Any] = {
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,
