@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 #: The message of the cancellations a lost lease causes (seen in a handler's traceback).
 LEASE_LOST_MESSAGE = "cronrace: the run's lease was lost"
+#: How often a handler inside a shielded anyio scope is looked at again.
+SHIELDED_POLL_S = 0.01
 
 _anyio_states: Any = None  # anyio's registry of the tasks that entered its scopes
 
@@ -93,11 +95,13 @@ class HandlerCancel:
         # As anyio delivers: never the task now running (it is cancelled at its next
         # await, on a later turn), nor one already due to be, nor one whose awaited
         # future is done (it is about to resume with that result).
-        if (
-            task is not asyncio.current_task()
-            and not getattr(task, "_must_cancel", False)
-            and not _shielded(task)
-        ):
+        if task is not asyncio.current_task() and not getattr(task, "_must_cancel", False):
+            if _shielded(task):
+                # anyio stops delivering while a task is in a shielded scope and starts
+                # again as it leaves it; with no hook there, look again a little later
+                # rather than at every turn of the loop (a long clean-up would spin it).
+                task.get_loop().call_later(SHIELDED_POLL_S, self._deliver)
+                return
             waiter = getattr(task, "_fut_waiter", None)
             if waiter is None or not waiter.done():
                 task.cancel(LEASE_LOST_MESSAGE)

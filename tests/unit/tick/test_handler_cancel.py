@@ -10,6 +10,7 @@ import pytest
 
 from cronrace import RunContext
 from cronrace.testing import FakeClock, memory_agent
+from cronrace.tick import cancel as cancel_module
 from cronrace.tick.cancel import HandlerCancel
 from tests.helpers import history, running
 
@@ -107,3 +108,33 @@ async def test_only_its_own_cancellation_is_swallowed() -> None:
     await task
     assert after == ["left", "went on"]
     assert task.cancelling() == 0
+
+
+async def test_a_shielded_clean_up_is_looked_at_now_and_then_not_at_every_turn_of_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    looks: list[bool] = []
+    shielded = cancel_module._shielded
+
+    def counted(task: asyncio.Task[object]) -> bool:
+        looks.append(shielded(task))
+        return looks[-1]
+
+    monkeypatch.setattr(cancel_module, "_shielded", counted)
+    started = asyncio.Event()
+    under = HandlerCancel()
+
+    async def run() -> None:
+        with under:
+            with anyio.CancelScope(shield=True):
+                started.set()
+                await asyncio.sleep(0.2)  # a clean-up: the lease is lost meanwhile
+            await asyncio.sleep(10)  # cut as soon as the shield is left
+
+    task = asyncio.create_task(run())
+    await started.wait()
+    under.cancel()
+    await task
+    # Every 10 ms while shielded (about 20 looks), not at each of the loop's turns.
+    assert looks.count(True) < 100
+    assert looks[-1] is False
