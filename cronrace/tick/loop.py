@@ -98,6 +98,13 @@ class Scheduler:
         #: than its tick (backoff), and only the entry matching ``next_tick`` counts.
         self._heap: list[tuple[float, int, str]] = []
         self._unanswered: dict[str, int] = {}
+        #: Each job's claim sent without an answer: it may be this node's (the write went
+        #: through, the answer was lost). The job's next plans claim that tick again (read
+        #: back), the ticks after it follow once it is answered. A plan claiming a newer tick
+        #: never read it back: the node that lost it left it to this one, a third decided
+        #: the newer tick and passed it, and it was neither run nor recorded (the scheduler
+        #: model found it). Won, it is decided late (``missed``, or run if catchup = all).
+        self._pinned: dict[str, int] = {}
         #: The loop's sleep: put_job, membership changes and a moved clock end it.
         self.nap = Nap(clock)
         #: Each job's next tick, for the jobs in the heap (racers = k: those this node races).
@@ -181,6 +188,7 @@ class Scheduler:
             )
             unanswered = await self.tick_race.race(plans, runs) if plans else set()
             for name in names:
+                self._pin(name, newest, unanswered)
                 if name not in unanswered:
                     self._unanswered.pop(name, None)
                     if name in newest:
@@ -221,6 +229,7 @@ class Scheduler:
         for first_due, name in due:
             if name not in following:  # dropped by _unschedule, replaced or removed
                 continue
+            self._pin(name, newest, unanswered)
             if name not in unanswered:
                 self._unanswered.pop(name, None)
                 if name in newest:
@@ -234,6 +243,14 @@ class Scheduler:
             self._unanswered[name] = attempt + 1
             self._push(name, first_due, wake_s=self.clock.time() + backoff_s(attempt))
 
+    def _pin(self, name: str, newest: dict[str, int], unanswered: set[str]) -> None:
+        """Pin a job's next plans to its claim that got no answer (``_pinned``), or unpin it."""
+        tick_s = newest.get(name)
+        if name not in unanswered:
+            self._pinned.pop(name, None)
+        elif tick_s is not None and self.tick_race.unanswered_claim(name, tick_s):
+            self._pinned[name] = tick_s
+
     def _propose(
         self, planned: dict[str, Job], due: list[tuple[int, str]], now: float
     ) -> tuple[list[Proposal], dict[str, int], dict[str, int]]:
@@ -245,12 +262,17 @@ class Scheduler:
         skipped = 0
         for first_due, name in due:
             job = planned[name]
+            pinned_s = self._pinned.get(name)
             try:
-                plan, following[name] = plan_due(job, first_due, now, self.settings.live_grace_s)
+                plan, following[name] = plan_due(
+                    job, first_due, now, self.settings.live_grace_s, until_s=pinned_s
+                )
                 if plan is not None:
                     newest[name] = plan.claim_tick_s
-                others = (
-                    None if plan is None else self.membership.racers_of(name, plan.claim_tick_s)
+                others = (  # a pinned claim may be this node's: read it back in any case
+                    None
+                    if plan is None or pinned_s is not None
+                    else self.membership.racers_of(name, plan.claim_tick_s)
                 )
                 if plan is not None and others is not None:
                     # racers = k: other nodes race for this one (racers.py).
@@ -259,7 +281,11 @@ class Scheduler:
                     skipped += 1
                     continue
                 if plan is not None:
-                    proposal = self._with_passed(job, plan, first_due, now)
+                    proposal = (
+                        self._with_passed(job, plan, first_due, now)
+                        if pinned_s is None  # what others left waits for the plan after it
+                        else Proposal(job, plan, prior_tick_s=self._prior_tick.get(name, 0))
+                    )
                     if proposal.shared_from_s is None and plan.missed:
                         # A backlog from this node's own last tick: other nodes may have
                         # decided some of it while this one was frozen or cut off (the
@@ -467,29 +493,5 @@ class Scheduler:
     async def fire_trigger(
         self, job: Job, trigger_id: str, runs: TaskGroup, *, age_s: float = 0.0
     ) -> None:
-        """Race for a manual trigger: its own claim key, the same lease and overlap policy.
-
-        A trigger read more than ``catchup_window`` after it was requested (``age_s``, on
-        Redis's clock) is dropped: a node back from an outage or a pause reads old
-        requests, whose claim may have expired; racing for it again ran it a second time
-        (the scheduler model found it). The claim lives ``catchup_window`` plus the skew
-        tolerance, so every node that reads it in time still meets it.
-        """
-        if age_s > job.catchup_window_s:
-            log.warning(
-                "manual trigger read too late to race for; another node may have run it",
-                extra={
-                    "job": job.name,
-                    "trigger": trigger_id,
-                    "age_s": round(age_s, 1),
-                    "node": self.settings.node_id,
-                },
-            )
-            return
-        now_s = int(self.clock.time())
-        plan = TickPlan(now_s, now_s, (now_s,), 0)
-        if await self.tick_race.race([Proposal(job, plan, trigger_id)], runs):
-            log.error(
-                "manual trigger dropped: Redis did not answer",
-                extra={"job": job.name, "trigger": trigger_id},
-            )
+        """Race for a manual trigger (:meth:`TickRace.race_trigger`)."""
+        await self.tick_race.race_trigger(job, trigger_id, runs, age_s=age_s)

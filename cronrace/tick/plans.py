@@ -20,12 +20,22 @@ def window_start_s(now: float, catchup_window_s: float) -> int:
 
 
 def plan_due(
-    job: Job, first_due_s: int, now: float, live_grace_s: float
+    job: Job,
+    first_due_s: int,
+    now: float,
+    live_grace_s: float,
+    *,
+    until_s: int | None = None,
 ) -> tuple[TickPlan | None, int]:
     """Classify a job's due ticks: expired, late (a backlog) or on time; and its next tick.
 
     A backlog may hold ticks other nodes decided meanwhile: the decision counts what
     was really missed, and logs it (decisions.report), so nothing is logged here.
+
+    ``until_s`` pins the plan's claim to that tick, one this node claimed without an
+    answer (only claiming that key again reads it back: it may be this node's): the plan
+    decides the backlog's ticks up to it, as the catch-up policy would decide them in the
+    whole backlog, and the next tick is the one after it (the rest follows at once).
     """
     now_s = int(now)
     schedule = job.schedule
@@ -50,4 +60,8 @@ def plan_due(
         cutoff_s=cutoff_s,
         max_catchup=job.max_catchup,
     )
-    return plan, schedule.next_tick(now_s)
+    if plan is None or until_s is None or until_s == plan.claim_tick_s or until_s < first_due_s:
+        return plan, schedule.next_tick(now_s)
+    fire = tuple(t for t in plan.fire_ticks_s if t <= until_s)
+    covered = schedule.count_between(first_due_s - 1, until_s, EXPIRED_COUNT_CAP)
+    return TickPlan(until_s, until_s, fire, covered - len(fire)), schedule.next_tick(until_s)

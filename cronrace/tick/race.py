@@ -20,7 +20,7 @@ from anyio.abc import TaskGroup
 from cronrace.errors import StoreError
 from cronrace.fleet.membership import Membership, late_fire_bound_s
 from cronrace.model.job import Job
-from cronrace.model.policies import Outcome, Overlap
+from cronrace.model.policies import Outcome, Overlap, TickPlan
 from cronrace.runtime import tracing
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
@@ -99,6 +99,10 @@ class TickRace:
         #: departed (Membership.counted_live).
         self._membership: Membership | None = None
         self._unheard = False  # logged that claims wait for a heartbeat
+
+    def unanswered_claim(self, job: str, tick_s: int) -> bool:
+        """Whether this node's last claim of the job's tick got no answer (it may be won)."""
+        return (job, tick_s, None) in self._ambiguous
 
     def claim_ttl_ms(self, job: Job) -> int:
         """A claim must outlive every attempt at its tick (DESIGN.md section 5)."""
@@ -194,6 +198,36 @@ class TickRace:
             await self._decide(wakeup, runs)
         wakeup.decided = True
         return unknown
+
+    async def race_trigger(
+        self, job: Job, trigger_id: str, runs: TaskGroup, *, age_s: float = 0.0
+    ) -> None:
+        """Race for a manual trigger: its own claim key, the same lease and overlap policy.
+
+        A trigger read more than ``catchup_window`` after it was requested (``age_s``, on
+        Redis's clock) is dropped: a node back from an outage or a pause reads old
+        requests, whose claim may have expired; racing for it again ran it a second time
+        (the scheduler model found it). The claim lives ``catchup_window`` plus the skew
+        tolerance, so every node that reads it in time still meets it.
+        """
+        if age_s > job.catchup_window_s:
+            log.warning(
+                "manual trigger read too late to race for; another node may have run it",
+                extra={
+                    "job": job.name,
+                    "trigger": trigger_id,
+                    "age_s": round(age_s, 1),
+                    "node": self.settings.node_id,
+                },
+            )
+            return
+        now_s = int(self.clock.time())
+        plan = TickPlan(now_s, now_s, (now_s,), 0)
+        if await self.race([Proposal(job, plan, trigger_id)], runs):
+            log.error(
+                "manual trigger dropped: Redis did not answer",
+                extra={"job": job.name, "trigger": trigger_id},
+            )
 
     def watch_departures(self, membership: Membership, wake: Callable[[], None]) -> None:
         """Look for claims to take over whenever members go silent (then ``wake`` the loop)."""

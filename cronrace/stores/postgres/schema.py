@@ -38,6 +38,7 @@ FUNCTION_DIGESTS = {
     8: "300ee2a5dcb3d0b7",
     9: "da7bb245664399ad",
     10: "1924aacdc82e7662",
+    11: "666d084c5f07777e",
 }
 
 

@@ -12,10 +12,15 @@ undecided, notes it passed; A's acquire then decides it late: under catchup = al
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from cronrace.model.policies import Overlap
 from cronrace.stores.contract import Store
 from cronrace.stores.values import (
     AcquireDecision,
+    AcquireMode,
     AcquireReply,
     AcquireRequest,
     Claim,
@@ -67,6 +72,30 @@ async def test_a_passed_tick_is_answered_missed_when_the_policy_runs_no_late_tic
     late = await acquire(store, request(100, A, late_ok=False))
     assert late.decision is AcquireDecision.MISSED
     assert late.fence == 0
+
+
+@pytest.mark.parametrize("late_ok", [False, True])  # marking runs nothing, whatever the policy
+async def test_a_passed_tick_whose_plan_runs_nothing_is_answered_missed(
+    store: Store, late_ok: bool
+) -> None:
+    """A backlog under catchup = skip decides its claim in mode mark: read back after its
+    answer was lost and passed meanwhile, it was answered ``stale`` (which no record counts),
+    and the tick was neither run nor counted (the scheduler model found it)."""
+    await claim(store, 100, A)
+    await claim(store, 101, B)
+    newer = await acquire(store, request(101, B, prior=100))
+    req = dataclasses.replace(request(100, A, late_ok=late_ok), mode=AcquireMode.MARK)
+    late = await acquire(store, req)
+    assert (late.decision, late.fence, late.replayed) == (AcquireDecision.MISSED, 0, False)
+    held = await lease(store)
+    assert held is not None
+    assert held.fence == newer.fence  # the newer run's lease, untouched
+    assert await watermark(store) == 101
+    # C never won 100: a mark of it stays stale.
+    await claim(store, 102, A)
+    await acquire(store, request(102, A, prior=101))
+    marked = dataclasses.replace(request(101, C), mode=AcquireMode.MARK)
+    assert (await acquire(store, marked)).decision is AcquireDecision.STALE
 
 
 async def test_a_late_tick_never_replaces_the_newer_run_holding_the_lease(store: Store) -> None:

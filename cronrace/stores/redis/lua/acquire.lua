@@ -30,7 +30,8 @@
 --                      between the watermark and it are noted too (state.passed_ranges):
 --                      this caller raced them and left them to their winners
 -- ARGV[13] late_ok     '1' (catchup = all): a passed tick decided late runs, under the
---                      overlap policy; otherwise it is answered 'missed'
+--                      overlap policy; otherwise (and always in mode mark) it is answered
+--                      'missed'
 --
 -- Reply: {decision, fence, prev_watermark, holder_fence, holder_owner,
 --         abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick,
@@ -276,12 +277,13 @@ if mode ~= 'trigger' then
   if prev >= decide_tick then
     -- A later tick was decided first. Stale, unless that decision passed this tick while
     -- this owner's claim on it was undecided: then no one else decided it, and no one else
-    -- can (the claim is ours), so it is decided now, late.
-    if not (mode == 'run' and remember
+    -- can (the claim is ours), so it is decided now, late. A plan that runs nothing (a
+    -- backlog under catchup = skip, read back after its answer was lost) is missed.
+    if not ((mode == 'run' or mode == 'mark') and remember
             and (take_passed(decide_tick) or take_passed_range(decide_tick))) then
       return reply('stale', 0)
     end
-    if not late_ok then
+    if not late_ok or mode == 'mark' then
       return reply('missed', 0)
     end
     late, mode = true, 'trigger'  -- decided like a trigger: the watermark stays where it is

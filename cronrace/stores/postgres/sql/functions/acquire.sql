@@ -25,7 +25,7 @@
 --                  state.passed_ranges): this caller raced them and left them to their
 --                  winners, whose decisions may be on the way in any order
 --   p_late_ok      a passed tick decided late runs (catchup = all), under the overlap
---                  policy; otherwise it is answered 'missed'
+--                  policy; otherwise (and always in mode mark) it is answered 'missed'
 --
 -- Reply: a JSON object {decision, fence, prev_watermark, holder_fence, holder_owner,
 --   abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick, hold_ms,
@@ -181,7 +181,7 @@ BEGIN
         -- while this owner's claim on it was undecided: then no one else decided it, and
         -- no one else can (the claim is ours), so it is decided now, late.
         -- Ranges of passed ticks are pairs (lo, hi]: lo < tick <= hi, newest last.
-        IF v_mode = 'run' AND remember AND NOT p_decide_tick = ANY (j.passed) THEN
+        IF v_mode IN ('run', 'mark') AND remember AND NOT p_decide_tick = ANY (j.passed) THEN
           FOR k IN 1 .. coalesce(array_length(j.passed_ranges, 1), 0) / 2 LOOP
             IF j.passed_ranges[2 * k - 1] < p_decide_tick
                AND p_decide_tick <= j.passed_ranges[2 * k] THEN
@@ -199,13 +199,14 @@ BEGIN
             END IF;
           END LOOP;
         END IF;
-        IF NOT (v_mode = 'run' AND remember AND (p_decide_tick = ANY (j.passed) OR in_range))
+        IF NOT (v_mode IN ('run', 'mark') AND remember
+                AND (p_decide_tick = ANY (j.passed) OR in_range))
         THEN
           decision := 'stale';
           EXIT decide;
         END IF;
         j.passed := array_remove(j.passed, p_decide_tick);
-        IF NOT p_late_ok THEN
+        IF NOT p_late_ok OR v_mode = 'mark' THEN
           decision := 'missed';
           EXIT decide;
         END IF;

@@ -1,0 +1,8 @@
+-- 0011_passed_marks_missed.sql: version 11 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): acquire() in mode mark (a backlog that
+-- runs nothing) decides a tick passed while this owner's claim on it was undecided as
+-- 'missed', as in mode run without late_ok, instead of 'stale' (which no record counts).
