@@ -465,7 +465,9 @@ class Scheduler:
 
     async def _race_orphans(self, runs: TaskGroup, now: float) -> None:
         """Race, late, for the ticks this node became a racer for when members left."""
-        orphans, self._orphans = self._orphans, {}
+        # Emptied in place: the share (tick/share.py) adds later orphans to this same dict.
+        orphans = dict(self._orphans)
+        self._orphans.clear()
         plans = []
         for name, ticks in orphans.items():
             job = self.jobs.get(name)

@@ -380,3 +380,57 @@ async def test_a_node_joining_a_running_fleet_claims_only_its_share_from_its_fir
     raced = sum("node-6" in ring.racers(name, joined_s + 1, 2) for name in names)
     assert raced < len(names) / 2
     assert sent == raced
+
+
+@pytest.mark.timeout(60)
+async def test_ticks_orphaned_by_a_second_departure_also_fire() -> None:
+    # Two waves of dead-but-listed members, half a minute apart, each the only racer
+    # (racers = 1) of some once-a-minute jobs' tick while listed. Each wave's ticks are
+    # raced again, late, once its members are dropped: the second wave's as well as the
+    # first's (the loop once dropped the share's list of such ticks after its first race).
+    clock = FakeClock(start_s=START_S)
+    runs: list[tuple[str, int, float]] = []
+    waves = ((("ghost-a", "ghost-b"), 3), (("ghost-c", "ghost-d"), 33))
+    agents = []
+    for index in range(4):
+        agent = memory_agent(
+            clock,
+            redis_url="memory://racers-two-waves",
+            node_id=f"node-{index}",
+            racers="1",
+            heartbeat_s=1.0,
+        )
+
+        async def tick(ctx: RunContext) -> None:
+            runs.append((ctx.job, ctx.tick_s, clock.time()))
+
+        for _ghosts, offset in waves:
+            second = (START_S + offset) % 60
+            for slow in range(20):
+                agent.add_job(tick, f"{second} * * * * *", name=f"at-{offset}-{slow}")
+        agents.append(agent)
+    async with anyio.create_task_group() as tg:
+        for agent in agents:
+            await tg.start(agent.run)
+        store = agents[0].store
+        for ghosts, offset in waves:
+            await clock.advance(START_S + offset - 1.8 - clock.time())
+            last_beat_ms = (START_S + offset - 1) * 1000 + 400  # silent from then on
+            await list_ghosts(store, {g: last_beat_ms + 3000 for g in ghosts})
+            await publish_like(store, "node-0", ghosts)
+            await clock.advance(1.0)  # every live node has read the ghosts
+            assert all(len(a.membership.ring.members) == 6 for a in agents)
+            await clock.advance(10)  # they are dropped, their ticks raced again
+            assert all(len(a.membership.ring.members) == 4 for a in agents)
+        for agent in agents:
+            agent.stop()
+        await clock.advance(5)
+    fired = Counter((job, t) for job, t, _at in runs)
+    assert [key for key, n in fired.items() if n > 1] == []
+    for ghosts, offset in waves:
+        ring = Ring.build([*(f"node-{i}" for i in range(4)), *ghosts])
+        tick_s = START_S + offset
+        names = [f"at-{offset}-{slow}" for slow in range(20)]
+        held = [n for n in names if ring.racers(n, tick_s, 1)[0] in ghosts]
+        assert held, "the ghosts held no tick: the test saw no fault"
+        assert [n for n in names if (n, tick_s) not in fired] == [], offset
