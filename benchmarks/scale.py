@@ -285,7 +285,10 @@ def plot_cells(results_dir: Path, cells_file: Path, attempts: list[Path]) -> Pat
         label = f"{data['commit'][:7]}, heartbeat {row['heartbeat_s']:g} s\n"
         label += f"{budget}, load {row['loadavg'][0]}"
         tries.append((label, row))
-    fig, (cells_ax, churn_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    if tries:
+        fig, (cells_ax, churn_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    else:
+        fig, cells_ax = plt.subplots(figsize=(8, 4.5))
     xs = range(len(rows))
     cells_ax.bar(
         [x - 0.2 for x in xs],
@@ -301,7 +304,11 @@ def plot_cells(results_dir: Path, cells_file: Path, attempts: list[Path]) -> Pat
     )
     cells_ax.set_xticks(list(xs))
     cells_ax.set_xticklabels([f"{r['cell']}\nload {r['loadavg'][0]}" for r in rows], fontsize=8)
-    cells_ax.set_title("Large cells: saturated")
+    driven = sum(1 for r in rows if r["missed"] == 0 and r["duplicates"] == 0)
+    cells_ax.set_title(f"Large cells: {driven} of {len(rows)} driven (every job-tick run once)")
+    axes = [cells_ax]
+    if not tries:
+        return _save(fig, axes, results_dir / f"{cells_file.stem}.png")
     xs = range(len(tries))
     churn_ax.bar(
         [x - 0.2 for x in xs],
@@ -317,12 +324,17 @@ def plot_cells(results_dir: Path, cells_file: Path, attempts: list[Path]) -> Pat
     )
     churn_ax.set_xticks(list(xs))
     churn_ax.set_xticklabels([label for label, _r in tries], fontsize=7)
-    churn_ax.set_title("Churn 1,000 x 100: start-up never ready")
-    for ax in (cells_ax, churn_ax):
+    churn_ax.set_title("Churn 1,000 x 100: agents seeded and longest stall at start-up")
+    return _save(fig, [cells_ax, churn_ax], results_dir / f"{cells_file.stem}.png")
+
+
+def _save(fig: Any, axes: list[Any], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    for ax in axes:
         ax.legend(fontsize=8)
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    path = results_dir / f"{cells_file.stem}.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
