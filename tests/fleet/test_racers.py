@@ -96,6 +96,30 @@ def fleet(
     return agents, observers
 
 
+def witnessed_fleet(
+    clock: FakeClock,
+    url: str,
+    racers: str,
+    runs: list[tuple[str, int, str, float]],
+    jobs: list[tuple[str, str, dict[str, object]]],
+) -> list[Agent]:
+    """Four nodes with heartbeat 1 s running ``jobs`` (schedule, name, options), each run
+    noted in ``runs`` as (job, tick, node, when)."""
+    agents = []
+    for index in range(4):
+        agent = memory_agent(
+            clock, redis_url=url, node_id=f"node-{index}", racers=racers, heartbeat_s=1.0
+        )
+
+        async def tick(ctx: RunContext) -> None:
+            runs.append((ctx.job, ctx.tick_s, ctx.node_id, clock.time()))
+
+        for schedule, name, options in jobs:
+            agent.add_job(tick, schedule, name=name, **options)
+        agents.append(agent)
+    return agents
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("racers", ["2", "all"])
 async def test_only_k_nodes_claim_each_tick_and_every_tick_fires_once(racers: str) -> None:
@@ -147,25 +171,10 @@ async def test_ticks_whose_racers_are_dead_but_listed_fire_late_within_the_bound
     # once the ghosts are dropped: both within the documented bound, each once.
     clock = FakeClock(start_s=START_S)
     runs: list[tuple[str, int, str, float]] = []
-    agents = []
-    for index in range(4):
-        agent = memory_agent(
-            clock,
-            redis_url="memory://racers-ghosts",
-            node_id=f"node-{index}",
-            racers="1",
-            heartbeat_s=1.0,
-        )
-
-        async def tick(ctx: RunContext) -> None:
-            runs.append((ctx.job, ctx.tick_s, ctx.node_id, clock.time()))
-
-        for fast in range(5):
-            agent.add_job(tick, "@every 1s", name=f"fast-{fast}", catchup="all")
-        second = (START_S + 3) % 60  # once a minute, at START + 3: while the ghosts are listed
-        for slow in range(20):
-            agent.add_job(tick, f"{second} * * * * *", name=f"slow-{slow}", catchup="all")
-        agents.append(agent)
+    second = (START_S + 3) % 60  # once a minute, at START + 3: while the ghosts are listed
+    jobs = [("@every 1s", f"fast-{fast}", {"catchup": "all"}) for fast in range(5)]
+    jobs += [(f"{second} * * * * *", f"slow-{slow}", {"catchup": "all"}) for slow in range(20)]
+    agents = witnessed_fleet(clock, "memory://racers-ghosts", "1", runs, jobs)
     ghosts = ("ghost-a", "ghost-b")
     last_beat_s = START_S + 2.4
     async with anyio.create_task_group() as tg:
@@ -389,26 +398,14 @@ async def test_ticks_orphaned_by_a_second_departure_also_fire() -> None:
     # raced again, late, once its members are dropped: the second wave's as well as the
     # first's (the loop once dropped the share's list of such ticks after its first race).
     clock = FakeClock(start_s=START_S)
-    runs: list[tuple[str, int, float]] = []
+    runs: list[tuple[str, int, str, float]] = []
     waves = ((("ghost-a", "ghost-b"), 3), (("ghost-c", "ghost-d"), 33))
-    agents = []
-    for index in range(4):
-        agent = memory_agent(
-            clock,
-            redis_url="memory://racers-two-waves",
-            node_id=f"node-{index}",
-            racers="1",
-            heartbeat_s=1.0,
-        )
-
-        async def tick(ctx: RunContext) -> None:
-            runs.append((ctx.job, ctx.tick_s, clock.time()))
-
-        for _ghosts, offset in waves:
-            second = (START_S + offset) % 60
-            for slow in range(20):
-                agent.add_job(tick, f"{second} * * * * *", name=f"at-{offset}-{slow}")
-        agents.append(agent)
+    jobs: list[tuple[str, str, dict[str, object]]] = [
+        (f"{(START_S + offset) % 60} * * * * *", f"at-{offset}-{slow}", {})
+        for _ghosts, offset in waves
+        for slow in range(20)
+    ]
+    agents = witnessed_fleet(clock, "memory://racers-two-waves", "1", runs, jobs)
     async with anyio.create_task_group() as tg:
         for agent in agents:
             await tg.start(agent.run)
@@ -425,7 +422,7 @@ async def test_ticks_orphaned_by_a_second_departure_also_fire() -> None:
         for agent in agents:
             agent.stop()
         await clock.advance(5)
-    fired = Counter((job, t) for job, t, _at in runs)
+    fired = Counter((job, t) for job, t, _node, _at in runs)
     assert [key for key, n in fired.items() if n > 1] == []
     for ghosts, offset in waves:
         ring = Ring.build([*(f"node-{i}" for i in range(4)), *ghosts])
