@@ -232,8 +232,8 @@ def medians(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, float, floa
 
 def plot(rows_path: Path, out_path: Path) -> Path:
     """Each node's CPU and the fleet's against N, one line per tag (before, after): the
-    medians of the repeats of each cell; 1/N from the first point of ``after`` (or of the
-    last tag)."""
+    medians of the repeats of each cell; 1/N from the first point of the tag that starts
+    with ``after`` (or of the last tag)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -242,7 +242,8 @@ def plot(rows_path: Path, out_path: Path) -> Path:
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.startswith("{")]
     fig, (per_node, fleet) = plt.subplots(1, 2, figsize=(11, 4.5))
     by_tag = medians(rows)
-    ideal_tag = "after" if "after" in by_tag else max(by_tag, default="")
+    afters = [tag for tag in by_tag if tag.startswith("after")]
+    ideal_tag = afters[0] if afters else max(by_tag, default="")
     for tag, sel in by_tag.items():
         xs = [n for n, *_ in sel]
         per_node.plot(xs, [ms for _n, ms, _c, _r in sel], "o-", label=tag)
