@@ -130,8 +130,18 @@ async def _serving(config: Path, **overrides: object) -> AsyncIterator[tuple[Sid
     async with anyio.create_task_group() as tg:
         tg.start_soon(sidecar.run)
         await wait_for(lambda: sidecar.agent.ready, timeout_s=10, what="the agent ready")
+        url = f"http://127.0.0.1:{port}"
+
+        async def page_bridged() -> bool:
+            # Ready comes with the first heartbeat, which may go through before the page's
+            # bridge into the agent's loop (a service) has started: until then the page
+            # answers 503 "not running (yet)", as it should.
+            async with httpx.AsyncClient(base_url=url, timeout=5) as http:
+                return "not running (yet)" not in (await http.get("/status.json")).text
+
+        await wait_for(page_bridged, timeout_s=10, what="the page's bridge into the agent")
         try:
-            yield sidecar, f"http://127.0.0.1:{port}"
+            yield sidecar, url
         finally:
             sidecar.stop()
 
