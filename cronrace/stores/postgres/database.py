@@ -16,6 +16,7 @@ call that times out without one connects once itself to learn why (down, or exha
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -39,6 +40,10 @@ Row = tuple[Any, ...]
 #: How often (s) a call waiting for a pooled connection checks whether the pool's last
 #: attempt to connect was refused.
 REFUSAL_CHECK_S = 0.1
+
+#: How long (s) a statement past its deadline has for the server to confirm its
+#: cancellation before the connection is dropped instead.
+CANCEL_GRACE_S = 1.0
 
 
 class Database:
@@ -166,13 +171,21 @@ class Database:
         """
         sql = self.statements[statement]
         try:
-            with anyio.fail_after(self.timeout_s * 2):
-                async with self.connection(statement) as conn:
-                    cursor = await conn.execute(sql, params)
-                    found = await cursor.fetchall() if cursor.description else []
+            # Two deadlines. asyncio's is edge-triggered: psycopg, interrupted once, sends
+            # the server a cancel request and waits for the statement to stop, so the
+            # connection goes back to the pool and no backend is left waiting on the
+            # server. anyio's scope (level-triggered: it interrupts the cancel request
+            # too, and psycopg then drops the connection) bounds that when the server does
+            # not answer at all. A statement cut off by anyio alone lived on in its
+            # backend: waiting for a lock, it ran once the lock was let go, and a fleet's
+            # queue of such heartbeats and claims held the next ones up for seconds.
+            with anyio.fail_after(self.timeout_s * 2 + CANCEL_GRACE_S):
+                async with asyncio.timeout(self.timeout_s * 2):
+                    async with self.connection(statement) as conn:
+                        cursor = await conn.execute(sql, params)
+                        found = await cursor.fetchall() if cursor.description else []
         except TimeoutError as exc:
-            # Cancelled here, the statement is cancelled on the server too (psycopg sends
-            # the cancel request); whether it had committed is unknown.
+            # Whether the statement had committed before it was cancelled is unknown.
             raise StoreAmbiguousError(
                 f"PostgreSQL did not answer {statement} in {self.timeout_s * 2:g}s (a lock "
                 "held by another session, an overloaded server?)"

@@ -39,6 +39,7 @@ FUNCTION_DIGESTS = {
     9: "da7bb245664399ad",
     10: "1924aacdc82e7662",
     11: "666d084c5f07777e",
+    12: "5e3ee1fcf803db93",
 }
 
 

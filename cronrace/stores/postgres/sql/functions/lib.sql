@@ -28,7 +28,8 @@
 --   heartbeat (20 s by default), and one batch per call kept only 250 claims a second of a
 --   one-node fleet's 1,000 one-second jobs (the table grew without end); 100,000 a call
 --   keeps up with 5,000 one-second jobs per pruning node. Rows another node is deleting
---   are skipped (SKIP LOCKED). Returns how many went.
+--   are skipped (SKIP LOCKED), and so is a node's row its own heartbeat holds. Returns how
+--   many went.
 --
 -- lock_wait(p_ms) -> void
 --   For the rest of the transaction, wait at most p_ms for a row lock (lock_timeout), and
@@ -102,7 +103,13 @@ BEGIN
     batches := batches + 1;
     EXIT WHEN n < 5000 OR batches >= 20;
   END LOOP;
-  DELETE FROM @schema@.nodes WHERE ns = p_ns AND expires_ms < p_now_us / 1000;
+  -- A node's row is locked while its own heartbeat refreshes it: skipped, not waited
+  -- for. Waiting deadlocked two nodes whose heartbeats each held its own row and wanted
+  -- the other's (both expired by an outage that held every heartbeat up).
+  DELETE FROM @schema@.nodes WHERE ctid IN (
+    SELECT ctid FROM @schema@.nodes
+    WHERE ns = p_ns AND expires_ms < p_now_us / 1000
+    FOR UPDATE SKIP LOCKED);
   GET DIAGNOSTICS n = ROW_COUNT;
   gone := gone + n;
   DELETE FROM @schema@.fenced_values

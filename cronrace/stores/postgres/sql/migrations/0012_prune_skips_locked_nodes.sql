@@ -1,0 +1,11 @@
+-- 0012_prune_skips_locked_nodes.sql: version 12 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): prune() skips an expired node's row
+-- that another transaction holds (its own heartbeat, refreshing it) instead of waiting for
+-- it. After an outage that held every heartbeat up, each node's first heartbeat locked
+-- its own row and waited for the others' expired rows: PostgreSQL broke the deadlock
+-- after a second, failing one heartbeat, and the rest waited in line, so the nodes went
+-- back to claiming seconds after the server did.
