@@ -119,6 +119,10 @@ class Membership:
         #: Live members (this node too) as of the last heartbeat read.
         self.live: frozenset[str] = frozenset({node_id})
         self._fingerprints: dict[str, str] = {}
+        #: What was last logged of the live members' likeness: "" (nothing yet),
+        #: "uniform", "pending" (some have not said what they run yet) or "unlike".
+        self._likeness = ""
+        self._was_uniform = False
         self._confirmed_ms = 0
         #: When this node's own reads went through again after it was cut off (0: never).
         self._resumed_ms = 0
@@ -286,16 +290,8 @@ class Membership:
         }
         members.add(self.node_id)
         uniform = members == self.live
-        if uniform != self.uniform and self.racers.k is not None:
-            unlike = sorted(self.live - members)
-            log.log(
-                logging.INFO if uniform or own is None else logging.WARNING,
-                "every live node runs the same jobs: racing among all of them"
-                if uniform
-                else "some live nodes run other jobs, handlers or racers settings, or have "
-                "not said yet: racing among the others",
-                extra={"node": self.node_id, "racers": str(self.racers), "unlike": unlike[:10]},
-            )
+        if self.racers.k is not None:
+            self._say_alike(members, own)
         self.uniform = uniform
         if members == self.ring.members:
             return
@@ -314,6 +310,51 @@ class Membership:
         if self.on_change is not None:
             last_ms = min((last_beat_ms(node) for node in left), default=now_ms)
             self.on_change(old, self.ring, min(last_ms, now_ms))
+
+    def _say_alike(self, members: set[str], own: str | None) -> None:
+        """Log when the live members' likeness changes, at a level an operator can keep on.
+
+        A member that runs other jobs, handlers or racers settings is a WARNING; the fleet
+        alike again (or for the first time) is INFO. A member that has not said yet (it
+        just joined: its exchange is read at the next beat) is DEBUG: a fleet of 1,000
+        nodes starting within a minute would otherwise log a WARNING and an INFO line on
+        every node for every join (issue 19).
+        """
+        others = self.live - members
+        if not others:
+            likeness = "uniform"
+        elif own is not None and any(n in self._fingerprints for n in others):
+            likeness = "unlike"
+        else:
+            likeness = "pending"
+        if likeness == self._likeness:
+            return
+        before, self._likeness = self._likeness, likeness
+        if likeness == "unlike":
+            level = logging.WARNING
+        elif likeness == "uniform" and (before == "unlike" or not self._was_uniform):
+            self._was_uniform = True
+            level = logging.INFO
+        else:
+            level = logging.DEBUG
+        if not log.isEnabledFor(level):
+            return
+        unlike = sorted(others)
+        log.log(
+            level,
+            "every live node runs the same jobs: racing among all of them"
+            if likeness == "uniform"
+            else "some live nodes run other jobs, handlers or racers settings: racing among "
+            "the others"
+            if likeness == "unlike"
+            else "some live nodes have not said what they run yet: racing among the others",
+            extra={
+                "node": self.node_id,
+                "racers": str(self.racers),
+                "unlike": unlike[:10],
+                "unlike_count": len(unlike),
+            },
+        )
 
     def races(self, job: str, tick_s: int) -> bool:
         """Whether this node races for one (job, tick) in its current view."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
 
@@ -278,6 +279,48 @@ def test_members_that_run_other_jobs_or_have_not_said_are_left_out_of_the_race()
     view.alike({"me": "x", "a": "x", "b": "x", "new": "x"}, now_ms)
     assert view.uniform
     assert view.ring.members == {"me", "a", "b", "new"}
+
+
+def test_a_fleet_starting_logs_no_warning_per_join_but_one_for_a_member_unlike(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # 200 nodes joining one by one: each is seen before it has said what it runs, then
+    # alike at the next exchange. That is DEBUG: at 1,000 nodes a WARNING and an INFO line
+    # per join on every node buried the one line that matters (issue 19).
+    caplog.set_level(logging.DEBUG, logger="cronrace.fleet.membership")
+    view = Membership("me", Racers(2), heartbeat_s=2.0)
+    now_ms, ttl_ms = 100_000, 6000
+    said = {"me": "x"}
+    expiries = {"me": now_ms + ttl_ms}
+    for i in range(200):
+        now_ms += 300
+        expiries = dict.fromkeys([*expiries, f"n{i}"], now_ms + ttl_ms)  # all beat
+        view.update(expiries, now_ms=now_ms, ttl_ms=ttl_ms)
+        said[f"n{i}"] = "x"
+        view.alike(said, now_ms)
+    assert view.uniform
+    assert len(view.ring.members) == 201
+
+    def said_at(level: int) -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == level and "live node" in r.getMessage()
+        ]
+
+    assert said_at(logging.WARNING) == []
+    assert said_at(logging.INFO) == ["every live node runs the same jobs: racing among all of them"]
+    assert len(said_at(logging.DEBUG)) == 2 * 200 - 1  # pending, then alike, per join
+    caplog.clear()
+    view.alike({**said, "n7": "other jobs"}, now_ms)
+    view.alike({**said, "n7": "other jobs", "n8": "other jobs"}, now_ms)  # said once
+    assert said_at(logging.WARNING) == [
+        "some live nodes run other jobs, handlers or racers settings: racing among the others"
+    ]
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert (warning.unlike, warning.unlike_count) == (["n7"], 1)
+    view.alike(said, now_ms)
+    assert said_at(logging.INFO) == ["every live node runs the same jobs: racing among all of them"]
 
 
 def test_agents_of_one_process_share_the_ring_of_the_same_members() -> None:
