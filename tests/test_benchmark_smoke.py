@@ -110,6 +110,35 @@ def test_work_against_n_runs_a_small_fleet_on_the_fake_clock_without_fault() -> 
     assert row["heap_jobs_per_node_mean"] < 4  # k = 2 of 3: no node plans every job
 
 
+@pytest.mark.parametrize("how", ["stopped", "killed"])
+def test_join_churn_starts_and_replaces_a_small_fleet_without_fault(how: str) -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.join_churn"),
+            *("--nodes", "20", "--jobs", "6", "--join-s", "6", "--settle-s", "4"),
+            *("--replace-s", "8", "--after-s", "3"),
+            *(["--kill"] if how == "killed" else []),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (row["replaced"], row["replace_how"]) == (2, how)
+    assert (row["duplicates"], row["missed"]) == (0, 0), row["missed_examples"]
+    assert row["ticks_checked"] >= 6 * 15
+    phases = row["phases"]
+    assert [phases[p]["nodes_seen"] for p in ("joining", "replacing")] == [20, 22]
+    for phase in phases.values():
+        assert 0 < phase["longest_step"]["max_ms"] <= phase["most_in_one_instant"]["max_ms"]
+    # Each step is charged to a node of the fleet (its tasks inherit it), none to the run.
+    assert row["longest_steps"]
+    assert {step["node"] for step in row["longest_steps"]} <= set(range(22))
+
+
 def test_beat_cost_reads_every_member_of_a_small_fleet() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.beat_cost", "--nodes", "5", "--beats", "3"],
