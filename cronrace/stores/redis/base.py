@@ -15,7 +15,7 @@ from redis.asyncio.cluster import RedisCluster
 from cronrace.errors import StoreError
 from cronrace.stores import contract
 from cronrace.stores.redis.access import AccessWatch
-from cronrace.stores.redis.client import make_client
+from cronrace.stores.redis.client import is_embedded, make_client
 from cronrace.stores.redis.errors import RAW_FAILURES, translating
 from cronrace.stores.redis.fleet import FleetCommands
 from cronrace.stores.redis.garbage import Command, send_repairing
@@ -104,8 +104,13 @@ class StoreBase(contract.Store):
         every claim, lease and hold has an expiry) drops claims, leases, watermarks and
         fences when it fills up: ticks fire twice, runs overlap. Read from ``INFO memory``
         (on every primary of a cluster); where the ACL or the service refuses it, one
-        WARNING says how to check by hand. Returns None when nothing could be read.
+        WARNING says how to check by hand. Returns None when nothing could be read. The
+        embedded store lives in this process's memory, has no ``maxmemory`` and evicts
+        nothing: it is not asked (it knows no ``INFO``, and a newcomer's first run would
+        start with a WARNING about it).
         """
+        if is_embedded(self.client):
+            return "noeviction"
         try:
             if isinstance(self.client, RedisCluster):
                 found = await self.client.info("memory", target_nodes=RedisCluster.PRIMARIES)

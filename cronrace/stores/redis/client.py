@@ -59,6 +59,11 @@ def embedded_connection() -> type:
     return EmbeddedConnection
 
 
+def is_embedded(client: Any) -> bool:
+    """Whether ``client`` talks to the embedded in-process store (fakeredis)."""
+    return type(client).__module__.startswith("fakeredis")
+
+
 def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) -> Any:
     """Create a redis.asyncio client for ``url`` (``memory://NAME`` for the embedded one).
 

@@ -10,6 +10,7 @@ is forgotten once a write goes through again.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -48,6 +49,18 @@ async def test_an_evicting_redis_is_named_loudly_at_start_up(
     assert loud
     assert loud[0].levelno == logging.ERROR
     assert getattr(loud[0], "maxmemory_policy", None) == "allkeys-lru"
+
+
+async def test_the_embedded_store_is_not_asked_and_says_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = Store.from_url(f"memory://eviction-{secrets.token_hex(4)}")
+    try:
+        await store.prepare()
+        assert await store.check_eviction() == "noeviction"
+    finally:
+        await store.aclose()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 async def test_no_limit_or_noeviction_is_quiet(
