@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ from benchmarks.work import (
     _wake_only_stream_readers,
 )
 from cronrace import RunContext
+from cronrace.model.job import Job
+from cronrace.stores.values import Claim
 from cronrace.testing import FakeClock, memory_agent
 
 #: The node whose task runs (inherited by every task a node's run starts).
@@ -128,6 +131,19 @@ def _time_steps(steps: Steps) -> None:
     asyncio.events.Handle._run = timed  # type: ignore[method-assign]
 
 
+def count_claims(store: Any, claims: Counter[tuple[str, int]]) -> None:
+    """Count the claims ``store`` sends for each scheduled (job, tick)."""
+    method = store.claim_each
+
+    async def claim_each(batch: Sequence[Claim], *args: Any, **kwargs: Any) -> Any:
+        for item in batch:
+            if item.trigger_id is None:
+                claims[(item.job, item.tick_s)] += 1
+        return await method(batch, *args, **kwargs)
+
+    store.claim_each = claim_each
+
+
 def _summary(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
@@ -144,9 +160,10 @@ async def one_cell(args: argparse.Namespace) -> dict[str, Any]:
     steps = Steps(clock)
     _time_steps(steps)
     runs: Counter[tuple[str, int]] = Counter()
+    claims: Counter[tuple[str, int]] = Counter()  # claims sent for each scheduled tick
     lag: dict[str, float] = dict.fromkeys(PHASES, 0.0)
     url = f"memory://churn-{args.nodes}x{args.jobs}-{time.monotonic_ns()}"
-    jobs = [f"j{j:05d}" for j in range(args.jobs)]
+    jobs: list[Job] = []  # defined once below: every node's jobs, shared as in worker.py
 
     async def handler(ctx: RunContext) -> None:
         runs[(ctx.job, ctx.tick_s)] += 1
@@ -163,10 +180,12 @@ async def one_cell(args: argparse.Namespace) -> dict[str, Any]:
             heartbeat_s=args.heartbeat_s,
             redis_timeout_s=60.0,
         )
-        for name in jobs:
-            agent.add_job(handler, "@every 1s", name=name)
+        count_claims(agent.store, claims)
+        # What add_job does, with this process's shared definitions (frozen values).
+        agent._jobs.update((job.name, job) for job in jobs)
         return agent
 
+    jobs.extend(Job.define(handler, args.schedule, name=f"j{j:05d}") for j in range(args.jobs))
     agents: dict[int, Any] = {}
     scopes: dict[int, anyio.CancelScope] = {}
     progress = {"started": 0}
@@ -235,22 +254,29 @@ async def one_cell(args: argparse.Namespace) -> dict[str, Any]:
     cpu_s = time.process_time() - cpu0 - (STORE_CPU_S[0] - store0) - (CLOCK_CPU_S[0] - clock0)
     cpu_s -= FULL_GC[0] - gc0
     first_s = START_S + args.warmup_s
-    window = range(int(first_s) + 1, int(end_s) - 2)
+    last_s = int(end_s) - 3
+    expected = [
+        (job.name, tick)
+        for job in jobs
+        for tick in job.schedule.ticks_between(int(first_s), last_s, 1 << 30)
+    ]
     duplicates = sum(n - 1 for n in runs.values() if n > 1)
-    missed = [(j, t) for j in jobs for t in window if not runs[(j, t)]]
-    missed_by_phase: Counter[str] = Counter()
+    missed = [(job, tick) for job, tick in expected if not runs[(job, tick)]]
     joined_end = START_S + args.join_s
     settled_end = joined_end + args.settle_s
-    for _job, tick in missed:
-        missed_by_phase[
-            "joining"
-            if tick < joined_end
-            else "settled"
-            if tick < settled_end
-            else "replacing"
-            if tick < replaced_at_s + args.replace_s
-            else "after"
-        ] += 1
+
+    def phase_of(tick: int) -> str:
+        if tick < joined_end:
+            return "joining"
+        if tick < settled_end:
+            return "settled"
+        return "replacing" if tick < replaced_at_s + args.replace_s else "after"
+
+    missed_by_phase = Counter(phase_of(tick) for _job, tick in missed)
+    expected_by_phase = Counter(phase_of(tick) for _job, tick in expected)
+    claims_by_phase: Counter[str] = Counter()
+    for job_tick in expected:
+        claims_by_phase[phase_of(job_tick[1])] += claims[job_tick]
     phase_s = {
         "joining": args.join_s,
         "settled": args.settle_s,
@@ -268,6 +294,10 @@ async def one_cell(args: argparse.Namespace) -> dict[str, Any]:
             "most_in_one_instant": _summary(list(steps.instant[phase].values())),
             "latest_fire_s": round(lag[phase], 3),
             "missed": missed_by_phase[phase],
+            "ticks": expected_by_phase[phase],
+            "claims_per_job_tick": round(
+                claims_by_phase[phase] / max(1, expected_by_phase[phase]), 3
+            ),
         }
     return {
         "nodes": args.nodes,
@@ -280,7 +310,8 @@ async def one_cell(args: argparse.Namespace) -> dict[str, Any]:
         "phases": by_phase,
         "fleet_cpu_s": round(cpu_s, 2),
         "store_cpu_s": round(STORE_CPU_S[0] - store0, 2),
-        "ticks_checked": len(jobs) * len(window),
+        "schedule": args.schedule,
+        "ticks_checked": len(expected),
         "runs": sum(runs.values()),
         "duplicates": duplicates,
         "missed": len(missed),
@@ -299,6 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--racers", default="2")
+    parser.add_argument(
+        "--schedule",
+        default="* * * * * *",
+        help="every job's schedule: one-second by default; 'H * * * * *' for minutely jobs "
+        "spread by H (the 1,000 x 10,000 cell)",
+    )
     parser.add_argument("--heartbeat-s", type=float, default=2.0)
     parser.add_argument("--join-s", type=int, default=60, help="the nodes start over this")
     parser.add_argument("--settle-s", type=int, default=20)

@@ -132,6 +132,8 @@ def test_join_churn_starts_and_replaces_a_small_fleet_without_fault(how: str) ->
     assert row["ticks_checked"] >= 6 * 15
     phases = row["phases"]
     assert [phases[p]["nodes_seen"] for p in ("joining", "replacing")] == [20, 22]
+    # k = 2 of 20: about two claims a job-tick (the last joiners' first beats add a few).
+    assert 2.0 <= phases["settled"]["claims_per_job_tick"] < 3
     for phase in phases.values():
         assert 0 < phase["longest_step"]["max_ms"] <= phase["most_in_one_instant"]["max_ms"]
     # Each step is charged to a node of the fleet (its tasks inherit it), none to the run.
