@@ -325,6 +325,51 @@ async def one_cell(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _label(row: dict[str, Any]) -> str:
+    rings = "own rings" if row.get("own_rings") else "shared rings"
+    jobs = f"{row['jobs']:,} {'minutely H' if row.get('schedule', '').startswith('H') else '1 s'}"
+    return f"{row['nodes']:,} x {jobs}, {row['replace_how']}, {rings}"
+
+
+def plot(rows_path: Path, out_path: Path) -> Path:
+    """Each node's longest step and its CPU per second, by phase, one group of bars per
+    row of ``rows_path`` (p50 solid, p99 lighter, max as a tick)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.startswith("{")]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    width = 0.8 / max(1, len(rows))
+    for ax, figure, title, unit in (
+        (axes[0], "longest_step", "Each node's longest step (a lower bound of its stall)", "ms"),
+        (axes[1], "node_cpu_ms_per_s", "Each node's CPU", "ms per second"),
+    ):
+        for i, row in enumerate(rows):
+            xs = [p + (i - (len(rows) - 1) / 2) * width for p in range(len(PHASES))]
+            got = [row["phases"][phase][figure] for phase in PHASES]
+            bars = ax.bar(xs, [g["p99_ms"] for g in got], width, alpha=0.35)
+            color = bars.patches[0].get_facecolor()
+            ax.bar(xs, [g["p50_ms"] for g in got], width, color=color[:3], label=_label(row))
+            ax.scatter(xs, [g["max_ms"] for g in got], marker="_", s=200, color=color[:3])
+        ax.set_xticks(range(len(PHASES)), [f"{p}" for p in PHASES])
+        ax.set_yscale("log")
+        ax.set_ylabel(unit)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7, loc="upper right")
+    fig.suptitle(
+        "A fleet's start-up and churn on the fake clock: p50 (solid), p99 (light), max (tick) "
+        "over the nodes",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return out_path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.join_churn", description=__doc__)
     parser.add_argument("--nodes", type=int, default=1000)
@@ -352,7 +397,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tag", default="")
     parser.add_argument("--out", type=Path, help="append the row to this JSON-lines file")
+    parser.add_argument(
+        "--plot", nargs=2, type=Path, metavar=("ROWS_JSONL", "PNG"), help="only draw the rows"
+    )
     args = parser.parse_args(argv)
+    if args.plot:
+        sys.stdout.write(f"wrote {plot(*args.plot)}\n")
+        return 0
     import cronrace
 
     if args.own_rings:
