@@ -79,6 +79,8 @@ class Steps:
 
     def add(self, node: int, cpu_s: float, what: Any) -> None:
         phase = self.phase
+        if phase not in self.cpu:
+            return
         if len(self.top) < TOP_STEPS or cpu_s > self.top[0][0]:
             entry = (cpu_s, node, phase, _what_ran(what))
             if len(self.top) < TOP_STEPS:
@@ -245,6 +247,7 @@ async def one_cell(args: argparse.Namespace) -> dict[str, Any]:
         await run_phase("replacing", args.replace_s)
         await run_phase("after", args.after_s)
         end_s = clock.time()
+        steps.phase = "stopping"  # the fleet's own shut-down: not measured
         for index, agent in agents.items():
             if index >= replace:
                 agent.stop()
