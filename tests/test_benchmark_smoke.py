@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -92,12 +93,10 @@ def test_store_comparison_runs_on_postgres_with_pgbench_on_the_claim_statement(
         assert result["pgbench"][f"batch{batch}_server_cpu_ms_per_1k"] > 0
 
 
-def test_work_against_n_runs_a_small_fleet_on_the_fake_clock_without_fault() -> None:
+def _last_row(module: str, *args: str) -> dict[str, Any]:
+    """Run ``python -m <module> <args>`` from the repository; its last line of JSON."""
     done = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.work"),
-            *("--nodes", "3", "--jobs", "4", "--seconds", "3", "--warmup-s", "4"),
-        ],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -105,28 +104,26 @@ def test_work_against_n_runs_a_small_fleet_on_the_fake_clock_without_fault() -> 
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    row = json.loads(done.stdout.strip().splitlines()[-1])
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return row
+
+
+def test_work_against_n_runs_a_small_fleet_on_the_fake_clock_without_fault() -> None:
+    row = _last_row(
+        "benchmarks.work", *("--nodes", "3", "--jobs", "4", "--seconds", "3", "--warmup-s", "4")
+    )
     assert (row["nodes"], row["duplicates"], row["missed"]) == (3, 0, 0)
     assert row["heap_jobs_per_node_mean"] < 4  # k = 2 of 3: no node plans every job
 
 
 @pytest.mark.parametrize("how", ["stopped", "killed"])
 def test_join_churn_starts_and_replaces_a_small_fleet_without_fault(how: str) -> None:
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.join_churn"),
-            *("--nodes", "20", "--jobs", "6", "--join-s", "6", "--settle-s", "4"),
-            *("--replace-s", "8", "--after-s", "3"),
-            *(["--kill"] if how == "killed" else []),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    row = _last_row(
+        "benchmarks.join_churn",
+        *("--nodes", "20", "--jobs", "6", "--join-s", "6", "--settle-s", "4"),
+        *("--replace-s", "8", "--after-s", "3"),
+        *(["--kill"] if how == "killed" else []),
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    row = json.loads(done.stdout.strip().splitlines()[-1])
     assert (row["replaced"], row["replace_how"]) == (2, how)
     assert (row["duplicates"], row["missed"]) == (0, 0), row["missed_examples"]
     assert row["ticks_checked"] >= 6 * 15
@@ -142,16 +139,7 @@ def test_join_churn_starts_and_replaces_a_small_fleet_without_fault(how: str) ->
 
 
 def test_beat_cost_reads_every_member_of_a_small_fleet() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.beat_cost", "--nodes", "5", "--beats", "3"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    row = json.loads(done.stdout.strip().splitlines()[-1])
+    row = _last_row("benchmarks.beat_cost", "--nodes", "5", "--beats", "3")
     assert row["members_seen"] == 6  # the five members and the probe
     assert row["probe_cpu_ms_per_beat"] > 0
 
