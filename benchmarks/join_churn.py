@@ -343,7 +343,7 @@ def plot(rows_path: Path, out_path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.startswith("{")]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.4))
     width = 0.8 / max(1, len(rows))
     for ax, figure, title, unit in (
         (axes[0], "longest_step", "Each node's longest step (a lower bound of its stall)", "ms"),
@@ -361,13 +361,14 @@ def plot(rows_path: Path, out_path: Path) -> Path:
         ax.set_ylabel(unit)
         ax.set_title(title, fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
-    axes[0].legend(fontsize=7, loc="upper right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
     fig.suptitle(
         "A fleet's start-up and churn on the fake clock: p50 (solid), p99 (light), max (tick) "
         "over the nodes",
         fontsize=10,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(out_path, dpi=110)
     plt.close(fig)
     return out_path
