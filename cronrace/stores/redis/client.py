@@ -33,6 +33,7 @@ from redis.exceptions import ReadOnlyError, RedisError
 
 from cronrace.stores.redis.access import AccessWatch
 from cronrace.stores.redis.packing import FastConnection, FastSSLConnection, FastUnixConnection
+from cronrace.stores.redis.readtimer import one_read_timer
 from cronrace.stores.redis.urls import Deployment, RedisTarget, parse_redis_url
 
 log = logging.getLogger("cronrace.stores.redis")
@@ -182,10 +183,16 @@ _last_readonly_log_mono = float("-inf")
 class _WatchedPipeline(Pipeline):
     access: AccessWatch
 
+    def _where(self) -> str:
+        """The server, as redis-py names it in a timeout's message."""
+        kwargs = self.connection_pool.connection_kwargs
+        return str(kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}")
+
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         commands = [args for args, _options in self.command_stack]
         try:
-            replies = await super().execute(raise_on_error=False)
+            async with one_read_timer(self._where):  # named only on a timeout
+                replies = await super().execute(raise_on_error=False)
         except RedisError as exc:
             await _leave_a_demoted_primary(self.connection_pool, exc)
             _raise_translated(self.access, exc, commands[0] if commands else ())

@@ -16,6 +16,8 @@ from typing import Any
 
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 
+from cronrace.stores.redis.readtimer import SharedReadTimer
+
 #: The most argument encodings kept; past it the table starts again (it holds keys of
 #: every job a process races, and the claim keys of one tick).
 KEPT_MAX = 1 << 16
@@ -63,13 +65,14 @@ class FastPacking:
         return super().pack_command(*args)  # type: ignore[misc, no-any-return]
 
 
-class FastConnection(FastPacking, Connection):
+# The reads of a pipeline's replies share one timer (readtimer.py).
+class FastConnection(FastPacking, SharedReadTimer, Connection):
     pass
 
 
-class FastSSLConnection(FastPacking, SSLConnection):
+class FastSSLConnection(FastPacking, SharedReadTimer, SSLConnection):
     pass
 
 
-class FastUnixConnection(FastPacking, UnixDomainSocketConnection):
+class FastUnixConnection(FastPacking, SharedReadTimer, UnixDomainSocketConnection):
     pass
