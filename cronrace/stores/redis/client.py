@@ -33,7 +33,7 @@ from redis.exceptions import ReadOnlyError, RedisError
 
 from cronrace.stores.redis.access import AccessWatch
 from cronrace.stores.redis.packing import FastConnection, FastSSLConnection, FastUnixConnection
-from cronrace.stores.redis.readtimer import one_read_timer
+from cronrace.stores.redis.readtimer import OneReadTimer
 from cronrace.stores.redis.urls import Deployment, RedisTarget, parse_redis_url
 
 log = logging.getLogger("cronrace.stores.redis")
@@ -191,7 +191,7 @@ class _WatchedPipeline(Pipeline):
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         commands = [args for args, _options in self.command_stack]
         try:
-            async with one_read_timer(self._where):  # named only on a timeout
+            with OneReadTimer(self._where):  # named only on a timeout
                 replies = await super().execute(raise_on_error=False)
         except RedisError as exc:
             await _leave_a_demoted_primary(self.connection_pool, exc)

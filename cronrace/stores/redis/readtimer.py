@@ -7,7 +7,7 @@ together, and bare redis-py without a socket timeout (the winner's path floor,
 benchmarks/floor.py) paid none: at 10 nodes x 100 one-second jobs in one process it was
 about a tenth of cronrace's CPU per run (benchmarks/RESULTS.md, 2026-12-06).
 
-Inside :func:`one_read_timer`, each read still fails once it has waited ``socket_timeout``
+Inside :class:`OneReadTimer`, each read still fails once it has waited ``socket_timeout``
 for its reply, exactly as redis-py's own timeout would make it (redis-py's ``TimeoutError``;
 redis-py closes the connection, as the rest of the replies may still be on the wire), but
 one timer watches all the pipeline's reads: it looks at the read under way when it comes
@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -70,34 +69,43 @@ class _Reads:
 _PIPELINE_READS: ContextVar[_Reads | None] = ContextVar("cronrace_pipeline_reads", default=None)
 
 
-@asynccontextmanager
-async def one_read_timer(where: Callable[[], str]) -> AsyncIterator[None]:
-    """Bound each read of the pipeline sent inside with one timer for all (see the module).
+class OneReadTimer:
+    """Watch each read of the pipeline sent inside with one timer for all (see the module).
 
-    ``where()`` names the server in the error raised when a read times out.
+    ``where()`` names the server in the error raised when a read times out. A plain class,
+    not a generator: it is entered once per pipeline.
     """
-    task = asyncio.current_task()
-    if task is None:  # not in a task (never in cronrace): redis-py bounds each read
-        yield
-        return
-    reads = _Reads(task)
-    token = _PIPELINE_READS.set(reads)
-    try:
-        yield
-    except asyncio.CancelledError:
-        # As asyncio.timeout: a cancellation of ours becomes a timeout, one from
-        # elsewhere (the agent stopping) goes on.
-        if reads.fired and task.uncancel() <= reads.cancelling:
-            raise RedisTimeoutError(f"Timeout reading from {where()}") from None
-        raise
-    finally:
+
+    __slots__ = ("reads", "token", "where")
+
+    def __init__(self, where: Callable[[], str]) -> None:
+        self.where = where
+
+    def __enter__(self) -> None:
+        task = asyncio.current_task()
+        # Not in a task (never in cronrace): redis-py bounds each read itself.
+        self.reads = None if task is None else _Reads(task)
+        self.token = _PIPELINE_READS.set(self.reads)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
+        _PIPELINE_READS.reset(self.token)
+        reads = self.reads
+        if reads is None:
+            return
         if reads.handle is not None:
             reads.handle.cancel()
-        _PIPELINE_READS.reset(token)
+        # As asyncio.timeout: a cancellation of ours becomes a timeout, one from elsewhere
+        # (the agent stopping) goes on.
+        if (
+            kind is asyncio.CancelledError
+            and reads.fired
+            and reads.task.uncancel() <= reads.cancelling
+        ):
+            raise RedisTimeoutError(f"Timeout reading from {self.where()}") from None
 
 
 class SharedReadTimer:
-    """A connection mixin: inside :func:`one_read_timer`, reads share one timer."""
+    """A connection mixin: inside :class:`OneReadTimer`, reads share one timer."""
 
     socket_timeout: float | None
 
