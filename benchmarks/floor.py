@@ -20,6 +20,7 @@ progress display's refresh thread.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
@@ -155,6 +156,9 @@ async def _floor(url: str, namespace: str, nodes: int, jobs: int, ticks: int) ->
     names = [f"f{index:04d}" for index in range(jobs)]
     runs: list[tuple[int, float]] = []
     first = int(time.time()) + 2  # one warm-up tick
+    # What start-up left is frozen, as cronrace's fleet processes freeze theirs once ready
+    # (Agent.run_sync does it in a node's own process): like for like.
+    gc.freeze()
     cpu_start = 0.0
     pending: set[asyncio.Task[Any]] = set()
     for tick in range(first, first + ticks + 1):

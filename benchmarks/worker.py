@@ -17,6 +17,7 @@ counts duplicates, misses and the fire lag.
 from __future__ import annotations
 
 import cProfile
+import gc
 import json
 import logging
 import math
@@ -304,6 +305,9 @@ class Worker:
                     break
                 await anyio.sleep(0.05)
             progress.cancel()
+            # A node's process freezes what its start-up left once it is ready
+            # (Agent.run_sync, which these agents, run side by side, do not go through).
+            gc.freeze()
             emit(
                 {
                     "ev": "ready",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -96,3 +98,41 @@ def test_only_the_redis_store_is_a_failover_follower() -> None:
 
     assert issubclass(RedisStore, FailoverFollower)
     assert not issubclass(PostgresStore, FailoverFollower)
+
+
+_FREEZE_SCRIPT = """
+import gc, sys
+import anyio
+from cronrace import Agent
+
+agent = Agent(redis_url="memory://")
+frozen = []
+
+@agent.job("@every 1s")
+async def hello(ctx):
+    frozen.append(gc.get_freeze_count())
+    agent.stop()
+
+if sys.argv[1] == "run_sync":
+    agent.run_sync()
+else:
+    anyio.run(agent.run)
+print(frozen[0])
+"""
+
+
+@pytest.mark.parametrize(("how", "freezes"), [("run_sync", True), ("run", False)])
+def test_run_sync_freezes_start_up_objects_and_an_embedded_agent_does_not(
+    tmp_path: Path, how: str, freezes: bool
+) -> None:
+    # run_sync owns the process (cronrace run, the sidecar): start-up's objects leave the
+    # collector's sight once the agent is ready. An application's own `await agent.run()`
+    # keeps its collector as it set it. A process of its own each, as the freeze is global.
+    script = tmp_path / "freeze.py"
+    script.write_text(_FREEZE_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script), how], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    frozen = int(done.stdout.strip().splitlines()[-1])
+    assert (frozen > 1000) is freezes, frozen
