@@ -206,13 +206,15 @@ def cells(args: argparse.Namespace) -> dict[str, Any]:
                 measure_saturated=True,
                 startup_budget_s=args.startup_budget_s,
                 schedule=schedule,
-                start_spread_s=float(CHURN["spread_s"]) if churn else 0.0,  # each process
+                # each process's agents, one by one
+                start_spread_s=float(CHURN["spread_s"]) if churn else args.start_spread_s,
                 replace_share=float(CHURN["share"]) if churn else 0.0,
                 catchup="all" if churn else "latest",
                 heartbeat_s=args.heartbeat_s,
             )
             row = run_cell(spec, ctx, _status)
             kept = {"cell": name, **{key: row.get(key) for key in CELL_FIGURES}}
+            kept["start_spread_s"] = spec.start_spread_s
             kept["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
             out["rows"].append(kept)
             sys.stderr.write(f"\n{json.dumps(kept)}\n")
@@ -365,6 +367,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=2.0,
         help="every agent's heartbeat_s (a setting of the cell, reported in its row)",
+    )
+    lc.add_argument(
+        "--start-spread-s",
+        type=float,
+        default=0.0,
+        help="start each fleet process's agents one by one over this long (the churn cell "
+        "has its own); the window opens once all are ready",
     )
     lc.add_argument("--tag", default="", help="names the output file: scale_cells_<tag>.json")
     lc.add_argument(
