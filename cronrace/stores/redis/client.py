@@ -26,14 +26,24 @@ from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, NodesManager, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 from redis.backoff import NoBackoff
 from redis.cluster import PRIMARY
 from redis.exceptions import ReadOnlyError, RedisError
 
 from cronrace.stores.redis.access import AccessWatch
-from cronrace.stores.redis.packing import FastConnection, FastSSLConnection, FastUnixConnection
-from cronrace.stores.redis.readtimer import OneReadTimer
+from cronrace.stores.redis.packing import (
+    FastConnection,
+    FastPacking,
+    FastSSLConnection,
+    FastUnixConnection,
+)
+from cronrace.stores.redis.readtimer import OneReadTimer, SharedReadTimer
 from cronrace.stores.redis.urls import Deployment, RedisTarget, parse_redis_url
 
 log = logging.getLogger("cronrace.stores.redis")
@@ -184,9 +194,15 @@ class _WatchedPipeline(Pipeline):
     access: AccessWatch
 
     def _where(self) -> str:
-        """The server, as redis-py names it in a timeout's message."""
-        kwargs = self.connection_pool.connection_kwargs
-        return str(kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}")
+        """The server, as redis-py names it in a timeout's message (Sentinel's pools know
+        only the primary's name)."""
+        pool = self.connection_pool
+        kwargs = pool.connection_kwargs
+        if kwargs.get("path"):
+            return str(kwargs["path"])
+        if kwargs.get("host"):
+            return f"{kwargs['host']}:{kwargs.get('port')}"
+        return f"the primary {getattr(pool, 'service_name', '')!r}"
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         commands = [args for args, _options in self.command_stack]
@@ -468,6 +484,15 @@ class _WatchedCluster(RedisCluster):
 # -- Sentinel ---------------------------------------------------------------------------
 
 
+class _FastSentinelConnection(FastPacking, SharedReadTimer, SentinelManagedConnection):
+    """Sentinel's connection to the primary, packing as cronrace's others do (packing.py)
+    and watching a pipeline's reads with one timer (readtimer.py)."""
+
+
+class _FastSentinelSSLConnection(FastPacking, SharedReadTimer, SentinelManagedSSLConnection):
+    """The same, over TLS."""
+
+
 class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
     """A bounded, blocking pool to whichever node the sentinels call the primary.
 
@@ -510,10 +535,12 @@ def _sentinel_client(
     # so neither a plain call nor a type: ignore passes mypy --strict on both.
     make_sentinel: Any = Sentinel
     sentinel = make_sentinel(list(target.hosts), sentinel_kwargs=sentinel_options)
+    tls = options.get("ssl", False)  # the pool takes it off the connection's options
     return sentinel.master_for(
         target.master or "",
         redis_class=_SentinelPrimary,
         connection_pool_class=_BlockingSentinelPool,
+        connection_class=_FastSentinelSSLConnection if tls else _FastSentinelConnection,
         max_connections=max_connections,
         timeout=timeout_s,
         **options,

@@ -16,9 +16,10 @@ pipeline whose replies arrive together schedules one timer; a read cut short by 
 process being busy between reads is not blamed on the server. Waiting for a connection
 from the pool, connecting and sending keep their own timeouts, as before.
 
-Only connections with :class:`SharedReadTimer` read this way (cronrace's own classes
-for one primary); any other connection (Sentinel's, Cluster's, fakeredis's) goes on
-bounding each read itself, and the pipeline's timer is never started.
+Only connections with :class:`SharedReadTimer` read this way: cronrace's own classes for
+one primary (packing.py) and for Sentinel's primary (client.py). A Cluster pipeline reads
+each shard's replies in a task of its own, which one timer of the calling task cannot
+watch: its connections, and fakeredis's, go on bounding each read themselves.
 """
 
 from __future__ import annotations

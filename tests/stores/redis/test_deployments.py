@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections import Counter
@@ -178,5 +179,29 @@ async def test_a_sentinel_store_follows_the_primary_within_a_heartbeat(
         assert client(new).get(store.keys.claim("j", 101)) == str(N1)
         replies = await store.acquire([request(tick=101)])
         assert replies[0].decision == "run"  # type: ignore[union-attr]
+    finally:
+        await store.aclose()
+
+
+async def test_a_sentinel_stores_pipeline_takes_one_read_timer_as_one_primarys_does(
+    sentinels: SentinelSet, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # redis-py's own Sentinel connection scheduled a timer for every reply: 200 claims,
+    # 200 timers (stores/redis/readtimer.py).
+    store = Store.from_url(sentinels.url, namespace, timeout_s=2)
+    try:
+        await store.load_scripts()
+        loop = asyncio.get_running_loop()
+        timers = [0]
+        call_at = loop.call_at
+
+        def counting(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+            timers[0] += 1
+            return call_at(when, callback, *args, **kwargs)
+
+        monkeypatch.setattr(loop, "call_at", counting)
+        claims = [Claim(f"j{index}", 100, 60_000) for index in range(200)]
+        assert await store.claim(claims, N1) == [True] * 200
+        assert timers[0] <= 3, timers  # the pool's wait, the send, the reads: one each
     finally:
         await store.aclose()

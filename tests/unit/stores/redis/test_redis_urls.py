@@ -6,10 +6,14 @@ import re
 
 import pytest
 from pydantic import ValidationError
+from redis.asyncio.connection import SSLConnection
 
 from cronrace.errors import ConfigError
 from cronrace.settings import load_settings
 from cronrace.specs.targets import StreamSpec
+from cronrace.stores.redis.client import make_client
+from cronrace.stores.redis.packing import FastPacking
+from cronrace.stores.redis.readtimer import SharedReadTimer
 from cronrace.stores.redis.urls import Deployment, parse_redis_url
 from cronrace.stores.urls import redact_url
 
@@ -127,3 +131,23 @@ def test_every_deployment_form_is_accepted_by_the_settings_and_the_stream_target
         assert StreamSpec(key="q", redis_url=url).redis_url == url
     with pytest.raises(ValidationError, match="names no master"):
         StreamSpec(key="q", redis_url="redis+sentinel://a:1")
+
+
+@pytest.mark.parametrize(
+    ("url", "tls"),
+    [("redis+sentinel://a:1/m", False), ("rediss+sentinel://a:1/m", True)],
+)
+async def test_a_sentinel_primary_is_reached_over_tls_exactly_when_the_url_says(
+    url: str, tls: bool
+) -> None:
+    # The pool's connections are cronrace's (its packer, one read timer per pipeline), and
+    # the TLS one only for rediss: a plain one would speak clear text to a TLS server.
+    client = make_client(url)
+    try:
+        kind = client.connection_pool.connection_class
+        assert issubclass(kind, FastPacking)
+        assert issubclass(kind, SharedReadTimer)
+        assert issubclass(kind, SSLConnection) is tls
+        assert "ssl" not in client.connection_pool.connection_kwargs
+    finally:
+        await client.aclose()
