@@ -95,13 +95,11 @@ class OneReadTimer:
             return
         if reads.handle is not None:
             reads.handle.cancel()
-        # As asyncio.timeout: a cancellation of ours becomes a timeout, one from elsewhere
-        # (the agent stopping) goes on.
-        if (
-            kind is asyncio.CancelledError
-            and reads.fired
-            and reads.task.uncancel() <= reads.cancelling
-        ):
+        if not reads.fired:
+            return
+        # As asyncio.timeout: the cancellation of ours is taken back whatever came of it,
+        # and becomes a timeout; one from elsewhere too (the agent stopping) goes on.
+        if reads.task.uncancel() <= reads.cancelling and kind is asyncio.CancelledError:
             raise RedisTimeoutError(f"Timeout reading from {self.where()}") from None
 
 
