@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -108,3 +109,17 @@ async def history(agent: Agent, job: str, *, first_s: int, last_s: int) -> list[
         (r for r in records if first_s <= r.tick_s <= last_s),
         key=lambda r: (r.tick_s, r.outcome.value),
     )
+
+
+def count_timers(monkeypatch: Any) -> list[int]:
+    """Count the timers the running event loop schedules from now on (``[count]``)."""
+    loop = asyncio.get_running_loop()
+    calls = [0]
+    call_at = loop.call_at
+
+    def counting(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return call_at(when, callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counting)
+    return calls

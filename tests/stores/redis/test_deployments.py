@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from collections import Counter
@@ -19,6 +18,7 @@ from cronrace.errors import RedisUnavailableError, StoreError
 from cronrace.stores.redis import Store
 from cronrace.stores.redis.keys import fence_key, hash_tag
 from cronrace.stores.values import Claim, ClaimOutcome
+from tests.helpers import count_timers
 from tests.stores.contract.helpers import N1, request
 from tests.topology import ClusterSet, SentinelSet, client
 
@@ -191,15 +191,7 @@ async def test_a_sentinel_stores_pipeline_takes_one_read_timer_as_one_primarys_d
     store = Store.from_url(sentinels.url, namespace, timeout_s=2)
     try:
         await store.load_scripts()
-        loop = asyncio.get_running_loop()
-        timers = [0]
-        call_at = loop.call_at
-
-        def counting(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
-            timers[0] += 1
-            return call_at(when, callback, *args, **kwargs)
-
-        monkeypatch.setattr(loop, "call_at", counting)
+        timers = count_timers(monkeypatch)
         claims = [Claim(f"j{index}", 100, 60_000) for index in range(200)]
         assert await store.claim(claims, N1) == [True] * 200
         assert timers[0] <= 3, timers  # the pool's wait, the send, the reads: one each

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cronrace.stores.redis.client import make_client
+from tests.helpers import count_timers
 
 TIMEOUT_S = 0.2
 
@@ -90,25 +91,12 @@ async def _echo_pipeline(client: Any, count: int) -> list[Any]:
     return list(await pipe.execute())
 
 
-def _count_timers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    loop = asyncio.get_running_loop()
-    calls = [0]
-    call_at = loop.call_at
-
-    def counting(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return call_at(when, callback, *args, **kwargs)
-
-    monkeypatch.setattr(loop, "call_at", counting)
-    return calls
-
-
 async def test_a_pipeline_of_many_replies_starts_one_timer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async for client, stub in _client(lambda _i: 0.0):
         await client.ping()  # connected: the handshake's reads are not counted
-        calls = _count_timers(monkeypatch)
+        calls = count_timers(monkeypatch)
         replies = await _echo_pipeline(client, 200)
         assert replies == [f"e{i}".encode() for i in range(200)]
         assert calls[0] <= 3, calls  # the pool's wait, the send, and the reads: one each
