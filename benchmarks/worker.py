@@ -111,11 +111,13 @@ def _seeded(agent: Agent, jobs: int) -> bool:
 
 
 def beat_counts(agents: list[Agent]) -> dict[str, int]:
-    """The agents' heartbeats so far: late ones (logged as joined again), full reads of
-    the members, reads of the changes, and reads of changes that fell back to a full one."""
+    """The agents' heartbeats so far: late ones, those that logged their node as joined
+    again, full reads of the members, reads of the changes, and reads of changes that fell
+    back to a full one."""
     beats = [agent.heartbeat for agent in agents]
     names = {
         "late": "late_beats",
+        "rejoins": "rejoins",
         "full_reads": "full_reads",
         "change_reads": "change_reads",
         "forced": "full_reads_forced",

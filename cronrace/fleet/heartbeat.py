@@ -48,10 +48,15 @@ PRUNE_EVERY_BEATS = 10
 #: Read every member (not only the changes) every this many heartbeats (5 min at 2 s): a
 #: check only, as a view that does not add up is read again in full at once.
 FULL_READ_EVERY_BEATS = 150
-#: A beat this many periods after the last one logs this node as joined again: others
-#: count a member silent after ``SILENT_AFTER_PERIODS`` (1.5), and this margin covers the
-#: nodes' clocks differing by up to a quarter period.
-REJOIN_AFTER_PERIODS = 1.25
+#: A beat this many periods after the last one counts as late: others may have counted
+#: this node silent (after ``SILENT_AFTER_PERIODS``, 1.5; the margin covers the nodes'
+#: clocks differing by up to a quarter period). They ask for it again at their reads of
+#: changes (``Membership.recheck``), so a late beat logs nothing more.
+LATE_AFTER_PERIODS = 1.25
+#: A beat this many periods after the last one logs this node as joined again: its entry
+#: in the live set may be gone (it expires 3 periods after the beat, and others stop
+#: asking for it a period later), so they would not see it back without the log.
+REJOIN_AFTER_PERIODS = 2.5
 
 
 def heartbeat_ttl_ms(heartbeat_s: float) -> int:
@@ -103,12 +108,15 @@ class Heartbeat:
         self._cursor: str | None = None
         #: This node's estimate of server time at its last beat that went through (ms).
         self._last_ok_ms: int | None = None
+        self._late_after_ms = int(LATE_AFTER_PERIODS * heartbeat_s * 1000)
         self._rejoin_after_ms = int(REJOIN_AFTER_PERIODS * heartbeat_s * 1000)
         #: Reads of changes that did not add up (or met a gap) and were read again in full.
         self.full_reads_forced = 0
-        #: Beats that came late (logged as joined again), full reads of the members, and
-        #: reads of the changes taken: how a fleet's heartbeats cost O(N) or O(changes).
+        #: Beats that came late, those of them that logged this node as joined again, full
+        #: reads of the members, and reads of the changes taken: how a fleet's heartbeats
+        #: cost O(N) or O(changes).
         self.late_beats = 0
+        self.rejoins = 0
         self.full_reads = 0
         self.change_reads = 0
         #: Reads of changes that met a gap in the log (more than it reads at once, trimmed).
@@ -167,11 +175,15 @@ class Heartbeat:
         beats (at a phase of this node's own), and when a read of the changes does not add
         up or meets a gap; otherwise only the changes since the last read are (O(changes),
         not O(N): DESIGN.md section 12). A beat that comes late (others may have counted
-        this node silent) logs the node as joined again, so that they see it back within
-        a read of changes, and reads the changes too: the log holds who came and went
-        meanwhile, the silent are read as they are now, a member pruned unseen makes the
-        count disagree, and a member this node counted live but finds silent sends it to
-        the full read (:meth:`Membership.apply_changes`: its own lateness is no evidence).
+        this node silent) logs nothing: those that did ask for it again at their reads of
+        changes (``recheck``, :meth:`Membership.recheck`) and see it back. Only a beat so
+        late that its entry may be gone (:data:`REJOIN_AFTER_PERIODS`) logs the node as
+        joined again; a loaded 1,000-node fleet's late beats otherwise put an entry in the
+        log for each, which every node reads. A late beat reads the changes too: the log
+        holds who came and went meanwhile, the silent are read as they are now, a member
+        pruned unseen makes the count disagree, and a member this node counted live but
+        finds silent sends it to the full read (:meth:`Membership.apply_changes`: its own
+        lateness is no evidence).
         A node late because its own process is loaded would otherwise read every member
         at every beat, O(N) each, which makes it later still: at N = 1,000 a loaded
         fleet's beats all came late and all read in full (issue 19).
@@ -179,7 +191,9 @@ class Heartbeat:
         base = self.clock.base if isinstance(self.clock, ServerOffsetClock) else self.clock
         sent_wall, sent_mono = base.time(), base.monotonic()
         now_ms = sent_ms = int(self.clock.time() * 1000)
-        late = self._last_ok_ms is None or now_ms - self._last_ok_ms > self._rejoin_after_ms
+        since_ms = None if self._last_ok_ms is None else now_ms - self._last_ok_ms
+        late = since_ms is None or since_ms > self._late_after_ms
+        rejoin = since_ms is None or since_ms > self._rejoin_after_ms
         full = self._cursor is None or self._beats % FULL_READ_EVERY_BEATS == 0
         reply = await store.heartbeat(
             self.node_id,
@@ -188,8 +202,9 @@ class Heartbeat:
             epoch_candidate=secrets.token_hex(8),
             prune=self._beats % PRUNE_EVERY_BEATS == 0,
             since=None if full else self._cursor,
-            joined=late,
+            joined=rejoin,
             live_after_ms=self.membership.live_after_ms(now_ms, self.ttl_ms),
+            recheck=() if full else self.membership.recheck(now_ms),
             asserted_epoch=self.asserted_epoch,
             read_asserted=self._waiting_out_wipe,
             fleet=fleet,
@@ -197,6 +212,7 @@ class Heartbeat:
         exchanged = reply.fleet
         self._beats += 1
         self.late_beats += late
+        self.rejoins += rejoin
         rtt = base.monotonic() - sent_mono
         if isinstance(self.clock, ServerOffsetClock):
             self.clock.add_sample(

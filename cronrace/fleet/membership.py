@@ -51,6 +51,14 @@ SILENT_AFTER_PERIODS = 1.5
 #: no evidence that they left (below). Beats are sent every period, so reads come about
 #: a period apart; this margin covers round trips that vary by a quarter period.
 BLIND_AFTER_PERIODS = 1.25
+#: How long after a silent member's heartbeat expiry this node still asks for it again at
+#: each read of changes (:meth:`Membership.recheck`), in periods: a member that beats again
+#: within :data:`~cronrace.fleet.heartbeat.REJOIN_AFTER_PERIODS` of its last beat does
+#: not log itself as joined (heartbeat.py), and its beat must land within this margin.
+RECHECK_AFTER_EXPIRY_PERIODS = 1.0
+#: At most this many silent members are asked for again at one read (the most recent
+#: first); one beyond it that comes back makes the view not add up: read in full.
+RECHECK_MAX = 1_000
 #: Each node's ring points, shared by every agent of the process (they are a pure function
 #: of the node id): a process simulating 100 agents of a 200-node fleet hashes 32,000
 #: points, not 3,200,000. Cleared when it outgrows every view by far.
@@ -74,7 +82,7 @@ def ring_of(members: frozenset[str], old: Ring) -> Ring:
         return ring
     if len(_POINTS) > _POINTS_MAX_NODES:  # members come and go: memory stays bounded
         _POINTS.clear()
-    base = min((old, *_RINGS.values()), key=lambda r: len(r.members ^ members))
+    base = min((old, *_RINGS.values()), key=lambda r: r.splice_cost(members))
     ring = base.with_members(members, _POINTS)
     _RINGS[members] = ring
     while len(_RINGS) > _RINGS_KEPT:
@@ -131,6 +139,10 @@ class Membership:
         #: that drive a scheduler without heartbeats: no beat, no judgement).
         self.own_beat_ms: int | None = None
         self._beat_waiters: list[anyio.Event] = []
+        #: Members read silent (not left), with their expiry (epoch ms): each read of
+        #: changes asks for them again, so one that beats again is seen back without a
+        #: join in the change log (a late beat logs none: heartbeat.py).
+        self._silenced: dict[str, int] = {}
 
     @property
     def point_cache(self) -> dict[str, list[int]]:
@@ -172,6 +184,9 @@ class Membership:
         if departed and self.on_departed is not None:
             self.on_departed(departed)
         self._confirmed_ms = now_ms
+        self._silenced = {
+            node: expiry for node, expiry in expiries_ms.items() if node not in self.live
+        }
 
         def last_beat_ms(node: str) -> int:
             return seen_before.get(node, self.last_beat_ms.get(node, now_ms))
@@ -218,7 +233,8 @@ class Membership:
     ) -> bool:
         """Take a read of the changes since the last one; False if the view does not add up.
 
-        ``joined``: members logged as joined (-> expiry); ``left``: logged as left;
+        ``joined``: members logged as joined, or asked for again (:meth:`recheck`) and
+        beating again (-> expiry); ``left``: logged as left;
         ``silent``: members whose expiry is before :meth:`live_after_ms` (-> expiry);
         ``live_count``: how many members are not silent. Members this view has and the
         read names nowhere stay live (they beat, or they would be silent). When the view
@@ -226,10 +242,13 @@ class Membership:
         read could not see), nothing is taken and the caller reads in full.
 
         While this node's own reads were held up (blind, see the module's docstring), the
-        members it counted live and now reads silent stay live, as a full read keeps them
-        (:meth:`update`), and only its other members are counted against the store's: a
-        node late because its own process was loaded must not read every member to learn
-        nothing more (at N = 1,000 a loaded fleet's beats all did, issue 19).
+        members it counted live stay live, listed silent, pruned or not, as a full read
+        keeps them (:meth:`update`), so the count is not checked: a full read would learn
+        only of members back unseen, and those add racers, never lose a tick. The first
+        read after the blind spell checks it. A node late because its own process was
+        loaded must not read every member to learn nothing more: at N = 600 a loaded
+        fleet's blind reads fell back to full reads 4,133 times in 20 s, each O(N), which
+        kept the loops loaded (issue 19).
         """
         confirmed_ms, self._confirmed_ms = self._confirmed_ms, now_ms
         silent_ms = int(SILENT_AFTER_PERIODS * self.heartbeat_s * 1000)
@@ -241,8 +260,13 @@ class Membership:
         live = self.live
         if not (came <= live and gone.isdisjoint(live)):
             live = frozenset((live | came) - gone)
-        kept_silent = sum(1 for n in silent if n in live) if blind else 0
-        if len(live) - kept_silent != live_count and not (live_count < 0):
+        silenced = self._silenced
+        for node in (*joined, *left):
+            silenced.pop(node, None)
+        for node, expiry in silent.items():
+            if node not in live:
+                silenced[node] = expiry
+        if not blind and live_count >= 0 and len(live) != live_count:
             return False
         beats = self.last_beat_ms
         for node, expiry in joined.items():
@@ -271,6 +295,26 @@ class Membership:
             self.on_departed(departed)
         self._rebuild(last_beat_ms, now_ms)
         return True
+
+    def recheck(self, now_ms: int) -> tuple[str, ...]:
+        """The members read silent lately, to ask for again at the next read of changes.
+
+        A member whose beat comes late, but within
+        :data:`~cronrace.fleet.heartbeat.REJOIN_AFTER_PERIODS` of its last one, does not
+        log itself as joined: the nodes that counted it silent see it back here instead.
+        A loaded fleet's late beats would otherwise each be one more entry that every
+        node reads (O(N) each, the join storm of issue 19). Members are asked for until
+        :data:`RECHECK_AFTER_EXPIRY_PERIODS` after their expiry; one that comes back
+        later logs a join, or, landing late, makes the view not add up (read in full).
+        """
+        if not self._silenced:
+            return ()
+        oldest_ms = now_ms - int(RECHECK_AFTER_EXPIRY_PERIODS * self.heartbeat_s * 1000)
+        kept = {n: e for n, e in self._silenced.items() if e >= oldest_ms and n != self.node_id}
+        self._silenced = kept
+        if len(kept) > RECHECK_MAX:
+            return tuple(sorted(kept, key=kept.__getitem__, reverse=True)[:RECHECK_MAX])
+        return tuple(kept)
 
     def alike(self, fingerprints: Mapping[str, str], now_ms: int) -> None:
         """Take the fleet exchange's fingerprints (node -> what it runs), this node's too."""

@@ -341,6 +341,7 @@ class Store(abc.ABC):
         since: str | None = None,
         joined: bool = True,
         live_after_ms: int = 0,
+        recheck: Sequence[str] = (),
         asserted_epoch: str = "",
         read_asserted: bool = False,
         fleet: FleetRequest | None = None,
@@ -353,7 +354,11 @@ class Store(abc.ABC):
         members logged as joined, those logged as left, those whose expiry is before
         ``live_after_ms`` (silent), and how many expire at or after it; ``gap`` when the
         log no longer reaches back to the cursor. ``joined``: log this node as joined
-        (its first beat, or its last one was too long ago for others to count it live).
+        (its first beat, or its last one was so long ago that its entry may be gone).
+        ``recheck`` (with a cursor): members the caller counted silent; those of them whose
+        expiry is now at or after ``live_after_ms`` are among the joined too (they beat
+        again: a late beat is not logged, so that a loaded fleet's late beats are not each
+        read by every node).
 
         ``asserted_epoch`` is published as this node's word that it re-asserted the leases
         of its runs for that epoch (after a wipe); with ``read_asserted`` the reply carries

@@ -29,7 +29,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cronrace.fleet.membership import Membership
 from cronrace.fleet.placement import KeyIndex
@@ -60,10 +60,11 @@ class Change:
     #: No tick before it lost its racers: the leavers' oldest last heartbeat, less a second
     #: of slack for clocks that disagree a little.
     since_s: int
+    #: Whether members left (asked for every moved job: found once).
+    departed: bool = field(init=False)
 
-    @property
-    def departed(self) -> bool:
-        return bool(self.before.members - self.after.members)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "departed", not self.before.members <= self.after.members)
 
 
 class RacerShare:
@@ -193,12 +194,22 @@ class RacerShare:
         me, name = self.node_id, job.name
         after_s = max(change.since_s, int(now_s - self.orphan_window_s)) - 1
         until_s = min(now_s, first_s - 1)
+        # Every tick of one placement window has the same racers (racers.py): the rings
+        # are asked once a window, not three times a tick (a one-second job's recent
+        # ticks, at every departure a loaded fleet's views saw: issue 19).
+        windows: dict[int, tuple[str, ...] | None] = {}
         for tick_s in job.schedule.ticks_between(after_s, until_s, RECENT_TICKS_CAP):
-            if change.before.races(me, name, tick_s, k):
-                continue  # raced it itself
-            if not change.after.races(me, name, tick_s, k):
-                continue  # others race it
-            racers = change.before.racers(name, tick_s, k)
+            start_s = placement_start_s(name, tick_s)
+            if start_s not in windows:
+                windows[start_s] = (
+                    None  # raced it itself, or others race it now
+                    if change.before.races(me, name, tick_s, k)
+                    or not change.after.races(me, name, tick_s, k)
+                    else change.before.racers(name, tick_s, k)
+                )
+            racers = windows[start_s]
+            if racers is None:
+                continue
             if change.after.members.isdisjoint(racers):
                 self.orphans.setdefault(name, []).append(tick_s)
             else:  # a racer of it lives: remembered, in case the rest leave too
@@ -229,13 +240,16 @@ class RacerShare:
         for name, left in self.left.items():
             if name not in self.jobs:
                 continue
-            mine = [
-                t
-                for t, racers in left
-                if t >= change.since_s
-                and members.isdisjoint(racers)
-                and change.after.races(me, name, t, k)
-            ]
+            races: dict[int, bool] = {}  # by placement window, as in recover()
+            mine = []
+            for t, racers in left:
+                if t < change.since_s or not members.isdisjoint(racers):
+                    continue
+                start_s = placement_start_s(name, t)
+                if start_s not in races:
+                    races[start_s] = change.after.races(me, name, t, k)
+                if races[start_s]:
+                    mine.append(t)
             if mine:
                 self.orphans[name] = sorted({*self.orphans.get(name, ()), *mine})
                 found += len(mine)

@@ -315,6 +315,7 @@ class PostgresStore(RunSide, Store):
         since: str | None = None,
         joined: bool = True,
         live_after_ms: int = 0,
+        recheck: Sequence[str] = (),
         asserted_epoch: str = "",
         read_asserted: bool = False,
         fleet: FleetRequest | None = None,
@@ -336,6 +337,7 @@ class PostgresStore(RunSide, Store):
             since=since,
             joined=joined,
             live_after_ms=live_after_ms,
+            recheck=recheck,
             asserted_epoch=asserted_epoch,
             read_asserted=read_asserted,
         )
@@ -362,6 +364,7 @@ class PostgresStore(RunSide, Store):
         since: str | None,
         joined: bool,
         live_after_ms: int,
+        recheck: Sequence[str],
         asserted_epoch: str,
         read_asserted: bool,
     ) -> HeartbeatReply:
@@ -379,6 +382,7 @@ class PostgresStore(RunSide, Store):
                 "live_after_ms": live_after_ms,
                 "asserted": asserted_epoch,
                 "read_asserted": read_asserted,
+                "recheck": list(recheck),
             },
         )
         server_time_s = int(reply["server_us"]) / 1e6
@@ -403,10 +407,15 @@ class PostgresStore(RunSide, Store):
                 asserted=asserted,
             )
         last = latest_changes(found["entries"], ("join", "leave"))
+        joined = {n: int(v) for n, (k, v) in last.items() if k == "join" and v.isdigit()}
+        for node, expiry in reply.get("back", {}).items():
+            # Back: beating again since it was read silent (a late beat logs no join).
+            if last.get(node, ("",))[0] != "leave":
+                joined[str(node)] = max(int(expiry), joined.get(str(node), 0))
         return HeartbeatReply(
             server_time_s=server_time_s,
             epoch=epoch,
-            members={n: int(v) for n, (k, v) in last.items() if k == "join" and v.isdigit()},
+            members=joined,
             full=False,
             cursor=str(found["cursor"]),
             silent={str(node): int(expiry) for node, expiry in reply["silent"].items()},

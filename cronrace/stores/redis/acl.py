@@ -37,6 +37,7 @@ CLIENT_COMMANDS = (
     "xrevrange",
     "zadd",
     "zcount",  # the heartbeat checks its view of the live set adds up (members.py)
+    "zmscore",  # ... and asks for the members it read silent again (Redis 6.2 or later)
     "zrangebyscore",
     "zrem",
     "zremrangebyscore",

@@ -10,7 +10,7 @@ only the members that joined or left since, those gone silent (expiry before
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cronrace.stores.redis.changes as changes
@@ -41,6 +41,7 @@ class MemberCommands(RunCommands):
         since: str | None = None,
         joined: bool = True,
         live_after_ms: int = 0,
+        recheck: Sequence[str] = (),
         asserted_epoch: str = "",
         read_asserted: bool = False,
         fleet: FleetRequest | None = None,
@@ -84,6 +85,8 @@ class MemberCommands(RunCommands):
                 ),
                 self._command("", "nodes", "zcount", live_after_ms, "+inf"),
             ]
+            if recheck:
+                commands.append(self._command("", "nodes", "zmscore", list(recheck)))
         commands.append(self._command("", "asserted", "hset", node_id, asserted_epoch))
         if read_asserted:
             commands.append(self._command("", "asserted", "hgetall"))
@@ -124,7 +127,12 @@ class MemberCommands(RunCommands):
             replies = replies[: len(commands)]
         server_time_s = int(seconds) + int(micros) / 1e6
         epoch = decode_text(replies[1])
-        said = replies[reads + (2 if since is None else 4) + 1] if read_asserted else None
+        rechecked = replies[reads + 4] if since is not None and recheck else None
+        said = (
+            replies[reads + (2 if since is None else 4 + bool(recheck)) + 1]
+            if read_asserted
+            else None
+        )
         asserted = {decode_text(k): decode_text(v) for k, v in (said or {}).items()}
         if since is None:
             last, members = replies[reads], replies[reads + 1]
@@ -151,10 +159,19 @@ class MemberCommands(RunCommands):
                 fleet=exchanged,
             )
         last = changes.latest(entries, (changes.JOIN, changes.LEAVE))
+        joined = {n: int(v) for n, (k, v) in last.items() if k == changes.JOIN and v.isdigit()}
+        for node, score in zip(recheck, rechecked or (), strict=False):
+            # Back: beating again since it was read silent (a late beat logs no join).
+            if (
+                score is not None
+                and score >= live_after_ms
+                and last.get(node, ("",))[0] != changes.LEAVE
+            ):
+                joined[node] = max(int(score), joined.get(node, 0))
         return HeartbeatReply(
             server_time_s=server_time_s,
             epoch=epoch,
-            members={n: int(v) for n, (k, v) in last.items() if k == changes.JOIN and v.isdigit()},
+            members=joined,
             full=False,
             cursor=cursor,
             silent={decode_text(node): int(score) for node, score in silent or ()},

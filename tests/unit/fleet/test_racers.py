@@ -368,3 +368,34 @@ def test_a_ring_spliced_through_many_changes_is_the_ring_build_makes() -> None:
             assert ring.preferred("job", t) == fresh.preferred("job", t)
         node = sorted(members)[step % len(members)]
         assert ring.arcs(node, 2, cache) == fresh.arcs(node, 2)
+
+
+def test_members_gone_silent_and_back_are_skipped_not_spliced_and_answer_as_build_does() -> None:
+    # A loaded fleet's views lose and regain whole processes' agents at every beat (issue
+    # 19): a member gone leaves the chunks as they were (walks skip its points), one back
+    # costs nothing, and every answer is the one a ring built from the members gives.
+    rng = random.Random(11)
+    cache: dict[str, list[int]] = {}
+    everyone = nodes(80)
+    ring = Ring.build(everyone, cache)
+    for step in range(40):
+        members = set(everyone) - set(rng.sample(everyone, rng.randint(1, 20)))
+        joining = step % 3 == 2  # a join meanwhile: spliced in, the gone still skipped
+        if joining:
+            everyone.append(f"new-{step}")
+            members.add(everyone[-1])
+        derived = ring.with_members(members, cache)
+        assert joining or derived._chunks is ring._chunks  # shared, not copied
+        fresh = Ring.build(members)
+        assert derived == fresh
+        for t in range(0, 300, 7):
+            assert derived.candidates("job", t, 3) == fresh.candidates("job", t, 3)
+            assert derived.preferred("job", t) == fresh.preferred("job", t)
+            assert derived.first_racer("job", t, 2) == fresh.first_racer("job", t, 2)
+        node = sorted(members)[step % len(members)]
+        assert derived.arcs(node, 2, cache) == fresh.arcs(node, 2)
+        ring = derived
+    # More than a quarter gone, or a node never held: spliced, and still the same ring.
+    few = set(everyone[:50])
+    assert ring.with_members(few, cache) == Ring.build(few)
+    assert ring.with_members([*few, "newcomer"], cache) == Ring.build([*few, "newcomer"])

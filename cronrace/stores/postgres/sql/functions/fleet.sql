@@ -11,11 +11,12 @@
 --   from next, and whether the log no longer reaches back to p_since (read in full then).
 --
 -- heartbeat(p_ns, p_node, p_now_ms, p_ttl_ms, p_epoch_candidate, p_prune, p_since,
---           p_joined, p_live_after_ms, p_asserted, p_read_asserted)
+--           p_joined, p_live_after_ms, p_asserted, p_read_asserted, p_recheck)
 --   -> jsonb {server_us, epoch, pruned, cursor, and either members: {node: expires_ms}
 --             (p_since NULL: every live member) or changes, silent: {node: expires_ms},
---             live_count (the changes since p_since, the members expiring before
---             p_live_after_ms, and how many expire at or after it)}
+--             live_count, back: {node: expires_ms} (the changes since p_since, the
+--             members expiring before p_live_after_ms, how many expire at or after it,
+--             and those of p_recheck that do: read silent before, beating again)}
 --   p_asserted: the epoch this node re-asserted its runs' leases for (after a wipe);
 --   with p_read_asserted, every live member's is read back as `asserted` {node: epoch}.
 --   Writes the epoch once (the first node's candidate), refreshes this node's expiry
@@ -87,7 +88,7 @@ $$;
 CREATE OR REPLACE FUNCTION @schema@.heartbeat(
   p_ns text, p_node text, p_now_ms bigint, p_ttl_ms bigint, p_epoch_candidate text,
   p_prune boolean, p_since bigint, p_joined boolean, p_live_after_ms bigint,
-  p_asserted text, p_read_asserted boolean
+  p_asserted text, p_read_asserted boolean, p_recheck text[]
 ) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -96,6 +97,7 @@ DECLARE
   v_reply jsonb;
   v_silent jsonb;
   v_live integer;
+  v_back jsonb;
   v_pruned integer := 0;
 BEGIN
   INSERT INTO @schema@.epochs (ns, epoch) VALUES (p_ns, p_epoch_candidate)
@@ -122,7 +124,11 @@ BEGIN
            count(*) FILTER (WHERE expires_ms >= p_live_after_ms)
     INTO v_silent, v_live
     FROM @schema@.nodes WHERE ns = p_ns;
-    v_reply := v_reply || jsonb_build_object('silent', v_silent, 'live_count', v_live);
+    SELECT coalesce(jsonb_object_agg(node, expires_ms), '{}') INTO v_back
+    FROM @schema@.nodes
+    WHERE ns = p_ns AND node = ANY(coalesce(p_recheck, '{}')) AND expires_ms >= p_live_after_ms;
+    v_reply := v_reply || jsonb_build_object('silent', v_silent, 'live_count', v_live,
+                                             'back', v_back);
   END IF;
   IF p_read_asserted THEN
     SELECT v_reply || jsonb_build_object('asserted',

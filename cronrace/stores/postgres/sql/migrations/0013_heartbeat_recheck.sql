@@ -1,0 +1,12 @@
+-- 0013_heartbeat_recheck.sql: version 13 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): heartbeat() takes p_recheck, the
+-- members the caller read silent before, and returns those of them beating again as
+-- `back`. A beat that comes late no longer logs its node as joined (only one so late that
+-- its row may have been pruned does): every node read each such entry, and a loaded
+-- 1,000-node fleet's late beats made that O(N) a beat (issue 19). The eleven-argument
+-- heartbeat() of version 12 stays, for agents of the version before during a rolling
+-- deploy; it is dropped by a later version.
