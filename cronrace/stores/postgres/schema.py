@@ -40,7 +40,7 @@ FUNCTION_DIGESTS = {
     10: "1924aacdc82e7662",
     11: "666d084c5f07777e",
     12: "5e3ee1fcf803db93",
-    13: "46a8046b2eba908f",
+    13: "1f44670844eced49",
 }
 
 

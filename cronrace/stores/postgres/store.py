@@ -407,15 +407,15 @@ class PostgresStore(RunSide, Store):
                 asserted=asserted,
             )
         last = latest_changes(found["entries"], ("join", "leave"))
-        joined = {n: int(v) for n, (k, v) in last.items() if k == "join" and v.isdigit()}
+        came = {n: int(v) for n, (k, v) in last.items() if k == "join" and v.isdigit()}
         for node, expiry in reply.get("back", {}).items():
             # Back: beating again since it was read silent (a late beat logs no join).
             if last.get(node, ("",))[0] != "leave":
-                joined[str(node)] = max(int(expiry), joined.get(str(node), 0))
+                came[str(node)] = max(int(expiry), came.get(str(node), 0))
         return HeartbeatReply(
             server_time_s=server_time_s,
             epoch=epoch,
-            members=joined,
+            members=came,
             full=False,
             cursor=str(found["cursor"]),
             silent={str(node): int(expiry) for node, expiry in reply["silent"].items()},

@@ -159,7 +159,7 @@ class MemberCommands(RunCommands):
                 fleet=exchanged,
             )
         last = changes.latest(entries, (changes.JOIN, changes.LEAVE))
-        joined = {n: int(v) for n, (k, v) in last.items() if k == changes.JOIN and v.isdigit()}
+        came = {n: int(v) for n, (k, v) in last.items() if k == changes.JOIN and v.isdigit()}
         for node, score in zip(recheck, rechecked or (), strict=False):
             # Back: beating again since it was read silent (a late beat logs no join).
             if (
@@ -167,11 +167,11 @@ class MemberCommands(RunCommands):
                 and score >= live_after_ms
                 and last.get(node, ("",))[0] != changes.LEAVE
             ):
-                joined[node] = max(int(score), joined.get(node, 0))
+                came[node] = max(int(score), came.get(node, 0))
         return HeartbeatReply(
             server_time_s=server_time_s,
             epoch=epoch,
-            members=joined,
+            members=came,
             full=False,
             cursor=cursor,
             silent={decode_text(node): int(score) for node, score in silent or ()},

@@ -79,6 +79,49 @@ async def test_a_node_that_left_and_came_back_reads_as_joined(store: Store) -> N
     assert changes.left == ()
 
 
+async def test_members_read_silent_and_asked_for_again_read_as_back_once_they_beat(
+    store: Store,
+) -> None:
+    # A late beat logs no join (issue 19): the nodes that read its member silent ask for
+    # it again (recheck) and see it back, with its new expiry, once it beats again; one
+    # still silent, one gone, one that left and one never seen are not back.
+    now_ms = await server_ms(store)
+    for node in ("n1", "late", "still", "leaver"):
+        await store.heartbeat(node, now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
+    full = await store.heartbeat("n1", now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
+    later = now_ms + 4000  # all three silent by now (their beats are 4 s old)
+    await store.heartbeat("late", now_ms=later, ttl_ms=TTL, epoch_candidate="e", joined=False)
+    await store.heartbeat("leaver", now_ms=later, ttl_ms=TTL, epoch_candidate="e", joined=False)
+    await store.leave("leaver")
+    changes = await store.heartbeat(
+        "n1",
+        now_ms=later,
+        ttl_ms=TTL,
+        epoch_candidate="e",
+        since=full.cursor,
+        joined=False,
+        live_after_ms=live_after(later),
+        recheck=("late", "still", "leaver", "never"),
+        prune=False,
+    )
+    assert changes.members == {"late": later + TTL}
+    assert changes.silent == {"still": now_ms + TTL}
+    assert changes.left == ("leaver",)
+    assert changes.live_count == 2  # n1 and late
+    # Without recheck the late beat is no change: the count alone disagrees.
+    blind = await store.heartbeat(
+        "n1",
+        now_ms=later,
+        ttl_ms=TTL,
+        epoch_candidate="e",
+        since=full.cursor,
+        joined=False,
+        live_after_ms=live_after(later),
+        prune=False,
+    )
+    assert "late" not in blind.members
+
+
 async def test_more_changes_than_a_read_takes_is_a_gap(store: Store) -> None:
     now_ms = await server_ms(store)
     full = await store.heartbeat("n1", now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")

@@ -87,3 +87,27 @@ def test_the_printed_script_builds_the_schema_with_psql(postgres_server: Postgre
         ]
     finally:
         postgres_server.execute("DROP SCHEMA IF EXISTS printed CASCADE")
+
+
+async def test_the_heartbeat_of_the_release_before_still_answers_on_this_schema(
+    pg_store: PostgresStore,
+) -> None:
+    """A rolling deploy upgrades the schema first (version 13 gave heartbeat() the members
+    to ask for again): agents of the release before still call it with the eleven
+    arguments of version 12, and read the changes as they did."""
+    now_ms = int((await sql(pg_store, "SELECT @schema@.now_us()"))[0][0]) // 1000
+    old = (
+        "SELECT @schema@.heartbeat(%(ns)s, %(node)s, %(now)s, 6000, 'e', false, %(since)s,"
+        " true, %(after)s, '', false)"
+    )
+    first = (await sql(pg_store, old, node="old", now=now_ms, since=None, after=0))[0][0]
+    assert "old" in first["members"]
+    await pg_store.heartbeat("new", now_ms=now_ms, ttl_ms=6000, epoch_candidate="e")
+    since = int(first["cursor"])
+    changes = await sql(pg_store, old, node="old", now=now_ms, since=since, after=now_ms)
+    found = changes[0][0]
+    assert [entry[1:3] for entry in found["changes"]["entries"]] == [
+        ["new", "join"],
+        ["old", "join"],  # its own, logged again: it was told it joined
+    ]
+    assert found["live_count"] == 2

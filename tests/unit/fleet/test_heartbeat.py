@@ -125,7 +125,8 @@ async def test_beats_read_the_changes_and_see_joins_leaves_and_silence() -> None
         assert n1.membership.live == {"n1", "n4"}
         assert watched.reads == ["changes", "changes", "changes"]
         assert n1.full_reads_forced == 0
-        # n3 comes back: late, it logs itself as joined, and is live again at once.
+        # n3 comes back late: n1 read it silent, asks for it again, and counts it live at
+        # once; nothing was logged for it (a late beat logs no join: issue 19).
         await nodes["n3"].beat(store)
         await nodes["n4"].beat(store)
         await clock.advance(1.5)
@@ -133,6 +134,8 @@ async def test_beats_read_the_changes_and_see_joins_leaves_and_silence() -> None
         assert n1.membership.live == {"n1", "n3", "n4"}
         assert watched.reads[-1] == "changes"
         assert n1.full_reads_forced == 0
+        assert nodes["n3"].late_beats == 2
+        assert nodes["n3"].rejoins == 1  # its first beat only
     finally:
         await store.aclose()
 
@@ -161,8 +164,9 @@ async def test_a_view_of_changes_that_does_not_add_up_is_read_again_in_full() ->
 async def test_a_late_beat_reads_the_changes_and_is_seen_back_by_the_others() -> None:
     """Issue 19: a beat that came late (its process loaded) read every member, O(N), which
     made the next one later still; at N = 1,000 every beat of a loaded fleet came late and
-    read in full. It logs its node as joined again and reads the changes like any other
-    beat. Failed before: the late beat read in full."""
+    read in full. It reads the changes like any other beat, and the others, which read
+    its node silent, ask for it again and see it back. Failed before: the late beat read
+    in full."""
     clock = FakeClock(start_s=1_800_000_000.0)
     store = Store.from_url(f"memory://hb-{secrets.token_hex(4)}", "hb")
     n1, n2 = beater("n1", clock), beater("n2", clock)
@@ -183,7 +187,53 @@ async def test_a_late_beat_reads_the_changes_and_is_seen_back_by_the_others() ->
         await clock.advance(0.4)
         await n2.beat(watched)  # type: ignore[arg-type]
         assert watched.reads == ["changes", "changes"]
-        assert n2.membership.live == {"n1", "n2"}  # n1 logged itself as joined again
+        assert n2.membership.live == {"n1", "n2"}  # asked for again: back
+        assert n2.full_reads_forced == 0
+        assert n1.rejoins == 1  # its first beat only: the late one logged nothing
+    finally:
+        await store.aclose()
+
+
+async def test_a_late_beat_logs_no_join_and_one_later_than_its_entry_lives_does() -> None:
+    """Issue 19: every late beat logged a join, which every node read: in a loaded
+    1,000-node fleet an entry per late beat, O(N) each. A beat up to 2.5 periods late logs
+    nothing (the others ask for its node again); a later one, whose entry may be gone
+    and which the others stop asking for, logs a join and is seen back through the log.
+    Failed before: the 1.6-period beat logged a join."""
+    clock = FakeClock(start_s=1_800_000_000.0)
+    store = Store.from_url(f"memory://hb-{secrets.token_hex(4)}", "hb")
+    n1, n2 = beater("n1", clock), beater("n2", clock)
+    try:
+        for node in (n1, n2):
+            await node.beat(store)
+            node._beats = 1  # away from the periodic full read and the prune
+        logged = await store.client.xlen(store.keys.fleet_log)
+        await clock.advance(2)
+        await n2.beat(store)
+        await clock.advance(1.2)  # n1's beat is 1.6 periods late: silent to n2 (1.5)
+        await n2.beat(store)
+        assert n2.membership.live == {"n2"}
+        assert n2.membership.recheck(int(clock.time() * 1000)) == ("n1",)
+        await n1.beat(store)
+        assert await store.client.xlen(store.keys.fleet_log) == logged
+        await clock.advance(0.1)
+        await n2.beat(store)
+        assert n2.membership.live == {"n1", "n2"}
+        assert n2.membership.recheck(int(clock.time() * 1000)) == ()
+        # 8.5 s (4.25 periods) without a beat: n2 stops asking for n1 a period after its
+        # entry expired, and n1's beat logs a join, which n2 reads.
+        for _ in range(4):
+            await clock.advance(2)
+            await n2.beat(store)
+        assert n2.membership.live == {"n2"}
+        assert n2.membership.recheck(int(clock.time() * 1000)) == ()
+        await clock.advance(0.5)
+        await n1.beat(store)
+        assert n1.rejoins == 2
+        assert await store.client.xlen(store.keys.fleet_log) == logged + 1
+        await clock.advance(0.1)
+        await n2.beat(store)
+        assert n2.membership.live == {"n1", "n2"}
         assert n2.full_reads_forced == 0
     finally:
         await store.aclose()

@@ -144,6 +144,19 @@ BEGIN
 END
 $$;
 
+-- The eleven-argument heartbeat() of schema version 12, for agents of the release before
+-- during a rolling deploy (their late beats still log a join, which every node reads).
+CREATE OR REPLACE FUNCTION @schema@.heartbeat(
+  p_ns text, p_node text, p_now_ms bigint, p_ttl_ms bigint, p_epoch_candidate text,
+  p_prune boolean, p_since bigint, p_joined boolean, p_live_after_ms bigint,
+  p_asserted text, p_read_asserted boolean
+) RETURNS jsonb
+LANGUAGE sql VOLATILE AS $$
+  SELECT @schema@.heartbeat(p_ns, p_node, p_now_ms, p_ttl_ms, p_epoch_candidate, p_prune,
+                            p_since, p_joined, p_live_after_ms, p_asserted,
+                            p_read_asserted, NULL::text[])
+$$;
+
 CREATE OR REPLACE FUNCTION @schema@.leave_fleet(p_ns text, p_node text) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN

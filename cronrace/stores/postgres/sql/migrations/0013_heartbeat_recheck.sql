@@ -8,5 +8,5 @@
 -- `back`. A beat that comes late no longer logs its node as joined (only one so late that
 -- its row may have been pruned does): every node read each such entry, and a loaded
 -- 1,000-node fleet's late beats made that O(N) a beat (issue 19). The eleven-argument
--- heartbeat() of version 12 stays, for agents of the version before during a rolling
--- deploy; it is dropped by a later version.
+-- heartbeat() of version 12 stays, calling the new one, for agents of the release before
+-- during a rolling deploy.
