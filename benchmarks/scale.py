@@ -202,7 +202,7 @@ def cells(args: argparse.Namespace) -> dict[str, Any]:
                 ticks=seconds,
                 procs=procs_for(nodes, jobs),
                 racers=racers,
-                warmup_ticks=8,
+                warmup_ticks=args.warmup_s,
                 measure_saturated=True,
                 startup_budget_s=args.startup_budget_s,
                 schedule=schedule,
@@ -215,6 +215,7 @@ def cells(args: argparse.Namespace) -> dict[str, Any]:
             row = run_cell(spec, ctx, _status)
             kept = {"cell": name, **{key: row.get(key) for key in CELL_FIGURES}}
             kept["start_spread_s"] = spec.start_spread_s
+            kept["warmup_s"] = spec.warmup_ticks
             kept["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
             out["rows"].append(kept)
             sys.stderr.write(f"\n{json.dumps(kept)}\n")
@@ -374,6 +375,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="start each fleet process's agents one by one over this long (the churn cell "
         "has its own); the window opens once all are ready",
+    )
+    lc.add_argument(
+        "--warmup-s",
+        type=int,
+        default=8,
+        help="seconds between the last agent ready and the measured window (a fleet that "
+        "started at once settles meanwhile; the row says how long)",
     )
     lc.add_argument("--tag", default="", help="names the output file: scale_cells_<tag>.json")
     lc.add_argument(

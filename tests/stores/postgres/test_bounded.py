@@ -95,6 +95,7 @@ async def test_one_prune_deletes_every_expired_claim_below_the_watermark(
             "live_after_ms": 0,
             "asserted": "",
             "read_asserted": False,
+            "recheck": [],
         },
     )
 

@@ -50,6 +50,7 @@ def beat(store: PostgresStore, node: str, now_ms: int, *, prune: bool) -> dict[s
         "live_after_ms": 0,
         "asserted": "",
         "read_asserted": False,
+        "recheck": [],
     }
 
 
