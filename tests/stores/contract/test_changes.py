@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from cronrace.stores.contract import Store
-from cronrace.stores.values import FleetRequest
+from cronrace.stores.values import FleetRequest, HeartbeatReply
 from tests.stores.contract.test_fleet import server_ms
 
 TTL = 6000
@@ -12,6 +14,20 @@ TTL = 6000
 def live_after(now_ms: int) -> int:
     """The expiry a member must have to be live: it beat within the last 3 s."""
     return now_ms - 3000 + TTL
+
+
+async def read_changes(store: Store, now_ms: int, since: str, **kwargs: Any) -> HeartbeatReply:
+    """n1's beat at ``now_ms`` that reads the changes since ``since`` (logging no join)."""
+    return await store.heartbeat(
+        "n1",
+        now_ms=now_ms,
+        ttl_ms=TTL,
+        epoch_candidate="e",
+        since=since,
+        joined=False,
+        live_after_ms=live_after(now_ms),
+        **kwargs,
+    )
 
 
 async def test_a_read_of_changes_lists_only_who_joined_left_or_went_silent(store: Store) -> None:
@@ -27,16 +43,7 @@ async def test_a_read_of_changes_lists_only_who_joined_left_or_went_silent(store
     await store.heartbeat("n2", now_ms=later, ttl_ms=TTL, epoch_candidate="e", joined=False)
     await store.heartbeat("new", now_ms=later, ttl_ms=TTL, epoch_candidate="e", joined=True)
     await store.leave("n2")
-    changes = await store.heartbeat(
-        "n1",
-        now_ms=later,
-        ttl_ms=TTL,
-        epoch_candidate="e",
-        since=full.cursor,
-        joined=False,
-        live_after_ms=live_after(later),
-        prune=False,
-    )
+    changes = await read_changes(store, later, full.cursor, prune=False)
     assert not changes.full
     assert not changes.gap
     assert changes.members == {"new": later + TTL}  # n2's plain beat is no change
@@ -46,16 +53,7 @@ async def test_a_read_of_changes_lists_only_who_joined_left_or_went_silent(store
     assert changes.cursor != full.cursor
 
     # Nothing happened since: nothing is read but the count.
-    again = await store.heartbeat(
-        "n1",
-        now_ms=later,
-        ttl_ms=TTL,
-        epoch_candidate="e",
-        since=changes.cursor,
-        joined=False,
-        live_after_ms=live_after(later),
-        prune=False,
-    )
+    again = await read_changes(store, later, changes.cursor, prune=False)
     assert (again.members, again.left, again.live_count) == ({}, (), 2)
     assert again.cursor == changes.cursor
 
@@ -66,15 +64,7 @@ async def test_a_node_that_left_and_came_back_reads_as_joined(store: Store) -> N
     await store.heartbeat("back", now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
     await store.leave("back")
     await store.heartbeat("back", now_ms=now_ms + 1, ttl_ms=TTL, epoch_candidate="e")
-    changes = await store.heartbeat(
-        "n1",
-        now_ms=now_ms,
-        ttl_ms=TTL,
-        epoch_candidate="e",
-        since=full.cursor,
-        joined=False,
-        live_after_ms=live_after(now_ms),
-    )
+    changes = await read_changes(store, now_ms, full.cursor)
     assert changes.members == {"back": now_ms + 1 + TTL}
     assert changes.left == ()
 
@@ -93,32 +83,15 @@ async def test_members_read_silent_and_asked_for_again_read_as_back_once_they_be
     await store.heartbeat("late", now_ms=later, ttl_ms=TTL, epoch_candidate="e", joined=False)
     await store.heartbeat("leaver", now_ms=later, ttl_ms=TTL, epoch_candidate="e", joined=False)
     await store.leave("leaver")
-    changes = await store.heartbeat(
-        "n1",
-        now_ms=later,
-        ttl_ms=TTL,
-        epoch_candidate="e",
-        since=full.cursor,
-        joined=False,
-        live_after_ms=live_after(later),
-        recheck=("late", "still", "leaver", "never"),
-        prune=False,
+    changes = await read_changes(
+        store, later, full.cursor, recheck=("late", "still", "leaver", "never"), prune=False
     )
     assert changes.members == {"late": later + TTL}
     assert changes.silent == {"still": now_ms + TTL}
     assert changes.left == ("leaver",)
     assert changes.live_count == 2  # n1 and late
     # Without recheck the late beat is no change: the count alone disagrees.
-    blind = await store.heartbeat(
-        "n1",
-        now_ms=later,
-        ttl_ms=TTL,
-        epoch_candidate="e",
-        since=full.cursor,
-        joined=False,
-        live_after_ms=live_after(later),
-        prune=False,
-    )
+    blind = await read_changes(store, later, full.cursor, prune=False)
     assert "late" not in blind.members
 
 
@@ -127,15 +100,7 @@ async def test_more_changes_than_a_read_takes_is_a_gap(store: Store) -> None:
     full = await store.heartbeat("n1", now_ms=now_ms, ttl_ms=TTL, epoch_candidate="e")
     for index in range(1001):  # each logged: a leave is the cheapest change to make
         await store.leave(f"m{index}")
-    changes = await store.heartbeat(
-        "n1",
-        now_ms=now_ms,
-        ttl_ms=TTL,
-        epoch_candidate="e",
-        since=full.cursor,
-        joined=False,
-        live_after_ms=live_after(now_ms),
-    )
+    changes = await read_changes(store, now_ms, full.cursor)
     assert changes.gap
     assert not changes.full
 
@@ -186,14 +151,10 @@ async def test_an_exchange_sent_with_the_heartbeat_answers_as_one_sent_alone(
     assert {"n1", "n2"} <= first.members.keys()
 
     await store.fleet.exchange("n2", "j d3", details=b"{}", now_ms=now_ms, since=first.cursor)
-    changes = await store.heartbeat(
-        "n1",
-        now_ms=now_ms,
-        ttl_ms=TTL,
-        epoch_candidate="e",
-        since=first.cursor,
-        joined=False,
-        live_after_ms=live_after(now_ms),
+    changes = await read_changes(
+        store,
+        now_ms,
+        first.cursor,
         fleet=FleetRequest("j d1", None, since=first.fleet.cursor, changed=False),
     )
     assert changes.fleet is not None
