@@ -291,7 +291,7 @@ def plot_cells(results_dir: Path, cells_file: Path, attempts: list[Path]) -> Pat
     if tries:
         fig, (cells_ax, churn_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     else:
-        fig, cells_ax = plt.subplots(figsize=(8, 4.5))
+        fig, cells_ax = plt.subplots(figsize=(max(8.0, 1.3 * len(rows)), 4.5))
     xs = range(len(rows))
     cells_ax.bar(
         [x - 0.2 for x in xs],
