@@ -263,8 +263,9 @@ class Membership:
         silenced = self._silenced
         for node in (*joined, *left):
             silenced.pop(node, None)
+        oldest_ms = self._recheck_oldest_ms(now_ms)
         for node, expiry in silent.items():
-            if node not in live:
+            if node not in live and expiry >= oldest_ms:
                 silenced[node] = expiry
         if not blind and live_count >= 0 and len(live) != live_count:
             return False
@@ -296,6 +297,10 @@ class Membership:
         self._rebuild(last_beat_ms, now_ms)
         return True
 
+    def _recheck_oldest_ms(self, now_ms: int) -> int:
+        """The oldest expiry of a member still asked for again (:meth:`recheck`)."""
+        return now_ms - int(RECHECK_AFTER_EXPIRY_PERIODS * self.heartbeat_s * 1000)
+
     def recheck(self, now_ms: int) -> tuple[str, ...]:
         """The members read silent lately, to ask for again at the next read of changes.
 
@@ -309,7 +314,7 @@ class Membership:
         """
         if not self._silenced:
             return ()
-        oldest_ms = now_ms - int(RECHECK_AFTER_EXPIRY_PERIODS * self.heartbeat_s * 1000)
+        oldest_ms = self._recheck_oldest_ms(now_ms)
         kept = {n: e for n, e in self._silenced.items() if e >= oldest_ms and n != self.node_id}
         self._silenced = kept
         if len(kept) > RECHECK_MAX:

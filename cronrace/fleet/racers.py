@@ -91,6 +91,12 @@ def _cached_points(node: str, cache: dict[str, list[int]] | None) -> list[int]:
     return points
 
 
+def _keeps_absent(held: int, added: int, removed: int) -> bool:
+    """Whether nodes gone from a ring's members stay in its chunks, skipped: while they are
+    at most a quarter of the nodes held; past that they are spliced out."""
+    return 4 * removed <= held + added
+
+
 #: Points per chunk of a ring. A ring is a sorted list of chunks; a splice copies only the
 #: chunks it touches (a join of 160 points touches about 150 of N x 160 / CHUNK) and shares
 #: the others with the ring it came from, instead of copying all N x 160 points.
@@ -204,11 +210,6 @@ class Ring:
         order = sorted(range(len(points)), key=points.__getitem__)
         return cls._of(nodes, [points[i] for i in order], [owners[i] for i in order])
 
-    def _kept_absent(self, held: frozenset[str], added: int, removed: frozenset[str]) -> bool:
-        """Whether nodes gone from the members stay in the chunks, skipped: while they are
-        at most a quarter of the nodes held; past that they are spliced out."""
-        return 4 * len(removed) <= len(held) + added
-
     def splice_cost(self, members: frozenset[str]) -> int:
         """How many nodes' points :meth:`with_members` would splice in or out (or hash and
         sort, for a build) to make the ring of ``members`` from this one."""
@@ -216,7 +217,7 @@ class Ring:
         added, removed = members - held, held - members
         if not held or 2 * len(added) > len(members):
             return len(members)
-        if self._kept_absent(held, len(added), removed):
+        if _keeps_absent(len(held), len(added), len(removed)):
             return len(added)
         return len(added) + len(removed)
 
@@ -237,7 +238,7 @@ class Ring:
         held = self.held
         added, removed = nodes - held, held - nodes
         # Members gone (silent, mostly back soon) stay in the chunks, skipped.
-        absent = removed if self._kept_absent(held, len(added), removed) else frozenset()
+        absent = removed if _keeps_absent(len(held), len(added), len(removed)) else frozenset()
         if not added and (absent or not removed):
             return Ring(nodes, self._chunks, self._firsts, self._size, _absent=absent)
         if not held or 2 * len(added) > len(nodes):
