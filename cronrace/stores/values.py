@@ -238,6 +238,9 @@ class AcquireReply:
     replayed: bool = False
     renewed: bool = False
     quarantined: tuple[Quarantined, ...] = ()
+    #: A passed tick decided late and run: the oldest tick of its backlog decided with it
+    #: (0: none; the run covers only ticks above the watermark found).
+    late_from_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)

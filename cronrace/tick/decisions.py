@@ -185,6 +185,8 @@ def decide(
         # less decided than the newest (those at or below the watermark found were other
         # nodes' to decide).
         prev = reply.prev_watermark_s
+        if reply.late_from_s:  # a late backlog: the ticks the script took with its claim
+            prev = reply.late_from_s - 1
         for tick_s in plan.fire_ticks_s[:-1]:
             if prev is not None and not proposal.trigger_id and tick_s <= prev:
                 continue
@@ -227,9 +229,13 @@ def decide(
         return Verdict(tuple(records), tuple(events), unrun=RunStart((first,), reply.fence))
     # Ticks at or below the watermark found were decided by another node (a catch-up
     # overlapping a decision made meanwhile); a trigger is not a tick and runs anyway.
+    # A passed tick decided late runs the ticks of its backlog the script took with it
+    # (``late_from_s``: those the decision that passed them left to this claim).
     prev = reply.prev_watermark_s
     ticks = plan.fire_ticks_s
-    if prev is not None and not proposal.trigger_id and ticks and ticks[0] <= prev:
+    if reply.late_from_s and not proposal.trigger_id:
+        ticks = tuple(t for t in ticks if reply.late_from_s <= t <= plan.claim_tick_s)
+    elif prev is not None and not proposal.trigger_id and ticks and ticks[0] <= prev:
         ticks = tuple(t for t in ticks if t > prev)
     start = RunStart(ticks or (plan.claim_tick_s,), reply.fence, reply.hold_ms / 1000)
     return Verdict(tuple(records), tuple(events), start=start)

@@ -9,6 +9,7 @@ yes``, the default). Every tick must still fire once its shard is back.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -81,6 +82,7 @@ def test_a_killed_cluster_primary_costs_no_tick_and_healthy_shards_no_duplicate(
         stop_all(procs)
         cluster.stop()
     events = witness.events()
+    (tmp_path / "events.json").write_text(json.dumps(events))  # read after a failure
     verdicts = {
         job: judge(events, job, first_tick_s=started_s + 1, last_tick_s=caught_up_s, leased=False)
         for job in JOBS

@@ -73,6 +73,7 @@ def decode_acquire(reply: Mapping[str, Any]) -> AcquireReply:
             replayed=bool(reply.get("replayed")),
             renewed=bool(reply.get("renewed")),
             quarantined=quarantined,
+            late_from_s=int(reply.get("late_from") or 0),  # absent: remembered before it
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreError(f"acquire() answered {dict(reply)!r}: {exc}") from None

@@ -41,6 +41,7 @@ FUNCTION_DIGESTS = {
     11: "666d084c5f07777e",
     12: "5e3ee1fcf803db93",
     13: "1f44670844eced49",
+    14: "a71d819069cc96ab",
 }
 
 

@@ -138,8 +138,9 @@ def decode_acquire(reply: Any) -> AcquireReply:
         hold_ms=int(reply[10]),
         data_lost=int(reply[11]) == 1,
         superseded_trigger_id=(decode_text(reply[12]) or None) if reply[12] else None,
-        replayed=int(reply[13]) == 1,
-        renewed=int(reply[14]) == 1,
+        late_from_s=int(reply[13]),
+        replayed=int(reply[14]) == 1,
+        renewed=int(reply[15]) == 1,
         quarantined=quarantined,
     )
 

@@ -177,6 +177,36 @@ async def test_every_tick_between_the_watermark_and_the_prior_is_left_to_its_win
     assert (await acquire(store, request(102, B))).decision is AcquireDecision.STALE
 
 
+@pytest.mark.parametrize("first", ["backlog", "single"])
+async def test_a_late_backlog_runs_the_ticks_left_to_its_claim_once(
+    store: Store, first: str
+) -> None:
+    """C's one claim on 103 covers its backlog from 101 (catchup = all, after an outage);
+    B, on time for 104, lost 103 to C and passed it with every tick from the watermark.
+    Before, C's late decision ran 103 alone and 101-102, left in the passed range, ran
+    nowhere (the Cluster failover test lost them). D's claim on 102, covering 101 too, is
+    undecided as well: whichever decides first runs the ticks it covers, the other none."""
+    await claim(store, 100, A)
+    await acquire(store, request(100, A))
+    await claim(store, 102, D)
+    await claim(store, 103, C)
+    await claim(store, 104, B)
+    await acquire(store, request(104, B, prior=103, overlap=Overlap.ALLOW))
+    backlog = dataclasses.replace(request(103, C, overlap=Overlap.ALLOW), run_tick_s=101)
+    single = dataclasses.replace(request(102, D, overlap=Overlap.ALLOW), run_tick_s=101)
+    one, two = (backlog, single) if first == "backlog" else (single, backlog)
+    early = await acquire(store, one)
+    assert (early.decision, early.late_from_s) == (AcquireDecision.RUN, 101)
+    later = await acquire(store, two)
+    if two is backlog:  # 103 is its own (passed): it runs, alone
+        assert (later.decision, later.late_from_s) == (AcquireDecision.RUN, 103)
+    else:  # 101-102 were run by C's decision
+        assert later.decision is AcquireDecision.STALE
+    again = await acquire(store, one)  # a retry is answered the same
+    assert (again.replayed, again.fence, again.late_from_s) == (True, early.fence, 101)
+    assert await watermark(store) == 104
+
+
 async def test_a_tick_the_newer_decision_covered_is_not_left_to_anyone(store: Store) -> None:
     """Ticks after the caller's prior are the caller's plan (a catch-up): it decided them."""
     await claim(store, 100, A)

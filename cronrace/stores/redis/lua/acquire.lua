@@ -35,7 +35,7 @@
 --
 -- Reply: {decision, fence, prev_watermark, holder_fence, holder_owner,
 --         abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick,
---         hold_ms, data_lost, superseded_trigger, replayed, renewed}
+--         hold_ms, data_lost, superseded_trigger, late_from, replayed, renewed}
 --   decision: run | stale | marked | skipped:paused | skipped:overlap | queued | missed
 --     (missed: a won tick passed while its answer was on the way, and late_ok is not set)
 --   prev_watermark: -1 when there was none; holder_*: the live lease met (0 / "")
@@ -44,6 +44,10 @@
 --   superseded_tick: a queued tick dropped by this decision (0 when none);
 --   superseded_trigger: its trigger id when it was a manual trigger ('' otherwise)
 --   hold_ms: a granted run must wait this long before its handler starts (0: at once)
+--   late_from: a passed tick decided late and run (catchup = all): the oldest tick of
+--     its backlog (run_tick up to decide_tick, which its one claim covers) decided with
+--     it, taken out of a passed range (the decision that passed them raced them and left
+--     them to their claim's holder: this one). Runs cover the ticks from it. 0 otherwise
 --   data_lost: 1 when this call found Redis had lost the job's fence counter (and
 --     started the hold: one lease_ttl, honoured by every grant, allow and replace too).
 --     A lease holding garbage, moved aside, starts the hold too.
@@ -98,6 +102,7 @@ local holder_fence, holder_owner = 0, ''
 local ab_tick, ab_fence, ab_owner = 0, 0, ''
 local superseded, superseded_trigger = 0, ''
 local hold_ms, data_lost = 0, 0
+local late_from = 0
 
 -- A retry of a decision already made (its answer was lost) gets that answer again.
 local memo_head = owner .. '\n' .. request_id .. '\n'
@@ -112,6 +117,7 @@ if request_id ~= '' then
       memo[#memo + 1] = part
     end
     if #memo < 13 then memo[13] = '' end  -- remembered before superseded_trigger existed
+    if #memo < 14 then memo[14] = '0' end  -- remembered before late_from existed
     local held = redis.call('HGET', lease_key, 'fence')
     if memo[1] ~= 'run' or overlap == 'allow' or held then
       -- A granted run whose lease still holds its fence may start now: extend the lease
@@ -141,13 +147,13 @@ if request_id ~= '' then
     -- could fire it twice.
     local raw = redis.call('GET', last_key)
     if raw then prev = tonumber(raw) end
-    return {'stale', 0, prev, 0, '', 0, 0, '', table.concat(warnings, ','), 0, 0, 0, '', 0, 0}
+    return {'stale', 0, prev, 0, '', 0, 0, '', table.concat(warnings, ','), 0, 0, 0, '', 0, 0, 0}
   end
 end
 
 local function reply(decision, fence)
   local out = {decision, fence, prev, holder_fence, holder_owner, ab_tick, ab_fence, ab_owner,
-    table.concat(warnings, ','), superseded, hold_ms, data_lost, superseded_trigger}
+    table.concat(warnings, ','), superseded, hold_ms, data_lost, superseded_trigger, late_from}
   if remember then
     -- Remember the answer under the claim (its TTL outlives every retry of the tick).
     local parts = {}
@@ -257,6 +263,26 @@ local function take_passed_range(tick)
   return false
 end
 
+-- A passed tick decided late runs its backlog's older ticks too (from ``first``), those
+-- in the passed range just below it: the decision that passed them raced them and left
+-- them to whoever holds their claim, and this claim covers them. Taken out of the range
+-- (so no later decision runs them again); returns the oldest tick taken, or ``tick``.
+local function take_backlog(tick, first)
+  if first >= tick then return tick end
+  local ranges = passed_ranges()
+  for i, r in ipairs(ranges) do
+    if r[1] < tick - 1 and tick - 1 <= r[2] then
+      local lo = math.max(first - 1, r[1])
+      table.remove(ranges, i)
+      table.insert(ranges, i, {tick - 1, r[2]})
+      table.insert(ranges, i, {r[1], lo})
+      save_ranges(ranges)
+      return lo + 1
+    end
+  end
+  return tick
+end
+
 -- This tick was passed while this owner's claim on it was undecided: take it off the list.
 local function take_passed(tick)
   local ticks, text = passed_ticks(), int_text(tick)
@@ -287,6 +313,7 @@ if mode ~= 'trigger' then
       return reply('missed', 0)
     end
     late, mode = true, 'trigger'  -- decided like a trigger: the watermark stays where it is
+    late_from = take_backlog(decide_tick, run_tick)
   else
     note_prior_passed()
     redis.call('SET', last_key, int_text(mark_tick))

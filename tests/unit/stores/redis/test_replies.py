@@ -16,7 +16,7 @@ from cronrace.stores.values import AcquireDecision, Owner, ReleaseDecision, Rene
 
 
 def acquire_reply(decision: bytes, *, holder: bytes = b"", abandoned: bytes = b"") -> list[object]:
-    return [decision, 9, -1, 3, holder, 0, 0, abandoned, b"", 0, 0, 0, b"", 0, 0]
+    return [decision, 9, -1, 3, holder, 0, 0, abandoned, b"", 0, 0, 0, b"", 0, 0, 0]
 
 
 def test_an_owner_is_built_and_read_back_alike() -> None:

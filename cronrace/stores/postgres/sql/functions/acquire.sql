@@ -29,7 +29,8 @@
 --
 -- Reply: a JSON object {decision, fence, prev_watermark, holder_fence, holder_owner,
 --   abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick, hold_ms,
---   data_lost, superseded_trigger, replayed, renewed}, each as acquire.lua answers it:
+--   data_lost, superseded_trigger, late_from, replayed, renewed}, each as acquire.lua
+--   answers it:
 --   decision: run | stale | marked | skipped:paused | skipped:overlap | queued | missed
 --   prev_watermark: -1 when there was none; holder_*: the live lease met (0 / '')
 --   abandoned_*: a run whose lease expired without release (0 / '')
@@ -37,6 +38,9 @@
 --   superseded_tick / superseded_trigger: a queued tick (trigger) dropped by this decision
 --   hold_ms: a granted run must wait this long before its handler starts (the wipe hold)
 --   data_lost: this call found the job's fence counter lost (and started the hold)
+--   late_from: a passed tick decided late and run (late_ok): the oldest tick of its
+--     backlog (p_run_tick up to it) taken with it out of the passed range below it (the
+--     decision that passed them left them to this claim's holder); 0 otherwise
 --   replayed: the remembered answer of an earlier call with this owner and request_id
 --   renewed: a replayed run's lease still held its fence and was extended by this call;
 --     never when the job's counter or the caller knows a fence above the replayed one (a
@@ -86,6 +90,8 @@ DECLARE
   ranges bigint[];
   k integer;
   in_range boolean := false;
+  late_from bigint := 0;
+  lo bigint;
 BEGIN
   INSERT INTO @schema@.jobs (ns, job) VALUES (p_ns, p_job) ON CONFLICT DO NOTHING;
   SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = p_job FOR UPDATE;
@@ -212,6 +218,27 @@ BEGIN
         END IF;
         late := true;
         v_mode := 'trigger';  -- decided like a trigger: the watermark stays where it is
+        -- Its backlog's older ticks in the passed range just below it were left to this
+        -- claim too: decided with it, taken out of the range (no later decision runs them).
+        late_from := p_decide_tick;
+        IF p_run_tick < p_decide_tick THEN
+          FOR k IN 1 .. coalesce(array_length(j.passed_ranges, 1), 0) / 2 LOOP
+            IF j.passed_ranges[2 * k - 1] < p_decide_tick - 1
+               AND p_decide_tick - 1 <= j.passed_ranges[2 * k] THEN
+              lo := greatest(p_run_tick - 1, j.passed_ranges[2 * k - 1]);
+              ranges := j.passed_ranges[1 : 2 * k - 2];
+              IF j.passed_ranges[2 * k - 1] < lo THEN
+                ranges := ranges || ARRAY[j.passed_ranges[2 * k - 1], lo];
+              END IF;
+              IF p_decide_tick - 1 < j.passed_ranges[2 * k] THEN
+                ranges := ranges || ARRAY[p_decide_tick - 1, j.passed_ranges[2 * k]];
+              END IF;
+              j.passed_ranges := ranges || j.passed_ranges[2 * k + 1 :];
+              late_from := lo + 1;
+              EXIT;
+            END IF;
+          END LOOP;
+        END IF;
       ELSE
         -- The claim of the tick before this decision's is won and undecided: note it.
         IF p_prior_tick > prev AND p_prior_tick < p_decide_tick AND EXISTS (
@@ -372,7 +399,8 @@ BEGIN
     'holder_fence', holder_fence, 'holder_owner', holder_owner,
     'abandoned_tick', ab_tick, 'abandoned_fence', ab_fence, 'abandoned_owner', ab_owner,
     'warnings', array_to_string(warnings, ','), 'superseded_tick', superseded,
-    'hold_ms', hold_ms, 'data_lost', data_lost, 'superseded_trigger', superseded_trigger);
+    'hold_ms', hold_ms, 'data_lost', data_lost, 'superseded_trigger', superseded_trigger,
+    'late_from', late_from);
   IF remember THEN
     -- Remembered under the claim (kept until its tick is below the watermark and expired).
     UPDATE @schema@.claims SET request_id = p_request_id, memo = reply

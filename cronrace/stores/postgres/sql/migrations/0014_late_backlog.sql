@@ -1,0 +1,10 @@
+-- 0014_late_backlog.sql: version 14 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): acquire() deciding a passed tick late
+-- under catchup = all also decides the older ticks of its backlog that the decision which
+-- passed them left in a passed range (it raced them and lost them to this claim), and
+-- answers `late_from`, the oldest of them. Before, only the claimed tick ran and those
+-- ticks stayed in the range, run by no one (a Cluster failover test lost them).
