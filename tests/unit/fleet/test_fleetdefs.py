@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
+from cronrace.fleet import definitions
 from cronrace.fleet.definitions import NodeDetails, disagreements, job_definition, stored_problems
 from cronrace.model.job import Job
+from cronrace.runtime.observer import Observer
 from cronrace.sidecar.targets import HttpTarget
 from cronrace.specs.stored import ScheduleSpec
 from cronrace.specs.targets import HttpSpec
+from cronrace.stores.redis import Store, make_client
 
 
 async def handler(ctx: object) -> None:
@@ -63,3 +68,30 @@ def test_a_stored_schedule_no_live_node_can_run_is_reported_with_each_reason() -
         "ping": "no live node runs it (web: runs no targets; side: target refused: host)",
     }
     assert stored_problems(specs, []) == {}  # no live node at all is said once, elsewhere
+
+
+async def test_a_dead_nodes_definitions_are_forgotten_only_once_dead_for_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A node whose beats were held up a few periods must find its definitions still
+    # published when it beats again (it would otherwise publish them again, and every
+    # node read that): only one dead for FORGET_AFTER_S is forgotten.
+    monkeypatch.setattr(definitions, "FULL_READ_EVERY_EXCHANGES", 1)  # every read full
+    store = Store(make_client("memory://forget"), "forget")
+    await store.load_scripts()
+    beat = await store.heartbeat("clock", now_ms=0, ttl_ms=1, epoch_candidate="e")
+    now_ms = int(beat.server_time_s * 1000)
+    reader = definitions.FleetDefinitions(store, "n1", Observer())
+    quiet = definitions.FleetDefinitions(store, "n2", Observer())
+    await store.heartbeat("n2", now_ms=now_ms, ttl_ms=5000, epoch_candidate="e")
+    await quiet.exchange(NodeDetails("n2"), now_ms)
+    for after_s in (10, 40, 69):  # n2's beat expired 5 s in: dead, not forgotten
+        at_ms = now_ms + after_s * 1000
+        await store.heartbeat("n1", now_ms=at_ms, ttl_ms=5000, epoch_candidate="e")
+        await reader.exchange(NodeDetails("n1"), at_ms)
+        assert (await store.fleet.read_details(["n2"]))["n2"] is not None, after_s
+    at_ms = now_ms + 71_000  # dead for 61 s of the reader's full reads
+    await store.heartbeat("n1", now_ms=at_ms, ttl_ms=5000, epoch_candidate="e")
+    await reader.exchange(NodeDetails("n1"), at_ms)
+    assert await store.fleet.read_details(["n2"]) == {"n2": None}
+    await store.aclose()
