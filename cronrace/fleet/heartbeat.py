@@ -25,6 +25,7 @@ that stops claiming leaves the live set at once (:meth:`~Heartbeat.leave`) and b
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -194,6 +195,12 @@ class Heartbeat:
         since_ms = None if self._last_ok_ms is None else now_ms - self._last_ok_ms
         late = since_ms is None or since_ms > self._late_after_ms
         rejoin = since_ms is None or since_ms > self._rejoin_after_ms
+        if rejoin and fleet is not None and not fleet.changed:
+            # Full reads made while this node's entry had expired dropped its fingerprint
+            # (its published definitions are kept a while: it does not publish them again).
+            # Logged with the join, they are back in every reader's view of who runs what:
+            # without them a reader leaves this node out of its ring until its next full read.
+            fleet = dataclasses.replace(fleet, changed=True)
         full = self._cursor is None or self._beats % FULL_READ_EVERY_BEATS == 0
         reply = await store.heartbeat(
             self.node_id,

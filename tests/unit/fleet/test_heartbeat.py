@@ -5,7 +5,10 @@ from __future__ import annotations
 import secrets
 
 import anyio
+import pytest
 
+from cronrace.fleet import definitions
+from cronrace.fleet.definitions import NodeDetails
 from cronrace.fleet.heartbeat import Heartbeat, heartbeat_ttl_ms
 from cronrace.fleet.membership import Membership
 from cronrace.fleet.racers import Racers
@@ -235,6 +238,50 @@ async def test_a_late_beat_logs_no_join_and_one_later_than_its_entry_lives_does(
         await n2.beat(store)
         assert n2.membership.live == {"n1", "n2"}
         assert n2.full_reads_forced == 0
+    finally:
+        await store.aclose()
+
+
+async def test_a_node_back_after_others_read_it_dead_is_seen_running_its_jobs_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node's published definitions outlive its silence (FORGET_AFTER_S), so it does not
+    publish them again when it comes back; but a full read made while it was dead dropped
+    its fingerprint, and a reader without it leaves the node out of its ring until its
+    next full read (150 beats). Its join logs the fingerprint again. Failed before: n2 read
+    the join and not the fingerprint."""
+    clock = FakeClock(start_s=1_800_000_000.0)
+    store = Store.from_url(f"memory://hb-{secrets.token_hex(4)}", "hb")
+    (n1, d1), (n2, d2) = (
+        (beater(name, clock), definitions.FleetDefinitions(store, name, Observer()))
+        for name in ("n1", "n2")
+    )
+
+    async def beat(node: Heartbeat, defs: definitions.FleetDefinitions) -> None:
+        reply = await node.beat(store, defs.request(NodeDetails(node.node_id)))
+        assert reply is not None
+        await defs.absorb(reply, int(clock.time() * 1000), node.membership.live)
+
+    try:
+        for pair in ((n1, d1), (n2, d2)):
+            await beat(*pair)
+        await beat(n2, d2)
+        assert set(d2.fingerprints) == {"n1", "n2"}
+        for _ in range(4):  # n1 silent 8 s: dead (its entry lived 3 periods)
+            await clock.advance(2)
+            monkeypatch.setattr(definitions, "FULL_READ_EVERY_EXCHANGES", 1)
+            await beat(n2, d2)  # a full read: n1's fingerprint dropped, its details kept
+        monkeypatch.setattr(definitions, "FULL_READ_EVERY_EXCHANGES", 1_000)
+        assert set(d2.fingerprints) == {"n2"}
+        await beat(n2, d2)
+        assert d2._cursor is not None  # reads of changes from here
+        await clock.advance(0.5)
+        await beat(n1, d1)
+        assert n1.rejoins == 2
+        await clock.advance(0.1)
+        await beat(n2, d2)
+        assert n2.membership.live == {"n1", "n2"}
+        assert set(d2.fingerprints) == {"n1", "n2"}
     finally:
         await store.aclose()
 
