@@ -1,14 +1,16 @@
-"""Which jobs a membership change moves: every job's key in its current window, sorted; pure.
+"""Which jobs a node races after a membership change: every job's key in its current
+window, sorted; pure.
 
 With ``racers = k`` a node keeps in its heap only the jobs it races in their current
-placement window (racers.py). When the members change, it must find the jobs whose racers
-changed without placing all J again on every node at every change (a fleet of 1,000
-nodes starting within a minute changes membership at every heartbeat). A job's racers
-change exactly when its key lies in an arc (:meth:`~cronrace.fleet.racers.Ring.arcs`) of
-a node that joined (on the new ring) or left (on the old one): keys in no such arc keep
-their first k nodes. So this index keeps each job's current key sorted, and a change
-costs the arcs of the nodes that changed (about k·160 points walked each) and a binary
-search per arc, plus the jobs found: about k·J/N for one join or leave.
+placement window (racers.py). When the members change, it must find the jobs it now races
+without placing all J again on every node at every change (a fleet of 1,000 nodes starting
+within a minute changes membership at every heartbeat). A node races exactly the keys in
+its own arcs (:meth:`~cronrace.fleet.racers.Ring.arcs`: the ranges whose first k nodes
+include it), so this index keeps each job's current key sorted, and a change costs this
+node's arcs on the new ring (about k points walked for each of its 160) and a binary search
+per arc, plus the jobs found: about k·J/N, however many members changed at once. (Looking
+for the arcs of the nodes that changed instead cost about k·J/N per changed node: a beat
+that read hundreds of joins placed every job again.)
 """
 
 from __future__ import annotations
@@ -17,10 +19,6 @@ import bisect
 from collections.abc import Iterable
 
 from cronrace.fleet.racers import Ring, key_point
-
-#: Past this share of the members changed at once, the arcs cost more than placing every
-#: job again (and nearly every job moves anyway): the change moves every job.
-WHOLE_CHANGE_SHARE = 0.25
 
 
 class KeyIndex:
@@ -74,26 +72,14 @@ class KeyIndex:
                 found.update(names[:end])
         return found
 
-    def moved(
-        self, before: Ring, after: Ring, k: int, cache: dict[str, list[int]] | None = None
+    def raced_by(
+        self, ring: Ring, node: str, k: int, cache: dict[str, list[int]] | None = None
     ) -> set[str] | None:
-        """The jobs whose racers may differ between two rings; None: possibly every job.
+        """The jobs ``node`` (a member of ``ring``) races on it in their current windows;
+        None: every job (the ring has at most k nodes besides it).
 
-        Exact for the jobs' current windows: a job is returned iff its first k nodes on
-        ``before`` and on ``after`` differ (tests/unit/test_placement.py holds it to that).
+        Exact: a job is returned iff ``node`` is among its first k nodes on ``ring``
+        (tests/unit/fleet/test_placement.py holds it to that).
         """
-        added, removed = after.members - before.members, before.members - after.members
-        if not added and not removed:
-            return set()
-        if len(before.members) <= k or len(after.members) <= k:
-            return None  # some view races every job: every job's racers may change
-        if len(added) + len(removed) > WHOLE_CHANGE_SHARE * len(after.members):
-            return None
-        arcs: list[tuple[int, int]] = []
-        for ring, nodes in ((after, added), (before, removed)):
-            for node in nodes:
-                found = ring.arcs(node, k, cache)
-                if found is None:
-                    return None
-                arcs.extend(found)
-        return self.within(arcs)
+        arcs = ring.arcs(node, k, cache)
+        return None if arcs is None else self.within(arcs)

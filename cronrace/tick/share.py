@@ -6,7 +6,8 @@ its heap only the jobs it races in their current window. Three things bring a jo
 the heap: the start (every job is placed once), its window's turn (each job's windows
 start at their own second of the period: a few jobs a second turn, never all at once),
 and a membership change that makes this node one of its racers (found through the key
-index, fleet/placement.py, without placing every job again). A job leaves the heap when
+index and this node's own arcs on the new ring, fleet/placement.py, without placing every
+job again). A job leaves the heap when
 its next tick is raced by others: the loop does not push it back.
 
 A change is queued here and its moved jobs are re-homed by the loop a chunk at a time
@@ -43,11 +44,9 @@ log = logging.getLogger("cronrace.tick.share")
 CHANGE_CHUNK = 500
 #: Most recent ticks of one job looked at for a departure (a one-second job's last few).
 RECENT_TICKS_CAP = 64
-#: Finding the jobs a change moved (the arcs, placement.py) walks about k ring points per
-#: point of every node that changed; re-homing every job costs about one placement each.
-#: Past this many ring points per job of this node, every job is re-homed instead: a node
-#: of 100 jobs whose beat reads 160 joins (a fleet of 1,000 starting within a minute,
-#: heartbeat_s = 10) walked 25,600 points for them, ~26 % of its fleet process's CPU.
+#: Finding the jobs this node races after a change (its own arcs, placement.py) walks
+#: about k ring points per point of its own; re-homing every job costs about one placement
+#: each. Past this many ring points per job of this node, every job is re-homed instead.
 ARC_POINTS_PER_JOB = 4
 
 
@@ -152,12 +151,16 @@ class RacerShare:
         if k is None:
             return
         change = Change(before, after, last_beat_ms // 1000 - 1)
-        changed = len(before.members ^ after.members)
-        if changed * POINTS_PER_NODE > ARC_POINTS_PER_JOB * len(self.index):
-            moved = None  # cheaper to look at every job again
+        # Only the jobs this node races on the new ring can need it: one it stopped racing
+        # leaves the heap at its next tick (the loop asks the ring then), and one whose
+        # racers changed among others is theirs. About k·J/N jobs however many members
+        # changed: a beat of a 1,000-node start-up that read hundreds of joins looked at
+        # every job again before (the arcs of every node that changed).
+        if POINTS_PER_NODE * k > ARC_POINTS_PER_JOB * len(self.index):
+            mine = None  # a few jobs: cheaper to look at every one again
         else:
-            moved = self.index.moved(before, after, k, self.membership.point_cache)
-        names = self.index.names() if moved is None else sorted(moved)
+            mine = self.index.raced_by(after, self.node_id, k, self.membership.point_cache)
+        names = self.index.names() if mine is None else sorted(mine)
         if change.departed:
             # Jobs whose window turned lately: their last window's ticks may be orphans.
             seen = set(names)
