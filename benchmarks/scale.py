@@ -146,6 +146,10 @@ CELL_FIGURES = (
     "redis_cpu_s_per_s",
     "duplicates",
     "missed",
+    # Which ticks were missed (seconds into the window: how many), and how late runs came.
+    "missed_by_tick",
+    "late_runs_over_1s",
+    "fire_lag_max_ms",
     "memory_per_node_mb",
     "startup_s",
     "startup_cpu_s",

@@ -32,7 +32,19 @@ def year_start_s(year: int) -> int:
 
 
 def year_of(t: int) -> int:
-    return date.fromordinal(EPOCH_ORDINAL + t // DAY_S).year
+    return _year_of_day(t // DAY_S)
+
+
+@functools.lru_cache(maxsize=4096)
+def _year_of_day(day: int) -> int:
+    # Every tick search asks (a node of 10,000 jobs: several times per job); a few days
+    # are asked at a time.
+    return date.fromordinal(EPOCH_ORDINAL + day).year
+
+
+@functools.lru_cache(maxsize=4096)
+def _offset_at_year_start(zone: ZoneInfo, year: int) -> int:
+    return offset_s(zone, year_start_s(year))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -78,8 +90,11 @@ def segment(zone: ZoneInfo, t: int) -> tuple[int, tuple[int, int, int] | None, i
         times_after, _ = _transitions(zone, year + 1)
         times += times_after or (year_start_s(year + 2),)
     end = times[i]
-    offset = previous[2] if previous is not None else offset_s(zone, t)
-    return offset, previous, end
+    if previous is not None:
+        return previous[2], previous, end
+    # No change since the start of the year before t's: the offset then holds at t (one
+    # cached answer for UTC and fixed-offset zones, not a datetime per search).
+    return _offset_at_year_start(zone, year - 1), previous, end
 
 
 def repeat_horizon_s(after_s: int) -> int:
@@ -94,9 +109,14 @@ def repeat_horizon_s(after_s: int) -> int:
     (Morocco's around Ramadan) are only searched as far, and rules changed by a later
     tzdata are the scheduler's to survive, not this check's.
     """
-    first = year_of(after_s) + 1
-    for year in range(first, first + 28):
-        if year % 100 == 0 and year % 400 != 0:
-            first = year + 1
+    return _horizon_after_year(year_of(after_s))
+
+
+@functools.lru_cache(maxsize=256)
+def _horizon_after_year(year: int) -> int:
+    first = year + 1
+    for later in range(first, first + 28):
+        if later % 100 == 0 and later % 400 != 0:
+            first = later + 1
     # A day more: the horizon is UTC and local years start up to 14 hours off it.
     return year_start_s(first + 28) + DAY_S
