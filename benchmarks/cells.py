@@ -309,8 +309,12 @@ def _run(
     status(f"{spec.label}: stopping", 1.0)
     results = fleet.stop()
     records = None
+    detail: list[dict[str, Any]] = []
     if spec.system == "cronrace":
         records = asyncio.run(_read_records(ctx.server.url, base["namespace"], spec.jobs))
+        lost = _lost(spec, results, (t0, t1))
+        if lost:
+            detail = asyncio.run(_lost_detail(ctx.server.url, base["namespace"], lost))
     if any(not result for result in results):
         missing = [
             proc.index for proc, result in zip(fleet.procs, results, strict=True) if not result
@@ -324,6 +328,7 @@ def _run(
         **row,
         **measure(spec, ctx, results, snapshots, (t0, t1), records),
         "saturation_notes": "; ".join(reasons),
+        "missed_detail": detail,
     }
 
 
@@ -404,6 +409,46 @@ async def _read_records(url: str, namespace: str, jobs: int) -> dict[tuple[int, 
                     out[(int(name[1:]), record.tick_s)].append(str(record.outcome.value))
 
         await asyncio.gather(*(one(name) for name in names))
+    finally:
+        await store.aclose()
+    return out
+
+
+#: The most missed ticks a cell looks into (claim holder, records around the tick).
+LOST_DETAIL_CAP = 40
+
+
+def _lost(
+    spec: CellSpec, results: list[dict[str, Any]], window: tuple[int, int]
+) -> list[tuple[int, int]]:
+    """The (job index, tick) pairs of the window no handler ran, the first few of them."""
+    ran = {(int(e[0]), int(e[1])) for result in results for e in result["run_log"]}
+    expected = expected_ticks(spec.schedule, spec.jobs, window)
+    return [key for key in expected if key not in ran][:LOST_DETAIL_CAP]
+
+
+async def _lost_detail(
+    url: str, namespace: str, lost: list[tuple[int, int]]
+) -> list[dict[str, Any]]:
+    """For each tick no handler ran: who holds its claim, and the job's records around it
+    (tick, node, outcome), so a loss can be traced to the nodes that raced it."""
+    store = open_store(url, namespace, max_connections=4)
+    keys = Keys(namespace)
+    client = getattr(store, "client", None)
+    out = []
+    try:
+        for job, tick in lost:
+            name = f"j{job:04d}"
+            holder = None
+            if client is not None:
+                raw = await client.get(keys.claim(name, tick))
+                holder = raw.decode() if isinstance(raw, bytes) else raw
+            near = [
+                [r.tick_s - tick, r.node, str(r.outcome.value), r.count]
+                for r in await store.history(name, 200)
+                if abs(r.tick_s - tick) <= 3
+            ]
+            out.append({"job": job, "tick": tick, "claim": holder, "records": sorted(near)})
     finally:
         await store.aclose()
     return out
@@ -500,6 +545,10 @@ def measure(
     job_ticks = max(1, len(expected))
     duplicates, missed, lags_ms, per = _run_checks(run_log, expected, window)
     repeated = _repeated_runs(run_log, per, t0)
+    # Why a tick ran nowhere, from its run records: the overlap policy skipped it (the
+    # previous run still held the lease: recorded), or nothing at all was recorded.
+    not_run = [key for key in expected if not per[key]]
+    why = [(records or {}).get(key, []) for key in not_run]
     fleet_cpu_s = _delta(results, "cpu")
     row: dict[str, Any] = {
         "status": "ok",
@@ -508,6 +557,8 @@ def measure(
         "duplicates": duplicates,
         "missed": sum(missed.values()),
         "missed_by_tick": dict(sorted(missed.items())),
+        "missed_skipped_overlap": sum(1 for outcomes in why if "skipped:overlap" in outcomes),
+        "missed_unrecorded": sum(1 for outcomes in why if not outcomes),
         **repeated,
         "runs_in_window": sum(1 for (_job, tick) in per if t0 <= tick < t1),
         **_spread(run_log, n, window),

@@ -148,6 +148,10 @@ CELL_FIGURES = (
     "missed",
     # Which ticks were missed (seconds into the window: how many), and how late runs came.
     "missed_by_tick",
+    "missed_skipped_overlap",
+    "missed_unrecorded",
+    # For the first few missed ticks: who holds the claim, and the records around it.
+    "missed_detail",
     "late_runs_over_1s",
     "fire_lag_max_ms",
     "memory_per_node_mb",
