@@ -366,12 +366,16 @@ class Heartbeat:
             if self.left:  # stopping: it left the live set and must not join it again
                 continue
             sent_mono = self.clock.monotonic()
+            self.membership.hold()  # the read and the exchange change the ring once
             try:
-                exchanged = await self.beat(
-                    store, None if fleet_request is None else fleet_request()
-                )
-                if after_beat is not None:
-                    await after_beat(retry.attempt > 0, exchanged)
+                try:
+                    exchanged = await self.beat(
+                        store, None if fleet_request is None else fleet_request()
+                    )
+                    if after_beat is not None:
+                        await after_beat(retry.attempt > 0, exchanged)
+                finally:
+                    self.membership.settle()
                 retry.succeeded()
                 # Beats are sent every heartbeat_s, however long the round trips took:
                 # others count a member silent from its last beat (membership.py), and a

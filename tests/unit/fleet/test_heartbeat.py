@@ -405,3 +405,48 @@ def test_a_node_is_counted_live_while_its_own_last_beat_is_recent() -> None:
     membership.own_beat_ms = 10_000
     assert membership.counted_live(12_500)
     assert not membership.counted_live(12_501)
+
+
+async def test_a_beat_that_reads_a_join_and_its_fingerprint_changes_the_ring_once() -> None:
+    """Issue 19: the beat's read of the changes and the exchange that follows it (the
+    joiner's fingerprint) are one change of the ring, so one splice and one re-homing of
+    this node's jobs per beat. Before, n1's ring changed twice when a beat read a leave
+    and a join: without n3 at the read, with n2 at the exchange."""
+    clock = FakeClock(start_s=1_800_000_000.0)
+    store = Store.from_url(f"memory://hb-{secrets.token_hex(4)}", "hb")
+    nodes = {name: beater(name, clock) for name in ("n1", "n2", "n3")}
+    for node in nodes.values():
+        node.membership.racers = Racers(2)
+    defs = {name: definitions.FleetDefinitions(store, name, Observer()) for name in nodes}
+    n1 = nodes["n1"]
+    rings: list[frozenset[str]] = []
+    n1.membership.on_change = lambda _old, new, _ms: rings.append(new.members)
+
+    async def beat(name: str) -> None:
+        reply = await nodes[name].beat(store, defs[name].request(NodeDetails(name)))
+        assert reply is not None
+        await defs[name].absorb(reply, int(clock.time() * 1000), nodes[name].membership.live)
+        nodes[name].membership.alike(defs[name].fingerprints, int(clock.time() * 1000))
+
+    async def after_beat(_reconnected: bool, reply: definitions.FleetReply | None) -> None:
+        assert reply is not None
+        now_ms = int(clock.time() * 1000)
+        await defs["n1"].absorb(reply, now_ms, n1.membership.live)
+        n1.membership.alike(defs["n1"].fingerprints, now_ms)
+
+    try:
+        await beat("n3")
+        await beat("n1")
+        await beat("n1")  # reads of changes from here
+        assert n1.membership.ring.members == {"n1", "n3"}
+        rings.clear()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(n1.run, store, after_beat, lambda: defs["n1"].request(NodeDetails("n1")))
+            await clock.advance(0.5)
+            await beat("n2")  # joins, and publishes what it runs
+            await nodes["n3"].leave(store)
+            await clock.advance(2)  # n1's next beat reads both, then n2's fingerprint
+            tg.cancel_scope.cancel()
+        assert rings == [{"n1", "n2"}]
+    finally:
+        await store.aclose()

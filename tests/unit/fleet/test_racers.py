@@ -399,3 +399,49 @@ def test_members_gone_silent_and_back_are_skipped_not_spliced_and_answer_as_buil
     few = set(everyone[:50])
     assert ring.with_members(few, cache) == Ring.build(few)
     assert ring.with_members([*few, "newcomer"], cache) == Ring.build([*few, "newcomer"])
+
+
+def test_a_held_view_changes_its_ring_once_per_beat_and_keeps_when_the_departed_beat() -> None:
+    """Issue 19: a beat that reads joins learns the joiners' fingerprints from the exchange
+    a moment later. Rebuilt at each, the ring changed twice a beat (first without the
+    joiners, then with them): two splices, two passes over this node's arcs. Held, it
+    changes once, to the same ring, with the same departure time (takeovers count from
+    it) as the two changes unheld."""
+    now_ms, ttl_ms = 100_000, 6000
+    said = {"me": "x", "a": "x", "b": "x"}
+
+    def view_of() -> tuple[Membership, list[tuple[frozenset[str], frozenset[str], int]]]:
+        view = Membership("me", Racers(2), heartbeat_s=2.0)
+        view.update(dict.fromkeys(said, now_ms + ttl_ms), now_ms=now_ms, ttl_ms=ttl_ms)
+        view.alike(said, now_ms)
+        changes: list[tuple[frozenset[str], frozenset[str], int]] = []
+        view.on_change = lambda old, new, last_ms: changes.append(
+            (old.members, new.members, last_ms)
+        )
+        return view, changes
+
+    def beat(view: Membership, later_ms: int) -> None:
+        # b left, c and d joined; their fingerprints come with the exchange, after the read
+        assert view.apply_changes(
+            joined=dict.fromkeys(["c", "d"], later_ms + ttl_ms),
+            left=["b"],
+            silent={},
+            live_count=4,
+            now_ms=later_ms,
+            ttl_ms=ttl_ms,
+        )
+        view.alike({**said, "c": "x", "d": "x"}, later_ms)
+
+    unheld, twice = view_of()
+    beat(unheld, now_ms + 2000)
+    assert [new for _old, new, _ms in twice] == [{"me", "a"}, {"me", "a", "c", "d"}]
+    held, once = view_of()
+    held.hold()
+    beat(held, now_ms + 2000)
+    assert held.ring.members == {"me", "a", "b"}  # not yet
+    assert once == []
+    held.settle()
+    assert once == [(frozenset({"me", "a", "b"}), frozenset({"me", "a", "c", "d"}), twice[0][2])]
+    assert held.ring == unheld.ring
+    held.settle()  # nothing held: nothing more
+    assert len(once) == 1
