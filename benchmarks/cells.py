@@ -327,6 +327,12 @@ def _run(
     return {
         **row,
         **measure(spec, ctx, results, snapshots, (t0, t1), records),
+        # The fleet's CPU, second by second (cores, summed over its processes): where a
+        # churn's burst falls against the window's ticks.
+        "fleet_cpu_by_tick": {
+            tick - t0: round(sum(float(e.get("cpu", 0)) for e in done.values()), 2)
+            for tick, done in sorted(ticks.items())
+        },
         "saturation_notes": "; ".join(reasons),
         "missed_detail": detail,
     }

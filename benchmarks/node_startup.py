@@ -26,6 +26,7 @@ restarting with unchanged definitions do. It imports ``cronrace`` from wherever
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import json
 import sys
@@ -40,8 +41,16 @@ import anyio
 from benchmarks.server import BenchServer
 from benchmarks.worker import build_agent, job_name, log_run, rss_mb
 from cronrace import Agent
+from cronrace.fleet.heartbeat import heartbeat_ttl_ms
+from cronrace.stores.values import FleetRequest
 
 SCHEDULE = "H * * * * *"
+HEARTBEAT_S = 2.0
+#: With ``--members``: every node's heartbeat, long enough that the members made once
+#: stay live while the agents start (each node judges silence by it).
+MEMBERS_HEARTBEAT_S = 60.0
+#: ``--profile``: cProfile of the agents joining the members (the second ones).
+PROFILE: cProfile.Profile | None = None
 #: Each agent builds its own job definitions (as before the fleet processes shared them).
 OWN_JOBS = False
 
@@ -49,7 +58,7 @@ OWN_JOBS = False
 def _build(url: str, namespace: str, node: int, jobs: int) -> Agent:
     """An agent as a fleet process builds it (benchmarks.worker): the job definitions
     built by the first agent and shared by the others (``--own-jobs``: each its own)."""
-    config = {"redis_url": url, "namespace": namespace, "racers": "2", "heartbeat_s": 2.0}
+    config = {"redis_url": url, "namespace": namespace, "racers": "2", "heartbeat_s": HEARTBEAT_S}
     config.update(jobs=jobs, schedule=SCHEDULE, bare=True)
     if not OWN_JOBS:
         return build_agent(config, node)
@@ -77,7 +86,38 @@ async def _start(tg: Any, agents: list[Agent]) -> None:
         await anyio.sleep(0.005)
 
 
-async def _round(url: str, namespace: str, first: int, agents: int, jobs: int) -> dict[str, Any]:
+async def _members(agent: Agent, count: int) -> float:
+    """Make ``count`` more members beat once, each publishing what ``agent`` does (a fleet
+    of identical nodes for the next agents to join); their entries outlive the run."""
+    fleet = agent.lifecycle.fleet
+    assert fleet is not None
+    assert fleet._printed is not None
+    details, fingerprint = fleet._printed
+    store = agent.store
+    started = time.perf_counter()
+    now_ms = int(time.time() * 1000)
+    limiter = anyio.Semaphore(32)
+
+    async def one(index: int) -> None:
+        async with limiter:
+            await store.heartbeat(
+                f"m{index:04d}",
+                now_ms=now_ms,
+                ttl_ms=heartbeat_ttl_ms(MEMBERS_HEARTBEAT_S),
+                epoch_candidate="0",
+                prune=False,
+                fleet=FleetRequest(fingerprint, details.to_json(), changed=True),
+            )
+
+    async with anyio.create_task_group() as tg:
+        for index in range(count):
+            tg.start_soon(one, index)
+    return time.perf_counter() - started
+
+
+async def _round(
+    url: str, namespace: str, first: int, agents: int, jobs: int, members: int = 0
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
         base_mb, base_rss = _traced_mb(), rss_mb()
@@ -87,6 +127,11 @@ async def _round(url: str, namespace: str, first: int, agents: int, jobs: int) -
         cpu = time.process_time()
         await _start(tg, one)
         out["start_cpu_s_first"] = round(time.process_time() - cpu, 3)
+        if members:  # the others join a fleet of this many (the first one's copies)
+            out["members"] = members
+            out["members_made_s"] = round(await _members(one[0], members - 1), 2)
+            if PROFILE is not None:
+                PROFILE.enable()
         first_mb = _traced_mb()
         out["memory_mb_first"] = round(first_mb - base_mb, 3)
         first_rss = rss_mb()
@@ -97,6 +142,8 @@ async def _round(url: str, namespace: str, first: int, agents: int, jobs: int) -
         cpu = time.process_time()
         await _start(tg, rest)
         start_s = time.process_time() - cpu
+        if PROFILE is not None:
+            PROFILE.disable()
         others = max(1, agents - 1)
         out["build_cpu_s_others"] = round(build_s / others, 3)
         out["start_cpu_s_others"] = round(start_s / others, 3)
@@ -114,7 +161,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     with BenchServer(workdir / "redis") as server:
         rounds = []
         for index in range(args.rounds):
-            row = await _round(server.url, "s", index * args.agents, args.agents, args.jobs)
+            row = await _round(
+                server.url, "s", index * args.agents, args.agents, args.jobs, args.members
+            )
             row["round"] = index + 1
             rounds.append(row)
             sys.stderr.write(json.dumps(row) + "\n")
@@ -139,10 +188,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--own-jobs", action="store_true", help="no definitions shared")
     parser.add_argument("--memory", action="store_true", help="tracemalloc (slows the CPU)")
     parser.add_argument("--out", type=Path, help="append the result as a JSON line here")
+    parser.add_argument(
+        "--members",
+        type=int,
+        default=0,
+        help="the agents after the first join a fleet of this many live members, alike",
+    )
+    parser.add_argument("--profile", type=Path, help="cProfile of those agents' start, here")
     args = parser.parse_args(argv)
-    global OWN_JOBS
+    global OWN_JOBS, HEARTBEAT_S, PROFILE
     OWN_JOBS = args.own_jobs
+    if args.members:
+        HEARTBEAT_S = MEMBERS_HEARTBEAT_S
+    if args.profile:
+        PROFILE = cProfile.Profile()
     result = anyio.run(_main, args)
+    if PROFILE is not None:
+        PROFILE.dump_stats(args.profile)
     result["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
     line = json.dumps(result)
     sys.stdout.write(line + "\n")

@@ -150,6 +150,7 @@ CELL_FIGURES = (
     "missed_by_tick",
     "missed_skipped_overlap",
     "missed_unrecorded",
+    "fleet_cpu_by_tick",
     # For the first few missed ticks: who holds the claim, and the records around it.
     "missed_detail",
     "late_runs_over_1s",

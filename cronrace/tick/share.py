@@ -29,7 +29,7 @@ import heapq
 import logging
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cronrace.fleet.membership import Membership
@@ -109,6 +109,29 @@ class RacerShare:
         self._window[name] = start_s
         self.index.put(name, start_s)
         heapq.heappush(self._turns, (start_s + PLACEMENT_WINDOW_S, name))
+
+    def track_all(self, names: Iterable[str], now_s: int) -> None:
+        """Place every job at the start in its current window (:meth:`track`, at once)."""
+        if self.k is None:
+            return
+        placed = []
+        for name in names:
+            start_s = placement_start_s(name, now_s)
+            self._window[name] = start_s
+            placed.append((name, start_s))
+            self._turns.append((start_s + PLACEMENT_WINDOW_S, name))
+        heapq.heapify(self._turns)
+        self.index.put_all(placed)
+
+    def raced_now(self) -> set[str] | None:
+        """The tracked jobs this node races in their current windows, as its view stands
+        (its own arcs, placement.py); None: every job (``racers = all``, or a view of at
+        most k members, or one that does not list this node yet)."""
+        k = self.k
+        ring = self.membership.ring
+        if k is None or self.node_id not in ring.members:
+            return None
+        return self.index.raced_by(ring, self.node_id, k, self.membership.point_cache)
 
     def forget(self, name: str) -> None:
         """A job removed at runtime: its window, key and remembered ticks go."""

@@ -431,3 +431,62 @@ async def test_ticks_orphaned_by_a_second_departure_also_fire() -> None:
         held = [n for n in names if ring.racers(n, tick_s, 1)[0] in ghosts]
         assert held, "the ghosts held no tick: the test saw no fault"
         assert [n for n in names if (n, tick_s) not in fired] == [], offset
+
+
+@pytest.mark.timeout(60)
+async def test_a_node_joining_a_fleet_reads_and_plans_only_the_jobs_it_races() -> None:
+    """Issue 19: a node that starts with a view of the fleet places every job but reads
+    the watermarks of, and plans, only those it races (its own arcs): about k·J/N. It
+    planned all J before (0.5 s of CPU for a node joining 1,000 nodes with 10,000 jobs).
+    The jobs it leaves still fire, each once, from the nodes that race them."""
+    clock = FakeClock(start_s=START_S + 0.5)
+    url = "memory://racers-seed"
+    runs: list[tuple[str, int, str]] = []
+    names = [f"j{i:03d}" for i in range(200)]
+
+    def node(index: int) -> Agent:
+        agent = memory_agent(
+            clock, redis_url=url, node_id=f"node-{index}", racers="2", heartbeat_s=1.0
+        )
+
+        async def tick(ctx: RunContext) -> None:
+            runs.append((ctx.job, ctx.tick_s, ctx.node_id))
+
+        for name in names:
+            agent.add_job(tick, "*/5 * * * * *", name=name)
+        return agent
+
+    agents = [node(i) for i in range(5)]
+    async with anyio.create_task_group() as tg:
+        for agent in agents:
+            await tg.start(agent.run)
+        await clock.advance(3)  # each has read the others and what they run
+        late = node(5)
+        asked: list[list[str]] = []
+        read = late.store.watermarks
+
+        async def watermarks(jobs: list[str]) -> dict[str, int | None]:
+            asked.append(list(jobs))
+            return await read(jobs)
+
+        late.store.watermarks = watermarks  # type: ignore[method-assign]
+        await tg.start(late.run)
+        scheduler = late.scheduler
+        assert scheduler is not None
+        while not scheduler.seeded:
+            await clock.advance(0.1)
+        assert len(late.membership.ring.members) == 6  # its view held the fleet at seed
+        now_s = int(clock.time())
+        racing = [n for n in names if late.membership.races(n, now_s)]
+        assert asked == [racing]
+        assert 0 < len(racing) < len(names) / 2  # about k/N = 1/3 of them
+        assert set(scheduler.next_tick) <= set(racing)
+        first = int(clock.time()) + 5
+        await clock.advance(20)
+        last = int(clock.time()) - 1
+        for agent in [*agents, late]:
+            agent.stop()
+    expected = {(n, t) for n in names for t in range(first, last) if t % 5 == 0}
+    ticks = Counter((job, tick) for job, tick, _node in runs if first <= tick < last)
+    assert set(ticks) == expected
+    assert set(ticks.values()) == {1}
