@@ -92,7 +92,7 @@ async def _members(agent: Agent, count: int) -> float:
     fleet = agent.lifecycle.fleet
     assert fleet is not None
     assert fleet._printed is not None
-    details, fingerprint = fleet._printed
+    details, fingerprint, _published = fleet._printed
     store = agent.store
     started = time.perf_counter()
     now_ms = int(time.time() * 1000)
