@@ -340,6 +340,39 @@ def plot_cells(results_dir: Path, cells_file: Path, attempts: list[Path]) -> Pat
     return _save(fig, [cells_ax, churn_ax], results_dir / f"{cells_file.stem}.png")
 
 
+def plot_burst(out: Path, runs: list[Path]) -> Path:
+    """Churn runs side by side: the fleet's cores second by second through the window,
+    and the ticks missed each second (``fleet_cpu_by_tick``, ``missed_by_tick``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (cpu_ax, missed_ax) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    for path in runs:
+        row = json.loads(path.read_text())["rows"][0]
+        label = path.stem.removeprefix("scale_cells_")
+        cpu = {int(s): v for s, v in (row.get("fleet_cpu_by_tick") or {}).items()}
+        (line,) = cpu_ax.plot(sorted(cpu), [cpu[s] for s in sorted(cpu)], label=label)
+        missed = {int(s): n for s, n in (row.get("missed_by_tick") or {}).items()}
+        missed_ax.plot(
+            sorted(missed),
+            [missed[s] for s in sorted(missed)],
+            "o-",
+            color=line.get_color(),
+            label=f"{label}: {sum(missed.values())}",
+        )
+    for ax in (cpu_ax, missed_ax):
+        ax.axvline(5, color="grey", linestyle=":")  # replace_after_s: the replacement
+    cpu_ax.set_ylabel("fleet CPU (cores)")
+    cpu_ax.set_title("Churn 1,000 x 100: the replacement's burst, and the ticks skipped")
+    cpu_ax.legend(fontsize=7)
+    missed_ax.set_ylabel("job-ticks run nowhere")
+    missed_ax.set_xlabel("seconds into the window (dotted: 10 % replaced)")
+    name = f"scale_burst_{runs[0].stem.removeprefix('scale_cells_')}.png" if runs else "x.png"
+    return _save(fig, [cpu_ax, missed_ax], out / name)
+
+
 def _save(fig: Any, axes: list[Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -406,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     mg.add_argument("--out", type=Path, default=RESULTS_DIR)
     pl = sub.add_parser("plot", help="draw work_vs_n.png from every tag's results")
     pl.add_argument("--out", type=Path, default=RESULTS_DIR)
+    pb = sub.add_parser("plot-burst", help="draw churn runs' CPU and misses second by second")
+    pb.add_argument("runs", nargs="+", type=Path, help="churn rows (scale_cells_*.json)")
+    pb.add_argument("--out", type=Path, default=RESULTS_DIR)
     pc = sub.add_parser("plot-cells", help="draw the large cells and the churn attempts")
     pc.add_argument("cells_file", type=Path, help="a scale_cells_*.json")
     pc.add_argument("attempts", nargs="*", type=Path, help="churn rows (scale_churn_*.json)")
@@ -427,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"scale_work_vs_n_{args.tag}.json"
         path.write_text(json.dumps(merge(args.tag, args.inputs), indent=1, default=str))
         sys.stdout.write(f"wrote {path}\n")
+    elif args.what == "plot-burst":
+        sys.stdout.write(f"wrote {plot_burst(args.out, args.runs)}\n")
     elif args.what == "plot-cells":
         sys.stdout.write(f"wrote {plot_cells(args.out, args.cells_file, args.attempts)}\n")
     elif args.what == "plot":
