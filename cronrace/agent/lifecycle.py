@@ -379,6 +379,9 @@ class Lifecycle:
                 membership.alike(self.fleet.fingerprints, now_ms)
         except RedisDataError as exc:  # garbage under a fleet key: ticks must not care
             log.error("fleet definitions exchange failed", extra={"error": str(exc)})
+        # The beat's read and its exchange are in: the ring changes now, once (held by
+        # the heartbeat, membership.py), not after the stored schedules' round trips.
+        self.agent.membership.settle()
         if reconnected:
             await self.sync.reload("reconnected")
         else:
