@@ -222,8 +222,18 @@ def _run(
                 "status": "exceeds",
                 "reason": f"start-up of {spec.nodes} agents x {spec.jobs} jobs not done after "
                 f"{spec.startup_budget_s:.0f} s ({ready}/{spec.procs} processes ready)",
-                "startup_seeded": sum(int(p.get("seeded", 0)) for p in progress),
-                "startup_cpu_s": round(sum(float(p.get("cpu_s", 0)) for p in progress), 2),
+                # A ready process stops reporting its progress: all its agents seeded.
+                "startup_seeded": sum(
+                    len(nodes) if proc.ready else int(proc.progress.get("seeded", 0))
+                    for proc, nodes in zip(fleet.procs, _split(spec.nodes, spec.procs), strict=True)
+                ),
+                "startup_cpu_s": round(
+                    sum(
+                        proc.startup_cpu_s if proc.ready else float(proc.progress.get("cpu_s", 0))
+                        for proc in fleet.procs
+                    ),
+                    2,
+                ),
                 "loop_stall_ms_startup_max": max(
                     (float(p.get("stall_ms", 0)) for p in progress), default=None
                 ),
