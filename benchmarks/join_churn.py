@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.own_rings:
         from cronrace.fleet import membership
 
-        membership._RINGS_KEPT = 0
+        membership._SHARED = False
     _count_store_cpu()
     _count_clock_cpu()
     _count_full_gc()

@@ -298,7 +298,7 @@ def racers_line(nodes: list[NodeInfo]) -> str:
     k = min(int(setting), len(nodes))
     return (
         f"racers: {k} of {len(nodes)} live node(s) race for each tick, "
-        "chosen per job and 10-minute window"
+        "chosen per job and hour-long window"
     )
 
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import anyio
 
-from cronrace.fleet.racers import Racers, Ring
+from cronrace.fleet.racers import Racers, Ring, RingPool
 
 log = logging.getLogger("cronrace.fleet.membership")
 
@@ -66,24 +66,39 @@ _POINTS: dict[str, list[int]] = {}
 _POINTS_MAX_NODES = 20_000
 #: The last rings built in this process, by member set (a ring is a pure function of its
 #: members and never changes): agents of one process that see the same members share one
-#: ring, and a new view is spliced from whichever recent ring is nearest to it. At N =
-#: 1,000 a ring is 160,000 points: built from nothing it costs ~0.4 s of loop time, and a
-#: process of 100 agents joining a fleet would build it 100 times.
+#: ring.
 _RINGS: dict[frozenset[str], Ring] = {}
 _RINGS_KEPT = 8
+#: The points of every node this process's agents counted live lately (racers.py): each
+#: view reads them with the nodes it does not count live skipped, so a node is spliced in
+#: once per process when it is first seen, not once per agent. At N = 1,000 a ring is
+#: 160,000 points; while a thousand nodes join, each agent of a process reads a different
+#: member set at each beat, and splicing each agent's own ring then was the largest share
+#: of a forming fleet's CPU (issue 19).
+_POOL: list[RingPool] = []
+#: False: every view is spliced from the asking agent's own ring, nothing shared between
+#: agents (``benchmarks.join_churn --own-rings``: what each node costs alone).
+_SHARED = True
 
 
 def ring_of(members: frozenset[str], old: Ring) -> Ring:
-    """The ring of ``members``: a recent one of this process, or spliced from the nearest
-    of those and ``old`` (the ring the asking agent has now)."""
+    """The ring of ``members``: a recent one of this process, or one reading this
+    process's pool of points (grown by the new members; a new pool, spliced from the
+    nearest ring at hand, when the pool holds too many nodes gone)."""
+    if not _SHARED:
+        return old.with_members(members, _POINTS)
     ring = _RINGS.get(members)
     if ring is not None:
         _RINGS[members] = _RINGS.pop(members)  # most recently used last
         return ring
     if len(_POINTS) > _POINTS_MAX_NODES:  # members come and go: memory stays bounded
         _POINTS.clear()
-    base = min((old, *_RINGS.values()), key=lambda r: r.splice_cost(members))
-    ring = base.with_members(members, _POINTS)
+    pool = _POOL[0] if _POOL else None
+    if pool is None or not pool.serves(members) or not pool.add(members, _POINTS):
+        base = min((old, *_RINGS.values()), key=lambda r: r.splice_cost(members))
+        pool = RingPool(base.with_members(members, _POINTS))
+        _POOL[:] = [pool]
+    ring = pool.ring(members)
     _RINGS[members] = ring
     while len(_RINGS) > _RINGS_KEPT:
         del _RINGS[next(iter(_RINGS))]

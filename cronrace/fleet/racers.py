@@ -27,7 +27,7 @@ it races none of them (DESIGN.md section 12, "work, not only claims"), so a job'
 are placed per *window* of :data:`PLACEMENT_WINDOW_S` rather than per tick: the key of a
 tick is ``key_point(job, placement_start_s(job, tick))``, the same for every tick of the
 window. Each job's windows are offset by a hash of its name, so the jobs' windows turn
-one by one over the period (about J / 600 turns a second) instead of all at once. Within
+one by one over the window (about J / 3,600 turns a second) instead of all at once. Within
 a window the k racers take turns being first (:meth:`Ring.first_racer`), so one job's
 runs still spread over its racers; across the fleet, runs spread because jobs do.
 :meth:`Ring.arcs` tells which keys a node's points decide, so a membership change finds
@@ -52,10 +52,17 @@ from hashlib import blake2b
 POINTS_PER_NODE = 160
 
 
-#: How long one placement of a job's racers lasts. Shorter spreads a job's runs over more
-#: nodes in time; each turn costs a node one placement of that job (a hash and a binary
-#: search), so a node of a fleet with 10,000 jobs places about 17 jobs a second.
-PLACEMENT_WINDOW_S = 600
+#: How long one placement of a job's racers lasts (an hour). Every node turns every job's
+#: window once per window, whatever it races: a node of a fleet with 10,000 jobs turns
+#: about 2.8 a second (17 with 600 s windows, 0.22 ms of CPU a second per node at 13 µs
+#: each, a fifth of a core for a 1,000-node fleet: more than the ticks it races, issue 19).
+#: Within a window the k racers take turns (:meth:`Ring.first_racer`), so a job's runs still
+#: spread over them; across the fleet runs spread because jobs do.
+PLACEMENT_WINDOW_S = 3600
+
+
+#: Ring positions are 64-bit: arithmetic on them wraps modulo this.
+_RING_SIZE = 1 << 64
 
 
 def _hash64(data: bytes) -> int:
@@ -157,9 +164,17 @@ class Ring:
     _size: int = field(repr=False)
     #: Nodes whose points the chunks hold although they are not members (walks skip them).
     _absent: frozenset[str] = field(default=frozenset(), repr=False)
+    #: The pool whose chunks these are, when they are a :class:`RingPool`'s (edited in
+    #: place as it grows: they may hold the points of any node it holds; walks skip all
+    #: but the members).
+    _pool: RingPool | None = field(default=None, repr=False)
     #: :meth:`arcs` already found, by (node, k): a ring never changes, so neither do they
     #: (agents of one process that share a ring share them).
     _arcs: dict[tuple[str, int], list[tuple[int, int]] | None] = field(
+        default_factory=dict, repr=False
+    )
+    #: The same arcs sorted by their ends, as (ends, starts), for :meth:`decides`.
+    _bounds: dict[tuple[str, int], tuple[list[int], list[int]] | None] = field(
         default_factory=dict, repr=False
     )
 
@@ -176,14 +191,21 @@ class Ring:
         for chunk_points, chunk_owners in self._chunks:
             points += chunk_points
             owners += chunk_owners
-        if self._absent:
-            kept = [i for i, owner in enumerate(owners) if owner not in self._absent]
+        if self.sparse:
+            kept = [i for i, owner in enumerate(owners) if owner in self.members]
             return [points[i] for i in kept], [owners[i] for i in kept]
         return points, owners
 
     @property
+    def sparse(self) -> bool:
+        """Whether the chunks may hold points of nodes that are not members."""
+        return bool(self._absent) or self._pool is not None
+
+    @property
     def held(self) -> frozenset[str]:
         """The nodes whose points the ring holds: its members and the absent."""
+        if self._pool is not None:
+            return frozenset(self._pool.nodes)
         return self.members | self._absent if self._absent else self.members
 
     @classmethod
@@ -316,16 +338,20 @@ class Ring:
 
         All members when there are at most k of them (still in preference order).
         """
+        return self.candidates_at(key_point(job, tick_s), k)
+
+    def candidates_at(self, key: int, k: int) -> tuple[str, ...]:
+        """The first ``k`` distinct members walking clockwise from ring position ``key``."""
         if not self.members:
             return ()
         want = min(k, len(self.members))
-        c, i = self._locate(key_point(job, tick_s))
+        c, i = self._locate(key)
         chunks = self._chunks
-        absent = self._absent
+        members = self.members
         found: list[str] = []
         while True:
             for node in chunks[c][1][i:]:
-                if node not in found and node not in absent:
+                if node not in found and node in members:
                     found.append(node)
                     if len(found) == want:
                         return tuple(found)
@@ -335,7 +361,7 @@ class Ring:
         """Return the one node preferred for a (job, tick): its first candidate."""
         if not self.members:
             return None
-        if self._absent:
+        if self.sparse:
             return self.candidates(job, tick_s, 1)[0]
         c, i = self._locate(key_point(job, tick_s))
         return self._chunks[c][1][i]
@@ -377,13 +403,43 @@ class Ring:
         arcs = self._arcs[(node, k)]
         return None if arcs is None else list(arcs)
 
+    def decides(
+        self, node: str, k: int, key: int, cache: dict[str, list[int]] | None = None
+    ) -> bool:
+        """Whether ``node`` (a member) is among the first k nodes of ring position ``key``:
+        whether one of its :meth:`arcs` holds it.
+
+        The same answer as looking for ``node`` among the key's candidates, for a binary
+        search among the node's own points instead of a walk of the ring: a window's turn
+        asks it of every job (racers.py), and the ring's walk was most of a turn's cost.
+        """
+        if (node, k) not in self._bounds:
+            arcs = self.arcs(node, k, cache)
+            if arcs is not None:
+                arcs.sort(key=lambda arc: arc[1])
+            self._bounds[(node, k)] = (
+                None if arcs is None else ([hi for _lo, hi in arcs], [lo for lo, _hi in arcs])
+            )
+        bounds = self._bounds[(node, k)]
+        if bounds is None:
+            return True
+        his, los = bounds
+        i = bisect.bisect_left(his, key)  # the arc ending at or after the key, wrapping
+        if i == len(his):
+            i = 0
+        lo, hi = los[i], his[i]
+        if lo == hi:  # the whole ring but its one point: never with 160 points a node
+            return True
+        # (lo, hi] on the ring: the key's distance past lo at most the arc's length.
+        return 0 < (key - lo) % _RING_SIZE <= (hi - lo) % _RING_SIZE
+
     def _find_arcs(
         self, node: str, k: int, cache: dict[str, list[int]] | None
     ) -> list[tuple[int, int]] | None:
         if len(self.members - {node}) < k:
             return None
         chunks = self._chunks
-        absent = self._absent
+        members = self.members
         out: list[tuple[int, int]] = []
         for point in _cached_points(node, cache):
             c, j = self._index(point, node)
@@ -396,10 +452,73 @@ class Ring:
                 owner = chunks[c][1][j]
                 if owner == node:
                     break
-                if owner in absent:
+                if owner not in members:
                     continue
                 seen.add(owner)
                 if len(seen) == k:
                     break
             out.append((chunks[c][0][j], point))
         return out
+
+
+class RingPool:
+    """The points of every node a process's views held lately, in chunks edited in place.
+
+    A ring of any subset of its nodes reads these chunks and skips the others
+    (:meth:`ring`). A node is spliced in once, when the pool first holds it; rings
+    already made of the pool are not changed by that, since it is none of their members
+    and their walks skip it. Splicing each view's own ring instead cost every agent a
+    splice at every beat that read a join (about 150 of N x 160 / CHUNK chunks copied a
+    node), the largest share of a forming 1,000-node fleet's CPU (issue 19). Nothing is
+    ever taken out: a new pool is made when the nodes held but gone outnumber what a
+    view may skip (:meth:`serves`).
+    """
+
+    def __init__(self, ring: Ring) -> None:
+        """A pool of ``ring``'s points (copied: a pool's chunks are its own to edit)."""
+        self.chunks = [(list(points), list(owners)) for points, owners in ring._chunks]
+        self.firsts = list(ring._firsts)
+        self.nodes: set[str] = set(ring.held)
+
+    def serves(self, members: frozenset[str]) -> bool:
+        """Whether a ring of ``members`` may read this pool: the nodes it would skip (held,
+        not members) at most a quarter of those held once its new members are added."""
+        added = len(members - self.nodes)
+        return _keeps_absent(len(self.nodes), added, len(self.nodes) - len(members) + added)
+
+    def add(self, nodes: Iterable[str], cache: dict[str, list[int]] | None) -> bool:
+        """Splice the points of ``nodes`` in; False (nothing added) when one ties a chunk's
+        first point, whose side depends on node ids (the caller makes a new pool)."""
+        firsts = self.firsts
+        if not firsts:
+            return False
+        entries = []
+        for node in set(nodes) - self.nodes:
+            for point in _cached_points(node, cache):
+                c = bisect.bisect_left(firsts, point)
+                if c < len(firsts) and firsts[c] == point:
+                    return False
+                entries.append((point, node))
+        entries.sort()
+        chunks = self.chunks
+        for point, node in entries:
+            c = max(0, bisect.bisect_right(firsts, point) - 1)
+            points, owners = chunks[c]
+            i = bisect.bisect_left(points, point)
+            while i < len(points) and points[i] == point and owners[i] < node:
+                i += 1  # ties in the order build's sort gives them: by node id
+            points.insert(i, point)
+            owners.insert(i, node)
+            if i == 0:
+                firsts[c] = point  # before the ring's first point
+            if len(points) > 2 * CHUNK:
+                # In place: every ring of the pool holds these very lists.
+                half = len(points) // 2
+                chunks[c : c + 1] = [(points[:half], owners[:half]), (points[half:], owners[half:])]
+                firsts[c : c + 1] = [points[0], points[half]]
+        self.nodes.update(node for _point, node in entries)
+        return True
+
+    def ring(self, members: frozenset[str]) -> Ring:
+        """The ring of ``members`` (nodes this pool holds), reading the pool's chunks."""
+        return Ring(members, self.chunks, self.firsts, 0, _pool=self)

@@ -432,16 +432,13 @@ class Scheduler:
             self._wake_up()
 
     def _turn_windows(self, now: float) -> None:
-        """Place the jobs whose window began: those this node races now enter the heap."""
+        """Place the jobs whose window began: those this node races now enter the heap
+        (the others' windows turn too, and are raced elsewhere: a first tick past this
+        window is that window's, and its turn looks again)."""
         for start_s, name in self.share.due_turns(now):
             job = self.jobs.get(name)
             if job is None or name in self.next_tick or name in self._broken:
                 continue  # in the heap already: its next pop sees whom the window chose
-            if not self.share.races(name, start_s):
-                # Others race this window (every node turns every job once a window: its
-                # tick is planned only where it is raced). A first tick past this window
-                # is that window's, and its turn looks again.
-                continue
             self._take_over(job, start_s - 1, now)
 
     def _rehome(self, now: float) -> None:

@@ -240,7 +240,7 @@ async def test_operators_see_each_nodes_racers_and_how_many_race(
     print_nodes(rows, "cronrace", 120)
     shown = capsys.readouterr().out
     assert (
-        "racers: 2 of 3 live node(s) race for each tick, chosen per job and 10-minute window"
+        "racers: 2 of 3 live node(s) race for each tick, chosen per job and hour-long window"
     ) in shown
     mixed = [replace(rows[0], racers="all"), *rows[1:]]
     assert racers_line(mixed).startswith("racers: the nodes disagree (")

@@ -8,7 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cronrace.fleet.placement import KeyIndex
-from cronrace.fleet.racers import PLACEMENT_WINDOW_S, Ring, placement_start_s, window_offset_s
+from cronrace.fleet.racers import (
+    PLACEMENT_WINDOW_S,
+    Ring,
+    key_point,
+    placement_start_s,
+    window_offset_s,
+)
 
 JOBS = [f"job-{i}" for i in range(300)]
 NOW_S = 1_700_000_000
@@ -59,10 +65,36 @@ def test_a_node_finds_exactly_the_jobs_it_races(members: set[int], gone: set[int
     me = nodes[0]
     raced = index.raced_by(ring, me, k)
     expected = {job for job in JOBS if me in ring.racers(job, NOW_S, k)}
+    # A window's turn asks the node's own arcs with the job's new key (a binary search).
+    decided = {
+        job for job in JOBS if ring.decides(me, k, key_point(job, placement_start_s(job, NOW_S)))
+    }
+    assert decided == expected
     if raced is None:  # at most k others: it races every job
         assert expected == set(JOBS)
         return
     assert raced == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    nodes=st.integers(min_value=2, max_value=12),
+    k=st.integers(min_value=1, max_value=3),
+    keys=st.lists(st.integers(min_value=0, max_value=(1 << 64) - 1), max_size=40),
+)
+def test_a_nodes_own_arcs_decide_any_key_as_the_walk_does(
+    nodes: int, k: int, keys: list[int]
+) -> None:
+    ring = Ring.build(f"n{i}" for i in range(nodes))
+    points = sorted(p for chunk, _owners in ring._chunks for p in chunk)
+    # The ring's own points and their neighbours are where an off-by-one would show.
+    probes = [*keys, 0, (1 << 64) - 1, *points[:20], *(p + 1 for p in points[:20])]
+    probes += [p - 1 for p in points[:20]]
+    for key in probes:
+        key %= 1 << 64
+        walked = ring.candidates_at(key, k)
+        for node in ("n0", f"n{nodes - 1}"):
+            assert ring.decides(node, k, key) == (node in walked), (node, key)
 
 
 def test_a_node_looks_at_about_k_over_n_of_the_jobs_however_many_joined() -> None:
@@ -85,3 +117,18 @@ def test_the_index_follows_each_jobs_window_and_forgets_dropped_jobs() -> None:
     assert "job-1" not in index
     assert index.raced_by(Ring.build(["a", "b", "c"]), "a", 3) is None  # races every job
     assert index.raced_by(Ring.build(["a"]), "a", 1) is None
+
+
+def test_an_index_grown_one_job_at_a_time_holds_what_one_placed_at_once_does() -> None:
+    one_by_one, at_once = KeyIndex(), KeyIndex()
+    for job in JOBS:  # jobs added at runtime: the buckets are sized again as it grows
+        one_by_one.put(job, placement_start_s(job, NOW_S))
+    at_once.put_all((job, placement_start_s(job, NOW_S)) for job in JOBS)
+    keys = [key_point(job, placement_start_s(job, NOW_S)) for job in one_by_one.names()]
+    assert keys == sorted(keys)
+    assert one_by_one.names() == at_once.names()
+    ring = Ring.build(f"n{i}" for i in range(7))
+    for node in ("n0", "n3"):
+        raced = {j for j in JOBS if node in ring.racers(j, NOW_S, 2)}
+        assert one_by_one.raced_by(ring, node, 2) == at_once.raced_by(ring, node, 2) == raced
+    assert one_by_one.within([(5, 5)]) == set(JOBS)  # an arc of the whole ring wraps

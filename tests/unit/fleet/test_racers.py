@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cronrace.errors import ConfigError
+from cronrace.fleet import membership
 from cronrace.fleet.membership import Membership, late_fire_bound_s
-from cronrace.fleet.racers import POINTS_PER_NODE, Racers, Ring, key_point
+from cronrace.fleet.racers import CHUNK, POINTS_PER_NODE, Racers, Ring, key_point
 from cronrace.settings import SidecarSettings, load_settings
 from cronrace.web.metrics import PrometheusObserver
 
@@ -368,6 +369,39 @@ def test_a_ring_spliced_through_many_changes_is_the_ring_build_makes() -> None:
             assert ring.preferred("job", t) == fresh.preferred("job", t)
         node = sorted(members)[step % len(members)]
         assert ring.arcs(node, 2, cache) == fresh.arcs(node, 2)
+
+
+def test_views_of_one_process_read_one_pool_that_grows_under_them_and_answer_as_build_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A process's agents see different members at each beat: each view reads the pool of
+    # every node seen lately, and a node is spliced in once. Views made earlier must keep
+    # answering for their own members while the pool grows and its chunks split under
+    # them; a pool holding too many nodes gone is replaced.
+    monkeypatch.setattr(membership, "_POOL", [])
+    monkeypatch.setattr(membership, "_RINGS", {})
+    rng = random.Random(11)
+    members = set(nodes(40))
+    views: list[tuple[frozenset[str], Ring]] = []
+    pools = set()
+    for step in range(60):
+        leaving = set(rng.sample(sorted(members), rng.randint(0, 7)))
+        joining = {f"new-{step}-{i}" for i in range(rng.randint(0, 9))}
+        members = (members - leaving) | joining
+        view = membership.ring_of(frozenset(members), Ring.build([]))
+        pools.add(id(membership._POOL[0]))
+        views.append((frozenset(members), view))
+        for old_members, old_view in views[-6:]:  # older views, the pool grown since
+            fresh = Ring.build(old_members)
+            assert old_view == fresh
+            for t in range(0, 300, 11):
+                assert old_view.candidates("job", t, 3) == fresh.candidates("job", t, 3)
+                assert old_view.preferred("job", t) == fresh.preferred("job", t)
+            node = sorted(old_members)[step % len(old_members)]
+            assert old_view.arcs(node, 2) == fresh.arcs(node, 2)
+    assert membership.ring_of(frozenset(members), Ring.build([])) is views[-1][1]
+    assert 1 < len(pools) < 30  # replaced now and then as nodes leave, not at every change
+    assert len(membership._POOL[0].chunks) > len(nodes(40)) * POINTS_PER_NODE // CHUNK  # split
 
 
 def test_members_gone_silent_and_back_are_skipped_not_spliced_and_answer_as_build_does() -> None:
