@@ -94,11 +94,19 @@ def ring_of(members: frozenset[str], old: Ring) -> Ring:
     if len(_POINTS) > _POINTS_MAX_NODES:  # members come and go: memory stays bounded
         _POINTS.clear()
     pool = _POOL[0] if _POOL else None
-    if pool is None or not pool.serves(members) or not pool.add(members, _POINTS):
+    if pool is not None and pool.serves(members) and pool.add(members, _POINTS):
+        ring = pool.ring(members)
+    else:
         base = min((old, *_RINGS.values()), key=lambda r: r.splice_cost(members))
-        pool = RingPool(base.with_members(members, _POINTS))
-        _POOL[:] = [pool]
-    ring = pool.ring(members)
+        ring = base.with_members(members, _POINTS)
+        if pool is None or 2 * len(members) >= len(pool.nodes):
+            # The pool holds too many nodes gone: a new one. Not for a view of far fewer
+            # nodes than it holds (a node before its first exchange races among itself
+            # alone): the others' views still read the pool, and one such view at each
+            # start would make every other agent splice the fleet in again.
+            pool = RingPool(ring)
+            _POOL[:] = [pool]
+            ring = pool.ring(members)
     _RINGS[members] = ring
     while len(_RINGS) > _RINGS_KEPT:
         del _RINGS[next(iter(_RINGS))]

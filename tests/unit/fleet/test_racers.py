@@ -400,6 +400,11 @@ def test_views_of_one_process_read_one_pool_that_grows_under_them_and_answer_as_
             node = sorted(old_members)[step % len(old_members)]
             assert old_view.arcs(node, 2) == fresh.arcs(node, 2)
     assert membership.ring_of(frozenset(members), Ring.build([])) is views[-1][1]
+    # A node before its first exchange races among itself alone: its ring is its own, and
+    # the pool the other views read stays.
+    pool = membership._POOL[0]
+    assert membership.ring_of(frozenset({"lone"}), Ring.build([])) == Ring.build(["lone"])
+    assert membership._POOL[0] is pool
     assert 1 < len(pools) < 30  # replaced now and then as nodes leave, not at every change
     assert len(membership._POOL[0].chunks) > len(nodes(40)) * POINTS_PER_NODE // CHUNK  # split
 

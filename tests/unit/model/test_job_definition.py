@@ -89,3 +89,22 @@ def test_an_unknown_job_option_is_refused_naming_it() -> None:
     options: dict[str, object] = {"name": "j", "lease_ttl_s": 5}
     with pytest.raises(JobDefinitionError, match="lease_ttl_s"):
         agent.add_job(handler, "* * * * *", **options)  # type: ignore[arg-type]
+
+
+def test_a_jobs_spec_is_a_copy_and_needs_no_hashable_handler() -> None:
+    from cronrace.model.job import Job
+
+    class Unhashable:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __call__(self, ctx: object) -> None:
+            return None
+
+    job = Job.define(handler, "*/5 * * * *", name="five", lease_ttl=2.5)
+    spec = job.spec()
+    assert spec["schedule"] == "*/5 * * * *"
+    assert spec["lease_ttl_s"] == "2.5"
+    spec["schedule"] = "changed by a caller"
+    assert job.spec()["schedule"] == "*/5 * * * *"  # the remembered spec stays whole
+    odd = Job.define(Unhashable(), "@hourly", name="odd")
+    assert odd.spec()["schedule"] == "@hourly"
