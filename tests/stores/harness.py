@@ -61,6 +61,9 @@ class Faults(Protocol):
     async def forget_answer(self, claim: Claim, owner: Owner) -> None:
         """Drop the answer a decision remembered under ``claim``; ``owner`` still holds it."""
 
+    async def expire_claim(self, claim: Claim) -> None:
+        """Let ``claim`` run out, its answer with it (its winner frozen past its TTL)."""
+
     async def wipe_schedules(self) -> None:
         """Erase the stored schedules (their set and version), as a wipe does."""
 

@@ -42,6 +42,7 @@ FUNCTION_DIGESTS = {
     12: "5e3ee1fcf803db93",
     13: "1f44670844eced49",
     14: "a71d819069cc96ab",
+    15: "2a98ee9c7b27ed3c",
 }
 
 

@@ -292,3 +292,27 @@ async def test_a_grant_decided_again_after_its_lease_ran_out_keeps_a_newer_queue
     assert again.abandoned_fence == first.fence
     handed = await store.release("j", again.fence, owner=A, lease_ttl_ms=5000)
     assert (handed.decision, handed.tick_s) == (ReleaseDecision.HANDED_ON, 101)
+
+
+@pytest.mark.parametrize("late_ok", [False, True])
+async def test_a_passed_tick_whose_claim_is_gone_when_its_winner_decides_is_missed_once(
+    store: Store, backend: Backend, late_ok: bool
+) -> None:
+    """A winner frozen right after its win, past its claim's lifetime (which outlasts the
+    catch-up window), and thawed after others decided later ticks: the tick is answered
+    missed (recorded), once, whatever the catch-up policy: no catch-up reaches that far.
+    Answered stale, no record counted it (the scheduler model found it)."""
+    await claim(store, 100, A)
+    await claim(store, 101, B)
+    await acquire(store, request(101, B, prior=100))
+    await backend.faults.expire_claim(Claim("j", 100, 60_000))
+    late = await acquire(store, request(100, A, late_ok=late_ok))
+    assert (late.decision, late.fence) == (AcquireDecision.MISSED, 0)
+    assert (await acquire(store, request(100, A, late_ok=late_ok))).decision is (
+        AcquireDecision.STALE
+    )
+    # A tick no decision passed stays stale, its claim gone or not.
+    await claim(store, 102, C)
+    await acquire(store, request(103, D, prior=101))
+    await backend.faults.expire_claim(Claim("j", 102, 60_000))
+    assert (await acquire(store, request(102, C))).decision is AcquireDecision.STALE

@@ -97,6 +97,15 @@ class PostgresFaults:
             tid=claim.trigger_id or "",
         )
 
+    async def expire_claim(self, claim: Claim) -> None:
+        # Run out, not yet swept: a new claim of the tick would take the row over.
+        await self._sql(
+            "UPDATE @schema@.claims SET expires_us = 0 "
+            "WHERE ns = %(ns)s AND job = %(job)s AND tick = %(tick)s AND trigger_id = ''",
+            job=claim.job,
+            tick=claim.tick_s,
+        )
+
     async def wipe_schedules(self) -> None:
         await self._sql("DELETE FROM @schema@.schedules WHERE ns = %(ns)s")
         await self._sql("DELETE FROM @schema@.schedule_versions WHERE ns = %(ns)s")

@@ -64,6 +64,9 @@ class RedisFaults:
         # The claim value is "<owner>", then "<owner>\n<request>\n<answer>" once decided.
         await self.client.set(key, str(owner), keepttl=True)
 
+    async def expire_claim(self, claim: Claim) -> None:
+        await self.client.delete(self.keys.claim(claim.job, claim.tick_s))
+
     async def wipe_schedules(self) -> None:
         await self.client.delete(self.keys.schedules)
 

@@ -305,11 +305,16 @@ if mode ~= 'trigger' then
     -- this owner's claim on it was undecided: then no one else decided it, and no one else
     -- can (the claim is ours), so it is decided now, late. A plan that runs nothing (a
     -- backlog under catchup = skip, read back after its answer was lost) is missed.
-    if not ((mode == 'run' or mode == 'mark') and remember
+    -- A claim gone (its winner frozen past the claim's TTL, which outlasts the catch-up
+    -- window) no longer proves whose the tick was; but the decision that passed it left it
+    -- to its winner alone, and only a winner decides a tick it did not lose: answered
+    -- missed, too late for any catch-up, once (the scheduler model lost it unrecorded).
+    local expired = request_id ~= '' and not claim
+    if not ((mode == 'run' or mode == 'mark') and (remember or expired)
             and (take_passed(decide_tick) or take_passed_range(decide_tick))) then
       return reply('stale', 0)
     end
-    if not late_ok or mode == 'mark' then
+    if not late_ok or mode == 'mark' or expired then
       return reply('missed', 0)
     end
     late, mode = true, 'trigger'  -- decided like a trigger: the watermark stays where it is

@@ -76,6 +76,7 @@ DECLARE
   warnings text[] := '{}';
   fence_garbled boolean := false;
   remember boolean := false;
+  expired boolean := false;
   late boolean := false;
   behind boolean := false;
   alive boolean;
@@ -135,7 +136,10 @@ BEGIN
     SELECT cl.owner, cl.request_id, cl.memo, cl.expires_us INTO c FROM @schema@.claims cl
     WHERE cl.ns = p_ns AND cl.job = p_job AND cl.tick = claim_tick
       AND cl.trigger_id = p_trigger_id;
-    IF FOUND AND c.owner = p_owner THEN
+    IF FOUND AND c.expires_us <= t_now THEN
+      -- Run out and not yet swept: gone, its answer with it (as a Redis key expires).
+      expired := true;
+    ELSIF FOUND AND c.owner = p_owner THEN
       remember := c.memo IS NULL;
       IF c.memo IS NOT NULL AND c.request_id = p_request_id THEN
         IF c.memo->>'decision' <> 'run' OR p_overlap = 'allow' OR alive THEN
@@ -166,10 +170,12 @@ BEGIN
         prev := (c.memo->>'prev_watermark')::bigint;
         remember := true;
       END IF;
-    ELSIF FOUND AND c.expires_us > t_now THEN
+    ELSIF FOUND THEN
       -- Another owner holds the claim: a live node took it over (take_over.sql) while
       -- this one was frozen or cut off. The tick is the taker's to decide.
       taken := true;
+    ELSE
+      expired := true;  -- no claim: see a passed tick below
     END IF;
   END IF;
 
@@ -187,7 +193,12 @@ BEGIN
         -- while this owner's claim on it was undecided: then no one else decided it, and
         -- no one else can (the claim is ours), so it is decided now, late.
         -- Ranges of passed ticks are pairs (lo, hi]: lo < tick <= hi, newest last.
-        IF v_mode IN ('run', 'mark') AND remember AND NOT p_decide_tick = ANY (j.passed) THEN
+        -- A claim gone (its winner frozen past the claim's lifetime, which outlasts the
+        -- catch-up window) no longer proves whose the tick was; but the decision that
+        -- passed it left it to its winner alone, and only a winner decides a tick it did
+        -- not lose: answered missed, too late for any catch-up, once.
+        IF v_mode IN ('run', 'mark') AND (remember OR expired)
+           AND NOT p_decide_tick = ANY (j.passed) THEN
           FOR k IN 1 .. coalesce(array_length(j.passed_ranges, 1), 0) / 2 LOOP
             IF j.passed_ranges[2 * k - 1] < p_decide_tick
                AND p_decide_tick <= j.passed_ranges[2 * k] THEN
@@ -205,14 +216,14 @@ BEGIN
             END IF;
           END LOOP;
         END IF;
-        IF NOT (v_mode IN ('run', 'mark') AND remember
+        IF NOT (v_mode IN ('run', 'mark') AND (remember OR expired)
                 AND (p_decide_tick = ANY (j.passed) OR in_range))
         THEN
           decision := 'stale';
           EXIT decide;
         END IF;
         j.passed := array_remove(j.passed, p_decide_tick);
-        IF NOT p_late_ok OR v_mode = 'mark' THEN
+        IF NOT p_late_ok OR v_mode = 'mark' OR expired THEN
           decision := 'missed';
           EXIT decide;
         END IF;

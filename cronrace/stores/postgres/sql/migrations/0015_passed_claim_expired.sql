@@ -1,0 +1,9 @@
+-- 0015_passed_claim_expired.sql: version 15 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): acquire() of a tick a later decision
+-- passed while its won claim was undecided, whose claim is gone by the time its winner
+-- decides it (the winner frozen past the claim's lifetime), answers 'missed' once instead
+-- of 'stale' (which no record counts): the scheduler model lost such a tick unrecorded.
