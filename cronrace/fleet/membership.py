@@ -59,6 +59,12 @@ RECHECK_AFTER_EXPIRY_PERIODS = 1.0
 #: At most this many silent members are asked for again at one read (the most recent
 #: first); one beyond it that comes back makes the view not add up: read in full.
 RECHECK_MAX = 1_000
+#: A ring change that only adds members, fewer than a quarter of them, waits until this
+#: many heartbeats after the ring last changed (it is made at the first beat after). A
+#: member not yet placed only adds racers, its own view placing it (the claim decides),
+#: while each change costs a node its own arcs and its jobs re-homed: a forming 1,000-node
+#: fleet changed every node's ring at every beat (issue 19). Departures never wait.
+JOINS_WAIT_PERIODS = 6
 #: Each node's ring points, shared by every agent of the process (they are a pure function
 #: of the node id): a process simulating 100 agents of a 200-node fleet hashes 32,000
 #: points, not 3,200,000. Cleared when it outgrows every view by far.
@@ -171,6 +177,10 @@ class Membership:
         #: a rebuild at :meth:`settle`, as of when.
         self._held: dict[str, int] | None = None
         self._owed_ms: int | None = None
+        #: When the ring last changed (epoch ms; 0: never), and whether members that joined
+        #: since wait to be placed (:data:`JOINS_WAIT_PERIODS`).
+        self._changed_ms = 0
+        self.joins_waiting = False
 
     def hold(self) -> None:
         """Keep the ring until :meth:`settle`: a heartbeat's read of the members and the
@@ -187,11 +197,16 @@ class Membership:
         self._held = {}
 
     def settle(self) -> None:
-        """Rebuild the ring once with what :meth:`hold` kept back, if anything."""
+        """Rebuild the ring once with what :meth:`hold` kept back, if anything, or with the
+        members that joined and wait to be placed (:data:`JOINS_WAIT_PERIODS`)."""
         held, self._held = self._held, None
         owed_ms, self._owed_ms = self._owed_ms, None
-        if held is None or owed_ms is None:
+        if held is None:
             return
+        if owed_ms is None:
+            if not self.joins_waiting:
+                return
+            owed_ms = self._confirmed_ms  # members waiting to be placed: once they may be
         self._rebuild(lambda node: held.get(node, self.last_beat_ms.get(node, owed_ms)), owed_ms)
 
     @property
@@ -399,9 +414,18 @@ class Membership:
         if self.racers.k is not None:
             self._say_alike(members, own)
         self.uniform = uniform
-        if members == self.ring.members:
-            return
         old = self.ring
+        self.joins_waiting = False
+        if members == old.members:
+            return
+        if (
+            members > old.members
+            and 4 * (len(members) - len(old.members)) < len(old.members)
+            and now_ms - self._changed_ms < JOINS_WAIT_PERIODS * self.heartbeat_s * 1000
+        ):
+            self.joins_waiting = True  # placed at a beat after the wait
+            return
+        self._changed_ms = now_ms
         self.ring = ring_of(frozenset(members), old)
         left, joined = old.members - members, members - old.members
         log.info(

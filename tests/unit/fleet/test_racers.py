@@ -300,6 +300,10 @@ def test_a_fleet_starting_logs_no_warning_per_join_but_one_for_a_member_unlike(
         said[f"n{i}"] = "x"
         view.alike(said, now_ms)
     assert view.uniform
+    # A few joins at a time wait to be placed (JOINS_WAIT_PERIODS): a beat after the wait
+    # places those still waiting.
+    now_ms += membership.JOINS_WAIT_PERIODS * 2000
+    view.update(dict.fromkeys(expiries, now_ms + ttl_ms), now_ms=now_ms, ttl_ms=ttl_ms)
     assert len(view.ring.members) == 201
 
     def said_at(level: int) -> list[str]:
@@ -336,8 +340,10 @@ def test_agents_of_one_process_share_the_ring_of_the_same_members() -> None:
     assert views[0].ring is views[1].ring
     assert views[0].ring == Ring.build(members)
     more = [*members[:-3], "c", "d"]
+    views[0].hold()  # a beat: its read and its exchange change the ring once
     views[0].update(dict.fromkeys(more, now_ms + ttl_ms), now_ms=now_ms, ttl_ms=ttl_ms)
     views[0].alike(dict.fromkeys(more, "x"), now_ms)
+    views[0].settle()
     assert views[0].ring == Ring.build(more)
 
 
@@ -484,3 +490,37 @@ def test_a_held_view_changes_its_ring_once_per_beat_and_keeps_when_the_departed_
     assert held.ring == unheld.ring
     held.settle()  # nothing held: nothing more
     assert len(once) == 1
+
+
+def test_a_few_joins_wait_to_be_placed_until_a_while_after_the_last_change() -> None:
+    """Issue 19: a forming 1,000-node fleet changed every node's ring at every beat, each
+    change a pass over its own arcs and its jobs re-homed. A change that only adds a few
+    members now waits until JOINS_WAIT_PERIODS after the last one (a member not yet
+    placed only adds racers: its own view places it); departures never wait, and many
+    joins at once do not either."""
+    hb_ms, ttl_ms, t0 = 2000, 6000, 100_000
+    first = [f"n{i}" for i in range(12)]
+    view = Membership("n0", Racers(2), heartbeat_s=hb_ms / 1000)
+    said = dict.fromkeys([*first, "j1", "j2", *(f"many{i}" for i in range(5))], "x")
+
+    def beat(now_ms: int, members: list[str]) -> None:
+        view.hold()
+        view.update(dict.fromkeys(members, now_ms + ttl_ms), now_ms=now_ms, ttl_ms=ttl_ms)
+        view.alike(said, now_ms)
+        view.settle()
+
+    beat(t0, first)
+    assert view.ring.members == set(first)  # the first view: placed at once
+    wait_ms = membership.JOINS_WAIT_PERIODS * hb_ms
+    for at_ms in range(t0 + hb_ms, t0 + wait_ms, hb_ms):
+        beat(at_ms, [*first, "j1"])
+        assert view.ring.members == set(first)  # one join after a change: waits
+        assert view.joins_waiting
+    beat(t0 + wait_ms, [*first, "j1"])  # a beat after the wait, nothing new read: placed
+    assert view.ring.members == {*first, "j1"}
+    assert not view.joins_waiting
+    beat(t0 + wait_ms + hb_ms, [*first[:-1], "j1", "j2"])  # a departure: at once, with j2
+    assert view.ring.members == {*first[:-1], "j1", "j2"}
+    many = [f"many{i}" for i in range(5)]  # over a quarter of the members: at once
+    beat(t0 + wait_ms + 2 * hb_ms, [*first[:-1], "j1", "j2", *many])
+    assert view.ring.members == {*first[:-1], "j1", "j2", *many}
