@@ -12,8 +12,8 @@ spent, a floor of what the fleet would need, and the row says ``saturated``.
 within a minute and 10 % of them replaced at once, and reports each node's longest loop
 stall. Simulated nodes share a fleet process only as independent agents: each has its
 own heartbeat, membership view, heap, store connection and claims; what they share is
-what agents of one process always share (the interpreter, ring points and parsed
-schedules, both pure functions of their inputs).
+what agents of one process always share (the interpreter, ring points and the pool
+they are read from, parsed schedules and job specs, pure functions of their inputs).
 """
 
 from __future__ import annotations

@@ -102,17 +102,23 @@ def ring_of(members: frozenset[str], old: Ring) -> Ring:
     pool = _POOL[0] if _POOL else None
     if pool is not None and pool.serves(members) and pool.add(members, _POINTS):
         ring = pool.ring(members)
+    elif pool is not None and 4 * len(members) < 3 * pool.widest:
+        # A view of far fewer nodes than the pool serves (a node before its first exchange
+        # races among itself alone; a node cut off from most of the fleet): a ring of its
+        # own. The others' views still read the pool: one such view at each start made
+        # every other agent splice the fleet in again.
+        ring = Ring.build(members, _POINTS)
     else:
-        base = min((old, *_RINGS.values()), key=lambda r: r.splice_cost(members))
-        ring = base.with_members(members, _POINTS)
-        if pool is None or 2 * len(members) >= len(pool.nodes):
-            # The pool holds too many nodes gone: a new one. Not for a view of far fewer
-            # nodes than it holds (a node before its first exchange races among itself
-            # alone): the others' views still read the pool, and one such view at each
-            # start would make every other agent splice the fleet in again.
-            pool = RingPool(ring)
-            _POOL[:] = [pool]
-            ring = pool.ring(members)
+        # No pool yet, or one holding mostly nodes long gone (a view as wide as those it
+        # served cannot read it): a new one.
+        base = min(
+            (r for r in (old, *_RINGS.values()) if r._pool is None),
+            key=lambda r: r.splice_cost(members),
+            default=Ring.build([]),
+        )
+        pool = RingPool(base.with_members(members, _POINTS))
+        _POOL[:] = [pool]
+        ring = pool.ring(members)
     _RINGS[members] = ring
     while len(_RINGS) > _RINGS_KEPT:
         del _RINGS[next(iter(_RINGS))]

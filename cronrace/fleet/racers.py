@@ -257,6 +257,10 @@ class Ring:
         nodes = frozenset(members)
         if nodes == self.members:
             return self
+        if self._pool is not None:
+            # A pool's chunks are edited in place as it grows: a ring sharing them that
+            # is not the pool's own would meet points it does not skip.
+            return Ring.build(nodes, cache)
         held = self.held
         added, removed = nodes - held, held - nodes
         # Members gone (silent, mostly back soon) stay in the chunks, skipped.
@@ -479,12 +483,18 @@ class RingPool:
         self.chunks = [(list(points), list(owners)) for points, owners in ring._chunks]
         self.firsts = list(ring._firsts)
         self.nodes: set[str] = set(ring.held)
+        #: The most members of a ring it served: a view about as wide that it cannot serve
+        #: finds it holding mostly nodes long gone (ring_of makes a new one then).
+        self.widest = len(ring.members)
 
     def serves(self, members: frozenset[str]) -> bool:
-        """Whether a ring of ``members`` may read this pool: the nodes it would skip (held,
-        not members) at most a quarter of those held once its new members are added."""
+        """Whether a ring of ``members`` may read this pool: at least a third of the nodes
+        it holds once the new members are added (a walk skips the others: at most 3 x as
+        long). A loaded fleet's views differ by hundreds of members, silent to some and not
+        to others; a pool that served only views within a quarter of it was made anew at
+        every other beat."""
         added = len(members - self.nodes)
-        return _keeps_absent(len(self.nodes), added, len(self.nodes) - len(members) + added)
+        return 3 * len(members) >= len(self.nodes) + added
 
     def add(self, nodes: Iterable[str], cache: dict[str, list[int]] | None) -> bool:
         """Splice the points of ``nodes`` in; False (nothing added) when one ties a chunk's
@@ -521,4 +531,5 @@ class RingPool:
 
     def ring(self, members: frozenset[str]) -> Ring:
         """The ring of ``members`` (nodes this pool holds), reading the pool's chunks."""
+        self.widest = max(self.widest, len(members))
         return Ring(members, self.chunks, self.firsts, 0, _pool=self)

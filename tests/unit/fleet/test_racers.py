@@ -407,10 +407,23 @@ def test_views_of_one_process_read_one_pool_that_grows_under_them_and_answer_as_
             assert old_view.arcs(node, 2) == fresh.arcs(node, 2)
     assert membership.ring_of(frozenset(members), Ring.build([])) is views[-1][1]
     # A node before its first exchange races among itself alone: its ring is its own, and
-    # the pool the other views read stays.
+    # the pool the other views read stays. So does it for a loaded agent's view that
+    # counts a third of the members silent.
     pool = membership._POOL[0]
     assert membership.ring_of(frozenset({"lone"}), Ring.build([])) == Ring.build(["lone"])
     assert membership._POOL[0] is pool
+    fewer = frozenset(sorted(members)[: len(members) * 2 // 3])
+    assert membership.ring_of(fewer, views[-1][1]) == Ring.build(fewer)
+    assert membership._POOL[0] is pool
+    # A ring derived from one that reads the pool shares none of its chunks: the pool
+    # growing afterwards changes nothing of it.
+    derived = views[-1][1].with_members([*sorted(members)[1:], "elsewhere"])
+    assert derived == Ring.build([*sorted(members)[1:], "elsewhere"])
+    assert pool.add([f"later-{i}" for i in range(30)], None)
+    assert derived == Ring.build([*sorted(members)[1:], "elsewhere"])
+    assert derived.preferred("job", 5) == Ring.build([*sorted(members)[1:], "elsewhere"]).preferred(
+        "job", 5
+    )
     assert 1 < len(pools) < 30  # replaced now and then as nodes leave, not at every change
     assert len(membership._POOL[0].chunks) > len(nodes(40)) * POINTS_PER_NODE // CHUNK  # split
 
