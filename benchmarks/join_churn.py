@@ -411,9 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     import cronrace
 
     if args.own_rings:
-        from cronrace.fleet import membership
+        from cronrace.fleet import rings
 
-        membership._SHARED = False
+        rings._SHARED = False
     _count_store_cpu()
     _count_clock_cpu()
     _count_full_gc()

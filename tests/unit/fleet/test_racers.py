@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cronrace.errors import ConfigError
-from cronrace.fleet import membership
+from cronrace.fleet import membership, rings
 from cronrace.fleet.membership import Membership, late_fire_bound_s
 from cronrace.fleet.racers import CHUNK, POINTS_PER_NODE, Racers, Ring, key_point
 from cronrace.settings import SidecarSettings, load_settings
@@ -384,8 +384,8 @@ def test_views_of_one_process_read_one_pool_that_grows_under_them_and_answer_as_
     # every node seen lately, and a node is spliced in once. Views made earlier must keep
     # answering for their own members while the pool grows and its chunks split under
     # them; a pool holding too many nodes gone is replaced.
-    monkeypatch.setattr(membership, "_POOL", [])
-    monkeypatch.setattr(membership, "_RINGS", {})
+    monkeypatch.setattr(rings, "_POOL", [])
+    monkeypatch.setattr(rings, "_RINGS", {})
     rng = random.Random(11)
     members = set(nodes(40))
     views: list[tuple[frozenset[str], Ring]] = []
@@ -394,8 +394,8 @@ def test_views_of_one_process_read_one_pool_that_grows_under_them_and_answer_as_
         leaving = set(rng.sample(sorted(members), rng.randint(0, 7)))
         joining = {f"new-{step}-{i}" for i in range(rng.randint(0, 9))}
         members = (members - leaving) | joining
-        view = membership.ring_of(frozenset(members), Ring.build([]))
-        pools.add(id(membership._POOL[0]))
+        view = rings.ring_of(frozenset(members), Ring.build([]))
+        pools.add(id(rings._POOL[0]))
         views.append((frozenset(members), view))
         for old_members, old_view in views[-6:]:  # older views, the pool grown since
             fresh = Ring.build(old_members)
@@ -405,16 +405,16 @@ def test_views_of_one_process_read_one_pool_that_grows_under_them_and_answer_as_
                 assert old_view.preferred("job", t) == fresh.preferred("job", t)
             node = sorted(old_members)[step % len(old_members)]
             assert old_view.arcs(node, 2) == fresh.arcs(node, 2)
-    assert membership.ring_of(frozenset(members), Ring.build([])) is views[-1][1]
+    assert rings.ring_of(frozenset(members), Ring.build([])) is views[-1][1]
     # A node before its first exchange races among itself alone: its ring is its own, and
     # the pool the other views read stays. So does it for a loaded agent's view that
     # counts a third of the members silent.
-    pool = membership._POOL[0]
-    assert membership.ring_of(frozenset({"lone"}), Ring.build([])) == Ring.build(["lone"])
-    assert membership._POOL[0] is pool
+    pool = rings._POOL[0]
+    assert rings.ring_of(frozenset({"lone"}), Ring.build([])) == Ring.build(["lone"])
+    assert rings._POOL[0] is pool
     fewer = frozenset(sorted(members)[: len(members) * 2 // 3])
-    assert membership.ring_of(fewer, views[-1][1]) == Ring.build(fewer)
-    assert membership._POOL[0] is pool
+    assert rings.ring_of(fewer, views[-1][1]) == Ring.build(fewer)
+    assert rings._POOL[0] is pool
     # A ring derived from one that reads the pool shares none of its chunks: the pool
     # growing afterwards changes nothing of it.
     derived = views[-1][1].with_members([*sorted(members)[1:], "elsewhere"])
@@ -425,7 +425,7 @@ def test_views_of_one_process_read_one_pool_that_grows_under_them_and_answer_as_
         "job", 5
     )
     assert 1 < len(pools) < 30  # replaced now and then as nodes leave, not at every change
-    assert len(membership._POOL[0].chunks) > len(nodes(40)) * POINTS_PER_NODE // CHUNK  # split
+    assert len(rings._POOL[0].chunks) > len(nodes(40)) * POINTS_PER_NODE // CHUNK  # split
 
 
 def test_members_gone_silent_and_back_are_skipped_not_spliced_and_answer_as_build_does() -> None:
