@@ -19,7 +19,6 @@ from __future__ import annotations
 import cProfile
 import gc
 import json
-import logging
 import math
 import os
 import sys
@@ -33,6 +32,7 @@ import orjson
 from benchmarks.instrument import COUNTERS, count_claims, instrument
 from cronrace import Agent, RunContext
 from cronrace.model.job import Job
+from cronrace.runtime.logs import configure_logging
 from cronrace.settings import AgentSettings
 
 #: (job index, tick, node index, handler start wall time) for every handler call.
@@ -362,7 +362,9 @@ class Worker:
 
 def main() -> None:
     config = json.loads(sys.argv[1])
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    # cronrace's own text lines, with their fields (job, tick, node, fence): a duplicate or
+    # a lost tick in a cell names the decisions around it.
+    configure_logging("text", "WARNING")
     worker = Worker(config)
     use_uvloop = config.get("loop") == "uvloop"
     anyio.run(worker.main, backend="asyncio", backend_options={"use_uvloop": use_uvloop})

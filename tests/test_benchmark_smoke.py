@@ -138,6 +138,17 @@ def test_join_churn_starts_and_replaces_a_small_fleet_without_fault(how: str) ->
     assert {step["node"] for step in row["longest_steps"]} <= set(range(22))
 
 
+def test_ring_views_measures_a_small_forming_fleet_and_its_window_turns() -> None:
+    row = _last_row(
+        "benchmarks.ring_views",
+        *("--nodes", "40", "--agents", "5", "--jobs", "200"),
+        *("--join-s", "10", "--heartbeat-s", "2"),
+    )
+    assert row["views"]["changes"] > 5  # the agents saw the fleet form and change
+    assert row["views"]["ring_of_cpu_s"] > 0
+    assert row["turns"]["turn_cpu_us"] > 0
+
+
 def test_beat_cost_reads_every_member_of_a_small_fleet() -> None:
     row = _last_row("benchmarks.beat_cost", "--nodes", "5", "--beats", "3")
     assert row["members_seen"] == 6  # the five members and the probe
