@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
+from collections.abc import Iterable
 
 import pytest
 from hypothesis import given, settings
@@ -328,6 +329,16 @@ def test_a_fleet_starting_logs_no_warning_per_join_but_one_for_a_member_unlike(
     assert said_at(logging.INFO) == ["every live node runs the same jobs: racing among all of them"]
 
 
+def answers_as_built(ring: Ring, members: Iterable[str], node: str, ticks: range) -> None:
+    """``ring`` is the ring build makes of ``members``: equal, and answering alike."""
+    fresh = Ring.build(members)
+    assert ring == fresh
+    for t in ticks:
+        assert ring.candidates("job", t, 3) == fresh.candidates("job", t, 3)
+        assert ring.preferred("job", t) == fresh.preferred("job", t)
+    assert ring.arcs(node, 2) == fresh.arcs(node, 2)
+
+
 def test_agents_of_one_process_share_the_ring_of_the_same_members() -> None:
     # Rings are pure values: two views of the same members hold one ring, and a view
     # spliced from another agent's recent ring is the ring build makes.
@@ -368,13 +379,7 @@ def test_a_ring_spliced_through_many_changes_is_the_ring_build_makes() -> None:
         joining = {f"new-{step}-{i}" for i in range(rng.randint(0, 8))}
         members = (members - leaving) | joining
         ring = ring.with_members(members, cache)
-        fresh = Ring.build(members)
-        assert ring == fresh
-        for t in range(0, 400, 7):
-            assert ring.candidates("job", t, 3) == fresh.candidates("job", t, 3)
-            assert ring.preferred("job", t) == fresh.preferred("job", t)
-        node = sorted(members)[step % len(members)]
-        assert ring.arcs(node, 2, cache) == fresh.arcs(node, 2)
+        answers_as_built(ring, members, sorted(members)[step % len(members)], range(0, 400, 7))
 
 
 def test_views_of_one_process_read_one_pool_that_grows_under_them_and_answer_as_build_does(
@@ -398,13 +403,8 @@ def test_views_of_one_process_read_one_pool_that_grows_under_them_and_answer_as_
         pools.add(id(rings._POOL[0]))
         views.append((frozenset(members), view))
         for old_members, old_view in views[-6:]:  # older views, the pool grown since
-            fresh = Ring.build(old_members)
-            assert old_view == fresh
-            for t in range(0, 300, 11):
-                assert old_view.candidates("job", t, 3) == fresh.candidates("job", t, 3)
-                assert old_view.preferred("job", t) == fresh.preferred("job", t)
             node = sorted(old_members)[step % len(old_members)]
-            assert old_view.arcs(node, 2) == fresh.arcs(node, 2)
+            answers_as_built(old_view, old_members, node, range(0, 300, 11))
     assert rings.ring_of(frozenset(members), Ring.build([])) is views[-1][1]
     # A node before its first exchange races among itself alone: its ring is its own, and
     # the pool the other views read stays. So does it for a loaded agent's view that
