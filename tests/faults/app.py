@@ -35,6 +35,8 @@ EXTRA_JOBS = int(os.environ.get("FAULT_EXTRA_JOBS", "0"))
 EXTRA_CATCHUP = os.environ.get("FAULT_EXTRA_CATCHUP", "all")
 EXTRA_OVERLAP = os.environ.get("FAULT_EXTRA_OVERLAP", "queue_one")
 EXTRA_LEASE_S = float(os.environ.get("FAULT_EXTRA_LEASE_S", "0.9"))
+#: The extra jobs' catch-up window, seconds (unset: the default).
+EXTRA_CATCHUP_WINDOW = os.environ.get("FAULT_EXTRA_CATCHUP_WINDOW")
 
 #: Which jobs from code this process defines (default both); "" for none, when a test
 #: runs only stored schedules.
@@ -124,6 +126,7 @@ for _index in range(EXTRA_JOBS):
         lease_ttl=EXTRA_LEASE_S,
         catchup=EXTRA_CATCHUP,
         overlap=EXTRA_OVERLAP,
+        **({} if EXTRA_CATCHUP_WINDOW is None else {"catchup_window": float(EXTRA_CATCHUP_WINDOW)}),
     )
 
 

@@ -77,7 +77,9 @@ def records_of(url: str, namespace: str, job: str) -> list[RunRecord]:
     return anyio.run(read)
 
 
-def start_fleet(url: str, namespace: str, witness: Witness, tmp_path: Path) -> list:  # type: ignore[type-arg]
+def start_fleet(  # type: ignore[type-arg]
+    url: str, namespace: str, witness: Witness, tmp_path: Path, **more: str
+) -> list:
     env = {
         "FAULT_CODE_JOBS": "",
         "FAULT_EXTRA_JOBS": "1",
@@ -85,6 +87,7 @@ def start_fleet(url: str, namespace: str, witness: Witness, tmp_path: Path) -> l
         "FAULT_EXTRA_OVERLAP": "queue_one",
         "CRONRACE_HEARTBEAT_S": str(HEARTBEAT_S),
         "CRONRACE_LOG_FORMAT": "text",
+        **more,
     }
     freeze = {
         "FAULT_FREEZE_AFTER_CLAIM": JOB,
@@ -171,3 +174,83 @@ def test_a_winner_stopped_between_claim_and_decision_loses_no_tick_and_fires_non
     if then == "thawed":
         # n0's late decision reached Redis and was refused: a stale record, no run.
         assert ("n0", "stale") in mine, mine
+
+
+def frozen_winner(tmp_path: Path) -> int:
+    """Arm n0's freeze; return the tick it won and stopped at."""
+    (tmp_path / "arm").write_text("")
+    mark = tmp_path / "mark"
+    wait_until(mark.exists, timeout_s=30, what="n0 winning a claim and stopping")
+    time.sleep(0.05)  # the mark is written just before SIGSTOP
+    return int(mark.read_text().split()[0])
+
+
+#: A heartbeat long enough that n0's silence is not read before its claim has expired: a
+#: takeover comes 2.5 heartbeats (10 s) after its last beat, the claim runs out after the
+#: catch-up window and the skew tolerance, plus a second (2 s).
+LONG_HEARTBEAT_S = 4.0
+CLAIM_OUTLIVED_S = 4.0
+
+
+@pytest.mark.timeout(120)
+def test_a_winner_thawed_after_its_claim_expired_has_its_tick_recorded_missed_once(
+    redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path
+) -> None:
+    """n0 stops right after winning a tick and goes on only after that claim has expired
+    (before any node reads it silent); n1 and n2 decide the next ticks meanwhile, passing
+    the tick. n0's late decision can no longer show the claim was its own: it used to be
+    refused (``stale``) and no record counted the tick (the scheduler model found it). The
+    tick is recorded ``missed`` once, it runs nowhere, and no other tick is lost or doubled.
+    """
+    procs = start_fleet(
+        redis_server.url,
+        namespace,
+        witness,
+        tmp_path,
+        CRONRACE_HEARTBEAT_S=str(LONG_HEARTBEAT_S),
+        CRONRACE_SKEW_TOLERANCE_S="0",
+        FAULT_EXTRA_CATCHUP_WINDOW="1",
+    )
+    try:
+        wait_until(
+            lambda: sum("agent started" in p.read_text() for p in tmp_path.glob("*.err")) == 3,
+            timeout_s=40,
+            what="the agents started",
+        )
+        first_s = int(time.time()) + 2
+        witness.wait_for(
+            lambda evs: any(e["job"] == JOB and e["tick"] >= first_s for e in evs),
+            timeout_s=20,
+            what="the job running on the fleet",
+        )
+        frozen_tick = frozen_winner(tmp_path)
+        time.sleep(CLAIM_OUTLIVED_S)
+        procs[0].send_signal(signal.SIGCONT)
+        last_s = frozen_tick + int(CLAIM_OUTLIVED_S) + 4
+
+        def decided() -> bool:
+            return any(
+                r.tick_s == frozen_tick for r in records_of(redis_server.url, namespace, JOB)
+            )
+
+        wait_until(decided, timeout_s=20, what="n0's late decision of its tick")
+        witness.wait_for(
+            lambda evs: any(e["job"] == JOB and e["tick"] >= last_s for e in evs),
+            timeout_s=30,
+            what="the job running past the stopped winner's tick",
+        )
+    finally:
+        stop_all(procs)
+    events = witness.events()
+    verdict = judge(events, JOB, first_tick_s=first_s, last_tick_s=last_s, leased=True)
+    mine = [
+        (r.node, r.outcome.value)
+        for r in records_of(redis_server.url, namespace, JOB)
+        if r.tick_s == frozen_tick
+    ]
+    print(verdict.summary(), f"tick {frozen_tick}: records {mine}", sep="\n")
+    assert verdict.duplicates == [], verdict.summary()
+    # Run nowhere, as recorded. (A 1 s catch-up window on a loaded machine may miss other
+    # ticks too; those are the catch-up policy's, recorded by the nodes that came late.)
+    assert frozen_tick in verdict.missed, verdict.summary()
+    assert mine == [("n0", "missed")], mine
