@@ -181,7 +181,10 @@ class Store(abc.ABC):
         Args:
             claims: the (job, tick) pairs, or manual triggers, this node races for.
             owner: this node's identity, written into what it wins.
-            read_back: read each claim back as well (after a lost reply: it may have won).
+            read_back: read every claim back, as :attr:`Claim.read_back` asks for one.
+                A claim read back counts as won only while it holds ``owner`` and no
+                decision: a tick this process decided already is never won again (its
+                remembered answer is for retries of that decision, not for a second one).
             wait_replicas: replicas that must confirm the won claims (``claim_replicas``).
             wait_ms: how long to wait for them.
 

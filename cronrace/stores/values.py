@@ -168,6 +168,9 @@ class Claim:
     tick_s: int
     ttl_ms: int
     trigger_id: str | None = None
+    #: An earlier attempt at this claim got no reply (it may have been written): read it
+    #: back, and count it won if it holds this process's claim, still undecided.
+    read_back: bool = False
 
 
 @dataclass(frozen=True, slots=True)

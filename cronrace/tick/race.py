@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -352,15 +353,23 @@ class TickRace:
         """Send the claims; ``UNKNOWN`` for those Redis (or their shard) did not answer.
 
         A claim whose reply was lost may have been written. Such claims are remembered,
-        and the next attempt at the same key reads it back instead of trusting ``NX``.
+        and the next attempt at the same key reads it back instead of trusting ``NX``
+        (that key only: it counts won while it holds this process's claim undecided).
         """
         keys = [(c.job, c.tick_s, c.trigger_id) for c in claims]
+        ambiguous = self._ambiguous
+        if ambiguous and not ambiguous.isdisjoint(keys):
+            # Only those: any other claim this process holds was answered, and decided or
+            # being decided; read back, it would be decided again (a tick ran twice).
+            claims = [
+                replace(c, read_back=True) if key in ambiguous else c
+                for c, key in zip(claims, keys, strict=True)
+            ]
         sent_mono = self.clock.monotonic()
         try:
             replies = await self.store.claim_each(
                 claims,
                 self.owner,
-                read_back=bool(self._ambiguous) and not self._ambiguous.isdisjoint(keys),
                 wait_replicas=self.settings.claim_replicas,
                 wait_ms=self.settings.claim_replicas_timeout_ms,
             )

@@ -127,7 +127,7 @@ class PostgresStore(RunSide, Store):
                     "triggers": [claim.trigger_id or "" for claim in claims],
                     "ttls_ms": [claim.ttl_ms for claim in claims],
                     "witnesses": witnesses,
-                    "read_back": read_back,
+                    "read_backs": [read_back or claim.read_back for claim in claims],
                 },
             )
         except StoreAccessError:

@@ -85,10 +85,12 @@ class Store(TakeoverCommands, MemberCommands):
         Args:
             claims: the ticks (or triggers) to race for.
             owner: this process; its ``<node_id>:<nonce>`` is the claim's value.
-            read_back: read each key back after claiming it, for claims that may have been
-                written by an attempt whose reply was lost: the value is unique to this
-                process, so finding it means this node won, whichever attempt set it
-                (DESIGN.md section 8).
+            read_back: read every key back after claiming it (:attr:`Claim.read_back`
+                asks it for one), for claims that may have been written by an attempt
+                whose reply was lost: the value is unique to this process, so finding it
+                means this node won, whichever attempt set it (DESIGN.md section 8).
+                Found decided (acquire.lua appended its answer), it was this process's
+                and is decided: lost, not won again.
             wait_replicas: when > 0, each shard's pipeline ends with ``WAIT``, so that a
                 won claim counts only once that many replicas have it (a failover could
                 otherwise lose it and let another node win the same tick).
@@ -121,12 +123,12 @@ class Store(TakeoverCommands, MemberCommands):
             self._witness_of(claim.job, sent_at) if probe else None
             for claim, probe in zip(claims, probes, strict=True)
         ]
-        claim_replies = 2 if read_back else 1
+        reads = [read_back or claim.read_back for claim in claims]
 
         def add(pipe: Any, index: int) -> None:
             # pipe.set(key, value, nx=True, px=ttl), without its argument checks per claim.
             pipe.execute_command("SET", keys[index], value, "PX", claims[index].ttl_ms, "NX")
-            if read_back:
+            if reads[index]:
                 pipe.get(keys[index])
             if probes[index]:
                 pipe.get(self.keys.fence(claims[index].job))
@@ -137,8 +139,9 @@ class Store(TakeoverCommands, MemberCommands):
         replies = await self._claims_sent(keys, add, wait_replicas=wait_replicas, wait_ms=wait_ms)
         out: list[ClaimReply] = []
         errors: list[BaseException] = []
-        for claim, reply, witness in zip(claims, replies, witnesses, strict=True):
+        for claim, reply, witness, read in zip(claims, replies, witnesses, reads, strict=True):
             answers = reply.replies
+            claim_replies = 2 if read else 1
             probed = False
             if isinstance(answers, list) and len(answers) > claim_replies:
                 # The fence probe: garbage there (or an error reply) is no evidence, and
@@ -158,9 +161,11 @@ class Store(TakeoverCommands, MemberCommands):
                 out.append(ClaimReply(ClaimOutcome.UNKNOWN))
                 continue
             assert isinstance(answers, list)
-            # acquire.lua appends its answer to the claim value, so a won claim that was
-            # already decided still reads as won.
-            won = str(decode_claim_owner(answers[1])) == value if read_back else bool(answers[0])
+            # acquire.lua appends its answer to the claim's value once decided: a claim read
+            # back is this process's to decide only while it holds the bare value. Decided,
+            # it was decided here (by an earlier wake-up); won again, the remembered grant
+            # of a run that has finished was granted a second time (a tick ran twice).
+            won = bool(answers[0]) or (read and decode_text(answers[1]) == value)
             if not won:
                 if probed and claim.trigger_id is None and self.known_fence(claim.job) == 0:
                     self._lost_unseen[claim.job] = (

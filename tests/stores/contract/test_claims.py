@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cronrace.stores.contract import Store
 from cronrace.stores.values import Claim, ClaimOutcome, Owner
 from tests.stores.contract.helpers import acquire, request
@@ -61,13 +63,29 @@ async def test_a_claim_is_read_back_by_its_own_process_only(store: Store) -> Non
     assert await store.read_claims([Claim("j", 101, 5000)], A) == [False]  # never claimed
 
 
-async def test_a_claim_holding_the_decision_still_reads_as_won(store: Store) -> None:
+async def test_a_claim_holding_its_decision_is_never_won_again(store: Store) -> None:
+    """Read back, a decided claim is lost even to its own process: it was decided once.
+
+    The remembered answer serves retries of that decision; a second race of the same tick
+    (racers = k: its racers left, and it was raced again) that counted it won decided it
+    again, and a finished run's grant, its lease gone, was granted anew (a tick ran twice).
+    Reading it (a forced stop accounting for its wake-up) still finds whose it is.
+    """
     claim = Claim("j", 100, 5000)
     assert await store.claim([claim], A) == [True]
     await acquire(store, request(100, owner=A))
-    assert await store.resolve_claims([claim], A) == [True]
+    assert await store.resolve_claims([claim], A) == [False]
     assert await store.resolve_claims([claim], B) == [False]
     assert await store.read_claims([claim], A) == [True]
+
+
+async def test_only_the_claims_asked_are_read_back(store: Store) -> None:
+    """``Claim.read_back`` reads one claim back; the others of the call are raced as usual."""
+    held, ambiguous = Claim("j", 100, 5000), Claim("k", 100, 5000)
+    assert await store.claim([held], A) == [True]
+    assert await store.claim([ambiguous], A) == [True]  # its reply "lost"
+    replies = await store.claim_each([held, replace(ambiguous, read_back=True)], A)
+    assert [r.outcome for r in replies] == [ClaimOutcome.LOST, ClaimOutcome.WON]
 
 
 async def test_a_trigger_claims_its_own_key_beside_the_tick(store: Store) -> None:

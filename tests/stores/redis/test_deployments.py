@@ -84,11 +84,19 @@ async def test_a_shard_that_does_not_answer_costs_only_its_own_jobs(
         assert isinstance(reply, RedisUnavailableError) == dead_job
         assert dead_job or reply.decision == "run"  # type: ignore[union-attr]
     monkeypatch.setattr(ClusterNode, "execute_pipeline", original)
-    # Back again: the ambiguous claims are read back and found unwritten.
-    again = await cluster_store.claim_each(
+    # Back again: the ambiguous claims are read back and found unwritten, so won now; the
+    # others were decided and are not won again, read back or not.
+    claims = [
+        Claim(job, 100, 5000, read_back=dead) for job, dead in zip(JOBS, on_dead, strict=True)
+    ]
+    again = await cluster_store.claim_each(claims, N1)
+    assert [r.outcome for r in again] == [
+        ClaimOutcome.WON if dead_job else ClaimOutcome.LOST for dead_job in on_dead
+    ]
+    decided = await cluster_store.claim_each(
         [Claim(job, 100, 5000) for job in JOBS], N1, read_back=True
     )
-    assert {reply.outcome for reply in again} == {ClaimOutcome.WON}
+    assert [r.outcome for r in decided] == [r.outcome for r in again]  # undecided: still won
 
 
 @pytest.mark.cluster

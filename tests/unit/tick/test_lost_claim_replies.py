@@ -29,7 +29,8 @@ T0 = 1_800_000_000
 def lose_the_reply_to_the_claim_of(
     agent: Agent, tick_s: int, *, written_by: str | None
 ) -> list[dict[str, Any]]:
-    """Lose the reply to the agent's first claim of ``tick_s``; return each claim call's options.
+    """Lose the reply to the agent's first claim of ``tick_s``; return, per claim call of it,
+    whether it was read back.
 
     ``written_by=None``: the claim was written (the reply was lost on its way back).
     Otherwise the request never arrived, and the key holds ``written_by``'s claim.
@@ -40,7 +41,8 @@ def lose_the_reply_to_the_claim_of(
 
     async def lossy(claims: Sequence[Claim], owner: Any, **options: Any) -> Any:
         if any(c.tick_s == tick_s for c in claims):
-            calls.append(options)
+            asked = options.get("read_back", False)
+            calls.append({"read_back": asked or any(c.read_back for c in claims)})
             if len(calls) == 1:
                 if written_by is None:
                     await claim_each(claims, owner, **options)
@@ -84,3 +86,45 @@ async def test_a_claim_whose_reply_was_lost_is_decided_from_what_the_key_holds(
     assert [(r.tick_s - T0, r.outcome.value) for r in records] == (
         [(0, "ok"), (1, "ok"), (2, "ok")] if runs else [(0, "ok"), (2, "ok")]
     )
+
+
+async def test_a_tick_decided_here_and_raced_again_beside_a_lost_reply_does_not_run_again() -> None:
+    """Only the claims whose reply was lost are read back, and only an undecided one counts.
+
+    racers = k races a tick again when the members it was left to leave (``orphans``),
+    together with the claims this node took over from silent winners, which are read back.
+    A tick this node had won and run, raced again in that batch (a view that had moved it
+    elsewhere for a while), read back as this process's claim and was decided again:
+    the remembered grant's lease was gone (the run had finished), so acquire took it for
+    a run that never started and granted it a second time (a 1,000-node cell ran j1815's
+    tick twice on one node, 4.9 and 34.5 s after it).
+    """
+    clock = FakeClock(start_s=T0 - 0.5)
+    ran: list[tuple[str, int]] = []
+
+    def note(ctx: RunContext) -> None:
+        ran.append((ctx.job, ctx.tick_s - T0))
+
+    agent = memory_agent(clock)
+    agent.add_job(note, "* * * * *", name="a", catchup="all")
+    agent.add_job(note, "* * * * *", name="b", catchup="all")
+    tick_s = T0  # a minute's first second: the clock starts half a second before it
+    async with anyio.create_task_group() as tg:
+        await tg.start(agent.run)
+        await clock.advance(1.5)  # both run the tick
+        assert sorted(ran) == [("a", 0), ("b", 0)]
+        scheduler = agent.scheduler
+        assert scheduler is not None
+        store, owner = agent.store, scheduler.owner
+        # As a take-over leaves it: b's claim of the tick before is this process's now,
+        # undecided (read back); a's tick is raced again with it (its racers left).
+        before_s = tick_s - 60
+        await store.client.set(store.keys.claim("b", before_s), str(owner), px=60_000)
+        scheduler.tick_race._ambiguous.add(("b", before_s, None))
+        scheduler._orphans.update({"a": [tick_s], "b": [before_s]})
+        scheduler.nap.wake()
+        await clock.advance(2.0)
+        records = await history(agent, "a", first_s=tick_s, last_s=tick_s)
+        agent.stop()
+    assert [t for job, t in ran if job == "a"] == [0]
+    assert [(r.tick_s - tick_s, r.outcome.value) for r in records] == [(0, "ok")]

@@ -2,8 +2,10 @@
 --
 -- Inputs: %(ns)s; %(owner)s "<node_id>:<nonce>"; %(jobs)s, %(ticks)s, %(triggers)s
 --   ('' for a tick; a trigger's tick is 0) and %(ttls_ms)s, one array element per claim;
---   %(read_back)s: also count as won a claim that already holds %(owner)s (written by an
---   earlier attempt whose reply was lost: the value is unique to this process);
+--   %(read_backs)s, one per claim: also count as won a claim that already holds %(owner)s
+--   undecided (written by an earlier attempt whose reply was lost: the value is unique to
+--   this process); one holding a decision (memo) was decided by this process: lost, never
+--   decided twice;
 --   %(witnesses)s: per claim, the tick of a claim of the same job this node lost while the
 --   job had no counter yet (NULL: none), read back as evidence (see store.py).
 -- Replies: one row per claim, in input order: (i, won, fence, witness_kept): fence is the
@@ -17,8 +19,8 @@
 -- racing for the same jobs wait for each other in one order and never deadlock.
 WITH wanted AS (
   SELECT * FROM unnest(%(jobs)s::text[], %(ticks)s::bigint[], %(triggers)s::text[],
-                       %(ttls_ms)s::bigint[], %(witnesses)s::bigint[])
-    WITH ORDINALITY AS w (job, tick, trigger_id, ttl_ms, witness, i)
+                       %(ttls_ms)s::bigint[], %(witnesses)s::bigint[], %(read_backs)s::boolean[])
+    WITH ORDINALITY AS w (job, tick, trigger_id, ttl_ms, witness, read_back, i)
 ), won AS (
   INSERT INTO @schema@.claims (ns, job, tick, trigger_id, owner, expires_us)
   SELECT %(ns)s, w.job, w.tick, w.trigger_id, %(owner)s, @schema@.now_us() + w.ttl_ms * 1000
@@ -27,7 +29,9 @@ WITH wanted AS (
   ON CONFLICT DO NOTHING
   RETURNING job, tick, trigger_id
 )
-SELECT w.i, won.job IS NOT NULL OR (%(read_back)s AND c.owner IS NOT DISTINCT FROM %(owner)s),
+SELECT w.i,
+  won.job IS NOT NULL OR (w.read_back AND c.owner IS NOT DISTINCT FROM %(owner)s
+                          AND c.memo IS NULL),
   j.fence,
   CASE WHEN w.witness IS NOT NULL THEN EXISTS (
     SELECT 1 FROM @schema@.claims l
