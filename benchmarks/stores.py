@@ -70,7 +70,7 @@ def claim_script(batch: int) -> str:
         "%(triggers)s": f"array_fill(''::text, ARRAY[{batch}])",
         "%(ttls_ms)s": f"array_fill(306000::bigint, ARRAY[{batch}])",
         "%(witnesses)s": f"array_fill(NULL::bigint, ARRAY[{batch}])",
-        "%(read_back)s": "false",
+        "%(read_backs)s": f"array_fill(false, ARRAY[{batch}])",
     }
     for name, value in values.items():
         statement = statement.replace(name, value)
