@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from cronrace.errors import StoreError
+from cronrace.errors import StoreError, StoreUnavailableError
 from cronrace.fleet.membership import Membership, late_fire_bound_s
 from cronrace.model.job import Job
 from cronrace.model.policies import Outcome, Overlap, TickPlan
@@ -196,7 +196,7 @@ class TickRace:
             await self._not_replicated(short)
         if winners:
             await self._releases_first(winners)
-            await self._decide(wakeup, runs)
+            unknown |= await self._decide(wakeup, runs)
         wakeup.decided = True
         return unknown
 
@@ -408,12 +408,23 @@ class TickRace:
         since = self._unreachable_since
         return since is not None and self.clock.monotonic() - since >= LONG_OUTAGE_S
 
-    async def _decide(self, wakeup: WakeUp, runs: TaskGroup, *, apart: bool = False) -> None:
+    async def _decide(self, wakeup: WakeUp, runs: TaskGroup, *, apart: bool = False) -> set[str]:
         """Decide the wake-up's won claims; those of busy jobs go on apart (unless this is
-        that already), so that the loop claims every other job's ticks meanwhile."""
+        that already), so that the loop claims every other job's ticks meanwhile.
+
+        Returns:
+            The jobs whose decision the store never answered, though it was retried until
+            the tick left its catch-up window. Whether it ran there is unknown: the loop
+            plans the tick again, as the oldest of a backlog whose claim decides it (the
+            watermark that claim's acquire meets tells whether it was decided; if not, it
+            is counted missed). Dropped here, it was lost without a record (the scheduler
+            model found it, with racers = k and Redis executing calls whose answers never
+            came).
+        """
         winners = list(wakeup.winners or [])
         unrun: list[tuple[Proposal, RunStart]] = []
         node = self.settings.node_id
+        undecided: set[str] = set()
 
         def leave(indexes: list[int]) -> None:
             gone = {id(winners[i]) for i in indexes}
@@ -432,6 +443,8 @@ class TickRace:
             for index in indexes:
                 p, (reply, granted_mono) = winners[index], answers[index]
                 if isinstance(reply, Exception):
+                    if isinstance(reply, StoreUnavailableError):
+                        undecided.add(p.job.name)
                     continue
                 deadline_mono = granted_mono + p.job.lease_ttl_s * (1 - SAFETY_MARGIN)
                 late = now_mono >= deadline_mono
@@ -469,6 +482,7 @@ class TickRace:
         if wakeup.records and winners:
             history = max(p.job.history for p in winners)
             await self.outbox.write(wakeup.records, history=history)
+        return undecided
 
     def _start(self, p: Proposal, start: RunStart, granted_mono: float, runs: TaskGroup) -> None:
         """Register a granted run with the runner, then start its task."""

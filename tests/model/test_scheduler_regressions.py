@@ -178,3 +178,24 @@ def test_a_claim_whose_answer_was_lost_is_read_back_before_a_newer_tick_is_claim
     state.redis_comes_back()
     state.time_passes(seconds=12)
     state.node_thaws(name="n1")
+
+
+@pytest.mark.parametrize("catchup", list(Catchup))
+def test_a_won_tick_whose_decision_never_got_through_is_accounted_for(
+    state: Steps, catchup: Catchup
+) -> None:
+    """n1 won tick 60 and froze before deciding it; Redis went down; n1 thawed and retried
+    the acquire until the tick left its catch-up window (100), then dropped it ("it will
+    not run") and planned on from 70: the backlog after it was counted missed (4), tick 60
+    in nothing. The model with ``racers = 2`` found it (RacersModel, deep profile); it
+    needs no racers. Failed before under each catch-up policy (j1: 60 not fired, nor
+    counted); fixed: a decision the store never answered leaves its job unanswered
+    (TickRace._decide), so the loop plans that tick again as the oldest of the next
+    backlog, whose acquire's watermark tells whether it was decided (then the grant that
+    never started is reported ``abandoned``) or missed."""
+    state.define_fleet(jobs=jobs(j1=(Overlap.SKIP, catchup, 0)), nodes=1)
+    state.node_freezes_after_its_next_win(name="n1")
+    state.time_passes(seconds=6)
+    state.redis_becomes_unreachable(kind="down")
+    state.node_thaws(name="n1")
+    state.time_passes(seconds=45)
