@@ -48,6 +48,11 @@ RECENT_TICKS_CAP = 64
 #: about k ring points per point of its own; re-homing every job costs about one placement
 #: each. Past this many ring points per job of this node, every job is re-homed instead.
 ARC_POINTS_PER_JOB = 4
+#: How far back the ticks of a change seen late are looked at: since the leavers' last
+#: heartbeat, up to an hour (a node whose own heartbeats were not getting through saw the
+#: others leave only when its beats came back; older ticks are past every catch-up and
+#: counted missed by the plan that covers them).
+LATE_CHANGE_HORIZON_S = 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +240,13 @@ class RacerShare:
         if k is None or not change.departed:
             return
         me, name = self.node_id, job.name
-        after_s = max(change.since_s, int(now_s - self.orphan_window_s)) - 1
+        # Since the leavers' last heartbeat: a few heartbeats back when the departure was
+        # seen in time; further when this node saw it late (its own beats were failing,
+        # and it claimed nothing meanwhile). Bounded by the orphan window before, such a
+        # change left the older ticks to a decision that passed them unrecorded (the
+        # scheduler model with racers = 2: a job's ticks over 90 s, every node's beats
+        # failing in turn).
+        after_s = max(change.since_s, int(now_s - LATE_CHANGE_HORIZON_S)) - 1
         until_s = min(now_s, first_s - 1)
         # Every tick of one placement window has the same racers (racers.py): the rings
         # are asked once a window, not three times a tick (a one-second job's recent

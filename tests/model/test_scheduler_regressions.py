@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from cronrace.model.policies import Catchup, Overlap
-from tests.model.scheduler import JobSpec, SchedulerModel
+from tests.model.scheduler import JobSpec, RacersModel, SchedulerModel
 
 pytestmark = pytest.mark.model
 
@@ -199,3 +199,34 @@ def test_a_won_tick_whose_decision_never_got_through_is_accounted_for(
     state.redis_becomes_unreachable(kind="down")
     state.node_thaws(name="n1")
     state.time_passes(seconds=45)
+
+
+def test_ticks_nobody_raced_while_every_nodes_beats_failed_are_counted_missed() -> None:
+    """racers = 2 of 3: n2's and n3's heartbeats failed, then n1's too while n3's came
+    back, then n3's again: for 100 s every node's beats failed, so none claimed (a node
+    others may count departed claims nothing). n2's came back first; it saw the other two
+    leave only then, with its view's last beats of them minutes old, and raced again the
+    ticks they had been left, but only those of the last few heartbeats (the orphan
+    window): its decision moved the watermark past the older ones, neither run nor
+    counted (j2: 205-280, six ticks). The scheduler model with racers = 2 found it (deep
+    profile). Fixed: a change seen late is looked back on from the leavers' last heartbeat
+    (RacerShare.recover), so those ticks are counted missed."""
+    machine = RacersModel()
+    try:
+        state = Steps(machine)
+        state.define_fleet(jobs=jobs(), nodes=3)
+        state.node_heartbeats_fail(name="n2", failing=True)
+        state.node_heartbeats_fail(name="n3", failing=True)
+        state.time_passes(seconds=47)
+        state.time_passes(seconds=37)
+        state.node_heartbeats_fail(name="n1", failing=True)
+        state.node_heartbeats_fail(name="n3", failing=False)
+        state.time_passes(seconds=56)
+        state.node_heartbeats_fail(name="n3", failing=True)
+        state.time_passes(seconds=100)
+        state.node_heartbeats_fail(name="n2", failing=False)
+        state.time_passes(seconds=30)
+        machine.every_tick_is_accounted_for()
+    finally:
+        machine.failed = True
+        machine.teardown()
