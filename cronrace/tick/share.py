@@ -252,7 +252,14 @@ class RacerShare:
         # are asked once a window, not three times a tick (a one-second job's recent
         # ticks, at every departure a loaded fleet's views saw: issue 19).
         windows: dict[int, tuple[str, ...] | None] = {}
-        for tick_s in job.schedule.ticks_between(after_s, until_s, RECENT_TICKS_CAP):
+        ticks = job.schedule.ticks_between(after_s, until_s, RECENT_TICKS_CAP)
+        recent_after_s = max(change.since_s, int(now_s - self.orphan_window_s)) - 1
+        if len(ticks) == RECENT_TICKS_CAP and ticks[-1] < until_s and recent_after_s > after_s:
+            # More than the cap since a change seen late: its oldest ticks, and (as for a
+            # change seen in time) those of the last few heartbeats.
+            recent = job.schedule.ticks_between(recent_after_s, until_s, RECENT_TICKS_CAP)
+            ticks = sorted({*ticks, *recent})
+        for tick_s in ticks:
             start_s = placement_start_s(name, tick_s)
             if start_s not in windows:
                 windows[start_s] = (
