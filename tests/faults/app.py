@@ -145,7 +145,7 @@ if FREEZE_JOB:
 
     _decide = _race.TickRace._decide
 
-    async def _decide_frozen(self: Any, wakeup: Any, runs: Any) -> None:
+    async def _decide_frozen(self: Any, wakeup: Any, runs: Any, **options: Any) -> Any:
         arm = os.environ["FAULT_FREEZE_ARM"]
         won = [
             p.plan.claim_tick_s
@@ -158,6 +158,6 @@ if FREEZE_JOB:
             os.write(fd, f"{won[0]} {time.time()}".encode())
             os.close(fd)
             os.kill(os.getpid(), signal.SIGSTOP)
-        await _decide(self, wakeup, runs)
+        return await _decide(self, wakeup, runs, **options)
 
     _race.TickRace._decide = _decide_frozen  # type: ignore[method-assign]

@@ -254,3 +254,76 @@ def test_a_winner_thawed_after_its_claim_expired_has_its_tick_recorded_missed_on
     # ticks too; those are the catch-up policy's, recorded by the nodes that came late.)
     assert frozen_tick in verdict.missed, verdict.summary()
     assert mine == [("n0", "missed")], mine
+
+
+#: The job's catch-up window in the test below: n0's acquire is retried until it ends.
+SHORT_WINDOW_S = 2
+
+
+@pytest.mark.timeout(120)
+def test_a_won_tick_whose_decision_never_got_through_is_recorded_missed(
+    fresh_redis: RedisServer, namespace: str, witness: Witness, tmp_path: Path
+) -> None:
+    """n0, alone, wins a tick and stops (SIGSTOP) before deciding it; redis-server is shut
+    down, and n0 let go on: its acquire fails until the tick leaves its 2-s catch-up window,
+    and it gives the decision up ("it will not run"). Redis comes back two seconds later.
+    The tick must be counted by a ``missed`` record: the scheduler model found it counted in
+    nothing (the loop planned on from the next tick; its backlog's record left it out).
+    """
+    procs = [
+        start_node(
+            fresh_redis.url,
+            namespace,
+            "n0",
+            witness,
+            env={
+                "FAULT_CODE_JOBS": "",
+                "FAULT_EXTRA_JOBS": "1",
+                "FAULT_EXTRA_CATCHUP": "all",
+                "FAULT_EXTRA_CATCHUP_WINDOW": str(SHORT_WINDOW_S),
+                "CRONRACE_SKEW_TOLERANCE_S": "0",
+                "CRONRACE_REDIS_TIMEOUT_S": "0.5",
+                "CRONRACE_LOG_FORMAT": "text",
+                "FAULT_FREEZE_AFTER_CLAIM": JOB,
+                "FAULT_FREEZE_ARM": str(tmp_path / "arm"),
+                "FAULT_FREEZE_MARK": str(tmp_path / "mark"),
+            },
+            stderr_dir=tmp_path,
+        )
+    ]
+    try:
+        first_s = int(time.time()) + 2
+        witness.wait_for(
+            lambda evs: any(e["job"] == JOB and e["tick"] >= first_s for e in evs),
+            timeout_s=40,
+            what="the job running",
+        )
+        frozen_tick = frozen_winner(tmp_path)
+        fresh_redis.stop()
+        procs[0].send_signal(signal.SIGCONT)
+        log = tmp_path / "n0.err"
+        wait_until(
+            lambda: "it will not run" in log.read_text(),
+            timeout_s=20,
+            what="n0 giving its decision up",
+        )
+        time.sleep(2.0)
+        fresh_redis.start()
+        last_s = int(time.time()) + 3
+        witness.wait_for(
+            lambda evs: any(e["job"] == JOB and e["tick"] >= last_s for e in evs),
+            timeout_s=30,
+            what="the job running again",
+        )
+    finally:
+        stop_all(procs)
+    events = witness.events()
+    verdict = judge(events, JOB, first_tick_s=first_s, last_tick_s=last_s, leased=True)
+    records = records_of(fresh_redis.url, namespace, JOB)
+    counted = sum(r.count for r in records if r.outcome.value == "missed" and first_s <= r.tick_s)
+    print(verdict.summary(), f"tick {frozen_tick}; missed records count {counted}", sep="\n")
+    assert verdict.duplicates == [], verdict.summary()
+    assert frozen_tick in verdict.missed, verdict.summary()
+    # Every tick that ran nowhere (n0's, and those of the outage) is counted, exactly.
+    mine = [(r.tick_s - frozen_tick, r.outcome.value, r.count) for r in records]
+    assert counted == len(verdict.missed), (counted, verdict.summary(), mine)
