@@ -413,13 +413,10 @@ class TickRace:
         that already), so that the loop claims every other job's ticks meanwhile.
 
         Returns:
-            The jobs whose decision the store never answered, though it was retried until
-            the tick left its catch-up window. Whether it ran there is unknown: the loop
-            plans the tick again, as the oldest of a backlog whose claim decides it (the
-            watermark that claim's acquire meets tells whether it was decided; if not, it
-            is counted missed). Dropped here, it was lost without a record (the scheduler
-            model found it, with racers = k and Redis executing calls whose answers never
-            came).
+            The jobs whose decision the store never answered until the tick left its
+            catch-up window: the loop plans the tick again, as the oldest of a backlog
+            whose acquire tells whether it was decided or is missed (dropped, it was lost
+            unrecorded: the scheduler model found it).
         """
         winners = list(wakeup.winners or [])
         unrun: list[tuple[Proposal, RunStart]] = []

@@ -125,17 +125,7 @@ def test_a_winner_stopped_between_claim_and_decision_loses_no_tick_and_fires_non
 ) -> None:
     procs = start_fleet(fleet_url, namespace, witness, tmp_path)
     try:
-        wait_until(
-            lambda: sum("agent started" in p.read_text() for p in tmp_path.glob("*.err")) == 3,
-            timeout_s=40,
-            what="the agents started",
-        )
-        first_s = int(time.time()) + 2
-        witness.wait_for(
-            lambda evs: any(e["job"] == JOB and e["tick"] >= first_s for e in evs),
-            timeout_s=20,
-            what="the job running on the fleet",
-        )
+        first_s = fleet_running(witness, tmp_path)
         (tmp_path / "arm").write_text("")
         mark = tmp_path / "mark"
         wait_until(mark.exists, timeout_s=30, what="n0 winning a claim and stopping")
@@ -176,6 +166,22 @@ def test_a_winner_stopped_between_claim_and_decision_loses_no_tick_and_fires_non
         assert ("n0", "stale") in mine, mine
 
 
+def fleet_running(witness: Witness, tmp_path: Path) -> int:
+    """Wait until the three agents started and the job runs; return the first tick judged."""
+    wait_until(
+        lambda: sum("agent started" in p.read_text() for p in tmp_path.glob("*.err")) == 3,
+        timeout_s=40,
+        what="the agents started",
+    )
+    first_s = int(time.time()) + 2
+    witness.wait_for(
+        lambda evs: any(e["job"] == JOB and e["tick"] >= first_s for e in evs),
+        timeout_s=20,
+        what="the job running on the fleet",
+    )
+    return first_s
+
+
 def frozen_winner(tmp_path: Path) -> int:
     """Arm n0's freeze; return the tick it won and stopped at."""
     (tmp_path / "arm").write_text("")
@@ -212,17 +218,7 @@ def test_a_winner_thawed_after_its_claim_expired_has_its_tick_recorded_missed_on
         FAULT_EXTRA_CATCHUP_WINDOW="1",
     )
     try:
-        wait_until(
-            lambda: sum("agent started" in p.read_text() for p in tmp_path.glob("*.err")) == 3,
-            timeout_s=40,
-            what="the agents started",
-        )
-        first_s = int(time.time()) + 2
-        witness.wait_for(
-            lambda evs: any(e["job"] == JOB and e["tick"] >= first_s for e in evs),
-            timeout_s=20,
-            what="the job running on the fleet",
-        )
+        first_s = fleet_running(witness, tmp_path)
         frozen_tick = frozen_winner(tmp_path)
         time.sleep(CLAIM_OUTLIVED_S)
         procs[0].send_signal(signal.SIGCONT)
