@@ -3,7 +3,8 @@
 This package is the only place that spells a key or a Redis command: ``keys`` spells the
 keys, ``commands`` holds :class:`Store` with every command and script call, ``replies`` the
 typed arguments and answers (enums and value types, decoded once), ``client`` the
-connection pools, ``errors`` the translation of redis-py's exceptions into cronrace's.
+connection pools (``clusterclient`` Cluster's), ``errors`` the translation of redis-py's
+exceptions into cronrace's.
 """
 
 from cronrace.stores.redis.client import make_client

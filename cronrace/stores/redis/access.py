@@ -3,8 +3,9 @@
 redis-py reports a wrong password, and a certificate that does not verify, as a
 ``ConnectionError``, the same class as a server that is merely down, so a caller that
 retries connection errors would retry them until its patience ran out and then blame the
-network. :meth:`AccessWatch.translate` tells them apart where they enter (the client in
-``client.py`` calls it for every command and pipeline) and turns them into cronrace's own
+network. :meth:`AccessWatch.translate` tells them apart where they enter (the clients in
+``client.py`` and ``clusterclient.py`` call it for every command and pipeline, through
+:func:`raise_translated` and :func:`pipeline_replies`) and turns them into cronrace's own
 :class:`~cronrace.errors.RedisAccessError` family. The watch also remembers what Redis
 refused, by command, until that command goes through again: the agent's readiness, its
 log and its metrics read it, so a permission missing anywhere is seen (DESIGN.md
@@ -271,3 +272,35 @@ class AccessWatch:
             return None
         more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
         return f"Redis refuses {refusals[0].label}: {refusals[0].error}{more}"
+
+
+# -- the clients' side: every command and pipeline --------------------------------------
+
+
+def raise_translated(access: AccessWatch, exc: RedisError, args: Sequence[Any]) -> None:
+    """Raise cronrace's error for a refusal of the command ``args``, else ``exc`` itself."""
+    translated = access.translate(exc, args)
+    if translated is exc:
+        raise exc
+    raise translated from exc
+
+
+def pipeline_replies(
+    access: AccessWatch, commands: Sequence[Sequence[Any]], replies: list[Any], raise_first: bool
+) -> list[Any]:
+    """Translate the refusals among a pipeline's replies; raise the first error if asked."""
+    out: list[Any] = []
+    went_through = []
+    for args, reply in zip(commands, replies, strict=False):
+        if isinstance(reply, RedisError):
+            out.append(access.translate(reply, args))
+        else:
+            out.append(reply)
+            went_through.append(args)
+    out.extend(replies[len(out) :])
+    access.went_through(went_through)
+    if raise_first:
+        for reply in out:
+            if isinstance(reply, BaseException):
+                raise reply
+    return out

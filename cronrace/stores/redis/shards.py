@@ -2,8 +2,9 @@
 
 On one primary (Sentinel included) a batch is one pipeline. On a cluster it is one
 pipeline per primary that holds some of its keys, all sent at once: a wake-up costs one
-round trip per shard, and a shard that does not answer fails only its own items. This and
-``client.py`` are the only modules that know which deployment is in use.
+round trip per shard, and a shard that does not answer fails only its own items. This,
+``client.py`` and ``clusterclient.py`` are the only modules that know which deployment is
+in use.
 """
 
 from __future__ import annotations
