@@ -43,6 +43,7 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from hashlib import blake2b
+from typing import Protocol
 
 #: Points per node on the ring. The share of ticks a node is preferred for has a
 #: coefficient of variation of about 1/sqrt(points): 1/sqrt(160) ≈ 8 %, so the busiest of
@@ -89,7 +90,8 @@ def _node_points(node: str) -> list[int]:
     return [_hash64(f"{node}\x00{i}".encode()) for i in range(POINTS_PER_NODE)]
 
 
-def _cached_points(node: str, cache: dict[str, list[int]] | None) -> list[int]:
+def cached_points(node: str, cache: dict[str, list[int]] | None) -> list[int]:
+    """A node's ring points, from ``cache`` when it holds them (else hashed, and kept there)."""
     points = cache.get(node) if cache is not None else None
     if points is None:
         points = _node_points(node)
@@ -139,6 +141,13 @@ class Racers:
         return "all" if self.k is None else str(self.k)
 
 
+class _Pool(Protocol):
+    """What a ring reads of the pool whose chunks it shares
+    (:class:`~cronrace.fleet.rings.RingPool`): the nodes whose points they hold."""
+
+    nodes: set[str]
+
+
 @dataclass(slots=True, eq=False)
 class Ring:
     """A consistent-hash ring over one membership view.
@@ -164,10 +173,10 @@ class Ring:
     _size: int = field(repr=False)
     #: Nodes whose points the chunks hold although they are not members (walks skip them).
     _absent: frozenset[str] = field(default=frozenset(), repr=False)
-    #: The pool whose chunks these are, when they are a :class:`RingPool`'s (edited in
-    #: place as it grows: they may hold the points of any node it holds; walks skip all
-    #: but the members).
-    _pool: RingPool | None = field(default=None, repr=False)
+    #: The pool whose chunks these are, when they are a
+    #: :class:`~cronrace.fleet.rings.RingPool`'s (edited in place as it grows: they may
+    #: hold the points of any node it holds; walks skip all but the members).
+    _pool: _Pool | None = field(default=None, repr=False)
     #: :meth:`arcs` already found, by (node, k): a ring never changes, so neither do they
     #: (agents of one process that share a ring share them).
     _arcs: dict[tuple[str, int], list[tuple[int, int]] | None] = field(
@@ -226,7 +235,7 @@ class Ring:
         # keep that order, so every node orders them alike. Sorting indices by an int key
         # is about 3 x faster than sorting (point, node) tuples (N = 1,000: 160,000 points).
         for node in sorted(nodes):
-            node_points = _cached_points(node, cache)
+            node_points = cached_points(node, cache)
             points += node_points
             owners += [node] * len(node_points)
         order = sorted(range(len(points)), key=points.__getitem__)
@@ -272,12 +281,12 @@ class Ring:
         firsts = self._firsts
         drops: dict[int, list[int]] = {}
         for node in removed - absent:
-            for point in _cached_points(node, cache):
+            for point in cached_points(node, cache):
                 c, i = self._index(point, node)
                 drops.setdefault(c, []).append(i)
         inserts: dict[int, list[tuple[int, str]]] = {}
         for node in added:
-            for point in _cached_points(node, cache):
+            for point in cached_points(node, cache):
                 c = bisect.bisect_left(firsts, point)
                 if c < len(firsts) and firsts[c] == point:
                     # A 64-bit collision at a chunk's edge: which chunk it goes to depends
@@ -445,7 +454,7 @@ class Ring:
         chunks = self._chunks
         members = self.members
         out: list[tuple[int, int]] = []
-        for point in _cached_points(node, cache):
+        for point in cached_points(node, cache):
             c, j = self._index(point, node)
             seen: set[str] = set()
             while True:
@@ -463,73 +472,3 @@ class Ring:
                     break
             out.append((chunks[c][0][j], point))
         return out
-
-
-class RingPool:
-    """The points of every node a process's views held lately, in chunks edited in place.
-
-    A ring of any subset of its nodes reads these chunks and skips the others
-    (:meth:`ring`). A node is spliced in once, when the pool first holds it; rings
-    already made of the pool are not changed by that, since it is none of their members
-    and their walks skip it. Splicing each view's own ring instead cost every agent a
-    splice at every beat that read a join (about 150 of N x 160 / CHUNK chunks copied a
-    node), the largest share of a forming 1,000-node fleet's CPU (issue 19). Nothing is
-    ever taken out: a new pool is made when the nodes held but gone outnumber what a
-    view may skip (:meth:`serves`).
-    """
-
-    def __init__(self, ring: Ring) -> None:
-        """A pool of ``ring``'s points (copied: a pool's chunks are its own to edit)."""
-        self.chunks = [(list(points), list(owners)) for points, owners in ring._chunks]
-        self.firsts = list(ring._firsts)
-        self.nodes: set[str] = set(ring.held)
-        #: The most members of a ring it served: a view about as wide that it cannot serve
-        #: finds it holding mostly nodes long gone (ring_of makes a new one then).
-        self.widest = len(ring.members)
-
-    def serves(self, members: frozenset[str]) -> bool:
-        """Whether a ring of ``members`` may read this pool: at least a third of the nodes
-        it holds once the new members are added (a walk skips the others: at most 3 x as
-        long). A loaded fleet's views differ by hundreds of members, silent to some and not
-        to others; a pool that served only views within a quarter of it was made anew at
-        every other beat."""
-        added = len(members - self.nodes)
-        return 3 * len(members) >= len(self.nodes) + added
-
-    def add(self, nodes: Iterable[str], cache: dict[str, list[int]] | None) -> bool:
-        """Splice the points of ``nodes`` in; False (nothing added) when one ties a chunk's
-        first point, whose side depends on node ids (the caller makes a new pool)."""
-        firsts = self.firsts
-        if not firsts:
-            return False
-        entries = []
-        for node in set(nodes) - self.nodes:
-            for point in _cached_points(node, cache):
-                c = bisect.bisect_left(firsts, point)
-                if c < len(firsts) and firsts[c] == point:
-                    return False
-                entries.append((point, node))
-        entries.sort()
-        chunks = self.chunks
-        for point, node in entries:
-            c = max(0, bisect.bisect_right(firsts, point) - 1)
-            points, owners = chunks[c]
-            i = bisect.bisect_left(points, point)
-            while i < len(points) and points[i] == point and owners[i] < node:
-                i += 1  # ties in the order build's sort gives them: by node id
-            points.insert(i, point)
-            owners.insert(i, node)
-            if i == 0:
-                firsts[c] = point  # before the ring's first point
-            if len(points) > 2 * CHUNK:
-                # In place: every ring of the pool holds these very lists.
-                half = len(points) // 2
-                chunks[c : c + 1] = [(points[:half], owners[:half]), (points[half:], owners[half:])]
-                firsts[c : c + 1] = [points[0], points[half]]
-        self.nodes.update(node for _point, node in entries)
-        return True
-
-    def ring(self, members: frozenset[str]) -> Ring:
-        """The ring of ``members`` (nodes this pool holds), reading the pool's chunks."""
-        self.widest = max(self.widest, len(members))
-        return Ring(members, self.chunks, self.firsts, 0, _pool=self)
