@@ -23,7 +23,6 @@ from cronrace.errors import CronraceError, StoreError
 from cronrace.fleet.membership import Membership, late_fire_bound_s
 from cronrace.fleet.racers import Racers, Ring
 from cronrace.model.job import Job
-from cronrace.model.policies import TickPlan, plan_ticks
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.runtime.readiness import SetReady
@@ -33,7 +32,7 @@ from cronrace.stores.contract import Store
 from cronrace.stores.values import Owner
 from cronrace.tick.decisions import Proposal
 from cronrace.tick.outbox import Outbox
-from cronrace.tick.plans import plan_due, window_start_s
+from cronrace.tick.plans import plan_due, plan_orphaned
 from cronrace.tick.race import TickRace
 from cronrace.tick.runner import Runner
 from cronrace.tick.share import RacerShare
@@ -281,10 +280,18 @@ class Scheduler:
                     skipped += 1
                     continue
                 if plan is not None:
+                    prior_s = self._prior_tick.get(name, 0)
                     proposal = (
-                        self._with_passed(job, plan, first_due, now)
+                        self.share.with_passed(
+                            job,
+                            plan,
+                            first_due,
+                            now,
+                            prior_tick_s=prior_s,
+                            live_grace_s=self.settings.live_grace_s,
+                        )
                         if pinned_s is None  # what others left waits for the plan after it
-                        else Proposal(job, plan, prior_tick_s=self._prior_tick.get(name, 0))
+                        else Proposal(job, plan, prior_tick_s=prior_s)
                     )
                     if proposal.shared_from_s is None and plan.missed:
                         # A backlog from this node's own last tick: other nodes may have
@@ -398,29 +405,6 @@ class Scheduler:
 
     # -- racers = k: ticks left to others, and ticks whose racers left ---------------------
 
-    def _with_passed(self, job: Job, plan: TickPlan, first_due_s: int, now: float) -> Proposal:
-        """Widen a plan to the ticks this node left to others lately (racers = k).
-
-        Those ticks' racers may have died before the membership said so. Covering them in
-        this claim's decision fires them now if nobody did (the acquire refuses what the
-        watermark passed, so never twice), before this tick's decision would pass them.
-        """
-        name = job.name
-        alone = Proposal(job, plan, prior_tick_s=self._prior_tick.get(name, 0))
-        passed = self._passed.pop(name, None)
-        orphans = self._orphans.pop(name, None)
-        if passed is None and not orphans:
-            return alone  # the common case (and every one at racers = all): nothing left
-        left = [t for t in (passed, *(orphans or ())) if t is not None]
-        oldest = max(min(left, default=first_due_s), int(now - self._orphan_window_s()))
-        oldest = job.schedule.next_tick(oldest - 1)  # the first tick at or after it
-        if oldest >= first_due_s:
-            return alone
-        wide, _following = plan_due(job, oldest, now, self.settings.live_grace_s)
-        if wide is None or wide.claim_tick_s != plan.claim_tick_s:
-            return alone
-        return Proposal(job, wide, shared_from_s=oldest)
-
     def _orphan_window_s(self) -> float:
         """How far back a tick may lack a racer: the late-fire bound and a heartbeat."""
         return late_fire_bound_s(self.settings.heartbeat_s) + self.settings.heartbeat_s
@@ -487,15 +471,7 @@ class Scheduler:
             job = self.jobs.get(name)
             if job is None:
                 continue
-            plan = plan_ticks(
-                job.catchup,
-                due_ticks_s=ticks,
-                newest_on_time=now - ticks[-1] <= self.settings.live_grace_s,
-                expired=0,
-                first_expired_s=None,
-                cutoff_s=window_start_s(now, job.catchup_window_s),
-                max_catchup=job.max_catchup,
-            )
+            plan = plan_orphaned(job, ticks, now, self.settings.live_grace_s)
             if plan is not None:
                 plans.append(Proposal(job, plan, shared_from_s=ticks[0]))
         try:

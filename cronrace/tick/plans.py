@@ -3,6 +3,9 @@
 The loop pops a job when its first due tick comes; this classifies the ticks from there
 to now (DESIGN.md section 5): one on time in the steady state, or a backlog after a late
 wake-up, of which ticks older than ``catchup_window`` are only counted.
+
+With ``racers = k`` it also plans the ticks whose racers all left, found by the share
+(tick/share.py, ``orphans``) and raced late by this node (:func:`plan_orphaned`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,20 @@ from cronrace.tick.decisions import EXPIRED_COUNT_CAP
 def window_start_s(now: float, catchup_window_s: float) -> int:
     """The oldest tick attempted at ``now`` (``now - tick <= catchup_window``, rounded up)."""
     return math.ceil(now - catchup_window_s)
+
+
+def plan_orphaned(job: Job, ticks_s: list[int], now: float, live_grace_s: float) -> TickPlan | None:
+    """Plan the ticks a job's racers left behind when they left (tick/share.py, orphans):
+    raced late by this node, under the job's catch-up policy, none of them counted expired."""
+    return plan_ticks(
+        job.catchup,
+        due_ticks_s=ticks_s,
+        newest_on_time=now - ticks_s[-1] <= live_grace_s,
+        expired=0,
+        first_expired_s=None,
+        cutoff_s=window_start_s(now, job.catchup_window_s),
+        max_catchup=job.max_catchup,
+    )
 
 
 def plan_due(

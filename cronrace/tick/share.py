@@ -19,8 +19,9 @@ job's recent ticks (since the leavers' last heartbeat): those whose racers, in t
 before the change, all left are its to race again, late (``orphans``); those whose racers
 partly live are remembered with their racers (``left``), so a later departure of the rest
 still finds them. Every racer's first claim after it took a job over also covers the
-ticks of the last few heartbeats (``passed``): a racer that died before the membership
-said so leaves nothing behind that the watermark has not passed.
+ticks of the last few heartbeats (``passed``, :meth:`RacerShare.with_passed`): a racer
+that died before the membership said so leaves nothing behind that the watermark has not
+passed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from cronrace.fleet.membership import Membership
 from cronrace.fleet.placement import KeyIndex
 from cronrace.fleet.racers import PLACEMENT_WINDOW_S, POINTS_PER_NODE, Ring, placement_start_s
 from cronrace.model.job import Job
+from cronrace.model.policies import TickPlan
+from cronrace.tick.decisions import Proposal
+from cronrace.tick.plans import plan_due
 
 log = logging.getLogger("cronrace.tick.share")
 
@@ -323,3 +327,37 @@ class RacerShare:
                     "left": sorted(change.before.members - members)[:10],
                 },
             )
+
+    # -- ticks left to others ------------------------------------------------------------
+
+    def with_passed(
+        self,
+        job: Job,
+        plan: TickPlan,
+        first_due_s: int,
+        now: float,
+        *,
+        prior_tick_s: int,
+        live_grace_s: float,
+    ) -> Proposal:
+        """Widen a plan to the ticks this node left to others lately (racers = k).
+
+        Those ticks' racers may have died before the membership said so. Covering them in
+        this claim's decision fires them now if nobody did (the acquire refuses what the
+        watermark passed, so never twice), before this tick's decision would pass them.
+        """
+        name = job.name
+        alone = Proposal(job, plan, prior_tick_s=prior_tick_s)
+        passed = self.passed.pop(name, None)
+        orphans = self.orphans.pop(name, None)
+        if passed is None and not orphans:
+            return alone  # the common case (and every one at racers = all): nothing left
+        left = [t for t in (passed, *(orphans or ())) if t is not None]
+        oldest = max(min(left, default=first_due_s), int(now - self.orphan_window_s))
+        oldest = job.schedule.next_tick(oldest - 1)  # the first tick at or after it
+        if oldest >= first_due_s:
+            return alone
+        wide, _following = plan_due(job, oldest, now, live_grace_s)
+        if wide is None or wide.claim_tick_s != plan.claim_tick_s:
+            return alone
+        return Proposal(job, wide, shared_from_s=oldest)

@@ -101,10 +101,9 @@ def _fires_early() -> Callable[[], None]:
 
 def _catchup_fires_twice() -> Callable[[], None]:
     from cronrace.model.policies import Catchup, TickPlan
-    from cronrace.tick import loop as scheduler
     from cronrace.tick import plans
 
-    real = scheduler.plan_ticks
+    real = plans.plan_ticks
 
     def plan_ticks(policy: Catchup, **kwargs: Any) -> TickPlan | None:
         plan = real(policy, **kwargs)
@@ -113,12 +112,10 @@ def _catchup_fires_twice() -> Callable[[], None]:
             return dataclasses.replace(plan, fire_ticks_s=fire)
         return plan
 
-    # The loop plans due ticks (tick/plans.py) and orphaned ones (tick/loop.py) alike.
-    scheduler.plan_ticks = plan_ticks
+    # The loop plans due ticks and orphaned ones alike in tick/plans.py.
     plans.plan_ticks = plan_ticks
 
     def undo() -> None:
-        scheduler.plan_ticks = real
         plans.plan_ticks = real
 
     return undo
