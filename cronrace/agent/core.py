@@ -1,7 +1,8 @@
 """The agent: the job registry, and the parts that run it.
 
 An :class:`Agent` is what users define jobs on and run. It is made of one part per role:
-:mod:`cronrace.agent.lifecycle` (connect, run the loops, stop, shut down), the
+:mod:`cronrace.agent.lifecycle` (connect, run the loops, stop, shut down; hosted by
+:mod:`cronrace.agent.hosting` in a task of its own or as the process), the
 :mod:`cronrace.fleet.heartbeat` (server clock samples, the epoch, the live members),
 :mod:`cronrace.runtime.readiness` (``/readyz``), and an
 :class:`~cronrace.operate.client.OperatorClient` on its store, to which its operator
@@ -20,6 +21,7 @@ from typing import Any, Self, TypeVar, Unpack
 import anyio
 from anyio.abc import TaskStatus
 
+from cronrace.agent import hosting
 from cronrace.agent.lifecycle import Lifecycle
 from cronrace.agent.schedule_sync import ScheduleSync
 from cronrace.errors import JobDefinitionError
@@ -268,7 +270,7 @@ class Agent:
     def _next_tick(self, job: str) -> int | None:
         return self.scheduler.next_tick.get(job) if self.scheduler is not None else None
 
-    # -- lifecycle (lifecycle.py) ---------------------------------------------------------
+    # -- lifecycle (lifecycle.py, hosting.py) -------------------------------------------
 
     @property
     def scheduler(self) -> Scheduler | None:
@@ -330,7 +332,7 @@ class Agent:
         """
         if self._running is not None:
             raise RuntimeError(f"agent {self.node_id!r} is running already")
-        running = self.lifecycle.running()
+        running = hosting.running(self.lifecycle)
         await running.__aenter__()
         self._running = running
         return self
@@ -355,7 +357,7 @@ class Agent:
         Raises:
             RedisUnavailableError: Redis could not be reached within the start-up timeout.
         """
-        self.lifecycle.run_sync()
+        hosting.run_sync(self.lifecycle)
 
     # -- operator controls (delegated to the operator client) -------------------------------
 

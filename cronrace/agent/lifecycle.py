@@ -5,10 +5,11 @@
 agent's services, the loop watchdog, the control reader (:mod:`cronrace.agent.control`), the tick
 loop, and the runs.
 
-Stopping (the first :meth:`Lifecycle.stop`, or SIGTERM) starts no new wake-up, but a
-wake-up whose claims were sent decides its ticks and starts their runs; the node leaves
-the live set at once, and the runs then get ``shutdown_grace_s`` and are cancelled after
-it (they record ``cancelled`` and release their leases). A second stop (or signal), or
+Stopping (the first :meth:`Lifecycle.stop`, or SIGTERM, :mod:`cronrace.agent.hosting`)
+starts no new wake-up, but a wake-up whose claims were sent decides its ticks and starts
+their runs; the node leaves the live set at once, and the runs then get
+``shutdown_grace_s`` and are cancelled after it (they record ``cancelled`` and release
+their leases). A second stop (or signal), or
 cancelling ``run()``, cuts all of that short: every tick won but not yet decided or
 started is still recorded, and a lease granted to a run that never started is released.
 """
@@ -16,10 +17,8 @@ started is still recorded, and a lease granted to a run that never started is re
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
-import signal
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -30,7 +29,6 @@ from cronrace.agent.schedule_sync import ScheduleSync
 from cronrace.errors import RedisAccessError, RedisDataError, RedisUnavailableError, StoreError
 from cronrace.fleet.definitions import FleetDefinitions, JobDefinition, NodeDetails, job_definition
 from cronrace.runtime.clock import SystemClock
-from cronrace.runtime.logs import configure_logging
 from cronrace.runtime.retry import Retry
 from cronrace.settings import redact_url
 from cronrace.stores.contract import FailoverFollower, Store
@@ -97,7 +95,8 @@ class AgentParts(Protocol):
 
 
 class Lifecycle:
-    """Runs one agent: what :meth:`Agent.run`, :meth:`Agent.stop` and ``run_sync`` do.
+    """Runs one agent: what :meth:`Agent.run` and :meth:`Agent.stop` do (``async with
+    agent`` and ``run_sync`` run it through :mod:`cronrace.agent.hosting`).
 
     While it runs it holds the parts of the run (the scheduler, the runner, the stored
     schedules' sync, the fleet's definitions) that metrics and tests read through the agent.
@@ -418,87 +417,3 @@ class Lifecycle:
         self.agent.observer.loop_watched(self.agent.watchdog.lag_s)
         self.agent.watchdog.on_stall = self.agent.observer.loop_stalled
         await self.agent.watchdog.run()
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        """Run in a task of its own while the body runs: what ``async with agent:`` does.
-
-        Entering returns once the agent is ready (anyio's ``task_status`` protocol, as
-        ``await task_group.start(agent.run)``) and raises there what start-up raised: a
-        refusal at once, an unreachable Redis after ``startup_timeout_s``. Leaving stops
-        gracefully (unless a stop was asked already: a second one would force it) and
-        waits until the run is over, so no task outlives the block. A body cancelled
-        (its host shutting down at once) cancels the run as a second stop would.
-        """
-        try:
-            async with anyio.create_task_group() as tg:
-                await tg.start(self.run)
-                try:
-                    yield
-                finally:
-                    if not self.stop_requested:
-                        self.stop()
-        except BaseExceptionGroup as group:
-            # The run is the group's only task: raise its error itself, as run_sync does.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
-
-    def run_sync(self) -> None:
-        """Run until SIGTERM or SIGINT; a second signal stops at once, as a second :meth:`stop`.
-
-        Logs go to stderr (``log_format``, ``log_level``) unless the program configured
-        logging itself: a script that only calls ``run_sync()`` still shows its ticks.
-
-        The process is the agent's (``cronrace run`` and the sidecar come here): once the
-        agent is ready, what start-up left (modules, job definitions, the program's own
-        objects) is moved out of the garbage collector's sight (``gc.freeze()``), so that
-        its full collections walk only what the agent made since. In a fleet process of ten
-        agents, full collections were about 12 % of the CPU of a run, 4 % with the freeze
-        (benchmarks/RESULTS.md, 2026-12-06). Reference counting still frees what start-up
-        objects stop using; only cycles among them are kept. An application that embeds the
-        agent (``await agent.run()``) keeps its collector as it set it.
-
-        Raises:
-            RedisUnavailableError: Redis could not be reached within the start-up timeout.
-        """
-        if not logging.getLogger().handlers and not logging.getLogger("cronrace").handlers:
-            configure_logging(self.agent.settings.log_format, self.agent.settings.log_level)
-        try:
-            anyio.run(self._run_with_signals)
-        except BaseExceptionGroup as group:
-            # The signal watcher's task group wraps what run() raised; callers (the CLI)
-            # expect the error itself, e.g. RedisUnavailableError, not a group of one.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
-
-    async def _run_with_signals(self) -> None:
-        async with anyio.create_task_group() as tg:
-            await tg.start(self._watch_signals)
-            await self.run(task_status=_FreezeWhenReady())
-            tg.cancel_scope.cancel()
-
-    async def _watch_signals(self, *, task_status: TaskStatus[None]) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            task_status.started()
-            async for signum in signals:
-                name = signal.Signals(signum).name
-                if self.stop_requested:
-                    log.warning(
-                        "second signal: cancelling now; won ticks are still recorded",
-                        extra={"signal": name},
-                    )
-                else:
-                    log.info("signal received; shutting down gracefully", extra={"signal": name})
-                self.stop()
-
-    # -- operator controls (delegated to the operator client) -------------------------------
-
-
-class _FreezeWhenReady:
-    """``task_status`` for :meth:`Lifecycle.run` from ``run_sync``: freeze start-up's objects
-    once the agent is ready (see :meth:`Lifecycle.run_sync`)."""
-
-    def started(self, value: object = None) -> None:
-        gc.freeze()
