@@ -85,6 +85,8 @@ echo "== mypy (strict)"
 .venv/bin/mypy
 echo "== pytest"
 # Workers: most tests wait on the wall clock rather than the CPU, so more workers than cores
-# pay off (PYTEST_WORKERS=0 runs everything in this process, e.g. for a debugger).
-.venv/bin/python -m pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-4}" \
+# pay off (PYTEST_WORKERS=0 runs everything in this process, e.g. for a debugger). Work
+# stealing: the slowest tests (fault scenarios, 10-36 s) do not end up queued behind
+# each other on one worker while the others sit idle at the end.
+.venv/bin/python -m pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-4}" --dist worksteal \
   --cov --cov-report=term --cov-fail-under="${COV_FLOOR:-89}" "$@"
