@@ -471,7 +471,8 @@ class Scheduler:
             job = self.jobs.get(name)
             if job is None:
                 continue
-            plan = plan_orphaned(job, ticks, now, self.settings.live_grace_s)
+            unlisted = self.share.unlisted.pop(name, 0)
+            plan = plan_orphaned(job, ticks, now, self.settings.live_grace_s, unlisted=unlisted)
             if plan is not None:
                 plans.append(Proposal(job, plan, shared_from_s=ticks[0]))
         try:

@@ -22,14 +22,17 @@ def window_start_s(now: float, catchup_window_s: float) -> int:
     return math.ceil(now - catchup_window_s)
 
 
-def plan_orphaned(job: Job, ticks_s: list[int], now: float, live_grace_s: float) -> TickPlan | None:
+def plan_orphaned(
+    job: Job, ticks_s: list[int], now: float, live_grace_s: float, *, unlisted: int = 0
+) -> TickPlan | None:
     """Plan the ticks a job's racers left behind when they left (tick/share.py, orphans):
-    raced late by this node, under the job's catch-up policy, none of them counted expired."""
+    raced late by this node, under the job's catch-up policy. ``unlisted`` more of them
+    (past the share's cap, among the listed ones) are counted missed with them."""
     return plan_ticks(
         job.catchup,
         due_ticks_s=ticks_s,
         newest_on_time=now - ticks_s[-1] <= live_grace_s,
-        expired=0,
+        expired=unlisted,
         first_expired_s=None,
         cutoff_s=window_start_s(now, job.catchup_window_s),
         max_catchup=job.max_catchup,

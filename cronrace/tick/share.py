@@ -26,6 +26,7 @@ passed.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import math
@@ -38,7 +39,7 @@ from cronrace.fleet.placement import KeyIndex
 from cronrace.fleet.racers import PLACEMENT_WINDOW_S, POINTS_PER_NODE, Ring, placement_start_s
 from cronrace.model.job import Job
 from cronrace.model.policies import TickPlan
-from cronrace.tick.decisions import Proposal
+from cronrace.tick.decisions import EXPIRED_COUNT_CAP, Proposal
 from cronrace.tick.plans import plan_due
 
 log = logging.getLogger("cronrace.tick.share")
@@ -46,7 +47,10 @@ log = logging.getLogger("cronrace.tick.share")
 #: Jobs re-homed per turn of the loop after a membership change: at ~3 µs each, a few
 #: milliseconds of event-loop time at once, however many jobs the change moved.
 CHANGE_CHUNK = 500
-#: Most recent ticks of one job looked at for a departure (a one-second job's last few).
+#: Most ticks of one job listed for a departure (a one-second job's last minute). Past it
+#: (a change seen late), the oldest and those of the last few heartbeats are listed, and
+#: the orphaned ones between them are counted (``RacerShare.unlisted``), to be recorded
+#: missed with the listed ones' decision.
 RECENT_TICKS_CAP = 64
 #: Finding the jobs this node races after a change (its own arcs, placement.py) walks
 #: about k ring points per point of its own; re-homing every job costs about one placement
@@ -97,6 +101,10 @@ class RacerShare:
         self.passed: dict[str, int] = {}
         #: Ticks this node became a racer for because members left: raced at once, late.
         self.orphans: dict[str, list[int]] = {}
+        #: How many more such ticks were not listed (past RECENT_TICKS_CAP, between the
+        #: oldest listed and the last few heartbeats'): the plan of the listed ones counts
+        #: them missed, so none goes unrecorded.
+        self.unlisted: dict[str, int] = {}
         #: Recent ticks this node left to others, and to whom.
         self.left: dict[str, deque[tuple[int, tuple[str, ...]]]] = {}
 
@@ -149,6 +157,7 @@ class RacerShare:
         self.passed.pop(name, None)
         self.orphans.pop(name, None)
         self.left.pop(name, None)
+        self.unlisted.pop(name, None)
 
     def next_turn_s(self) -> float:
         return self._turns[0][0] if self._turns else math.inf
@@ -243,7 +252,7 @@ class RacerShare:
         k = self.k
         if k is None or not change.departed:
             return
-        me, name = self.node_id, job.name
+        name = job.name
         # Since the leavers' last heartbeat: a few heartbeats back when the departure was
         # seen in time; further when this node saw it late (its own beats were failing,
         # and it claimed nothing meanwhile). Bounded by the orphan window before, such a
@@ -262,17 +271,12 @@ class RacerShare:
             # More than the cap since a change seen late: its oldest ticks, and (as for a
             # change seen in time) those of the last few heartbeats.
             recent = job.schedule.ticks_between(recent_after_s, until_s, RECENT_TICKS_CAP)
+            upper_s = recent[0] - 1 if recent else until_s
+            if upper_s > ticks[-1]:
+                self._count_unlisted(change, job, ticks[-1], upper_s, windows)
             ticks = sorted({*ticks, *recent})
         for tick_s in ticks:
-            start_s = placement_start_s(name, tick_s)
-            if start_s not in windows:
-                windows[start_s] = (
-                    None  # raced it itself, or others race it now
-                    if change.before.races(me, name, tick_s, k)
-                    or not change.after.races(me, name, tick_s, k)
-                    else change.before.racers(name, tick_s, k)
-                )
-            racers = windows[start_s]
+            racers = self._lost_racers(change, name, tick_s, windows)
             if racers is None:
                 continue
             if change.after.members.isdisjoint(racers):
@@ -281,6 +285,42 @@ class RacerShare:
                 self.left.setdefault(name, deque()).append((tick_s, racers))
         if name in self.orphans:
             self.orphans[name] = sorted(set(self.orphans[name]))
+
+    def _lost_racers(
+        self, change: Change, name: str, tick_s: int, windows: dict[int, tuple[str, ...] | None]
+    ) -> tuple[str, ...] | None:
+        """The racers a tick was left to, when this node races it only since the change
+        (None otherwise); asked once per placement window (``windows`` remembers)."""
+        start_s = placement_start_s(name, tick_s)
+        if start_s not in windows:
+            me, k = self.node_id, self.k or 0
+            windows[start_s] = (
+                None  # raced it itself, or others race it now
+                if change.before.races(me, name, tick_s, k)
+                or not change.after.races(me, name, tick_s, k)
+                else change.before.racers(name, tick_s, k)
+            )
+        return windows[start_s]
+
+    def _count_unlisted(
+        self,
+        change: Change,
+        job: Job,
+        after_s: int,
+        until_s: int,
+        windows: dict[int, tuple[str, ...] | None],
+    ) -> None:
+        """Count the orphaned ticks in ``(after_s, until_s]`` that are not listed: a range
+        under LATE_CHANGE_HORIZON_S spans one placement window or two, each asked once."""
+        name, count = job.name, 0
+        while after_s < until_s:
+            end_s = min(until_s, placement_start_s(name, after_s + 1) + PLACEMENT_WINDOW_S - 1)
+            racers = self._lost_racers(change, name, after_s + 1, windows)
+            if racers is not None and change.after.members.isdisjoint(racers):
+                count += job.schedule.count_between(after_s, end_s, EXPIRED_COUNT_CAP)
+            after_s = end_s
+        if count:
+            self.unlisted[name] = self.unlisted.get(name, 0) + count
 
     def left_to(self, name: str, tick_s: int, racers: tuple[str, ...], now: float) -> None:
         """Remember who this node left a tick to, while that tick may still lose them."""
@@ -350,6 +390,7 @@ class RacerShare:
         alone = Proposal(job, plan, prior_tick_s=prior_tick_s)
         passed = self.passed.pop(name, None)
         orphans = self.orphans.pop(name, None)
+        unlisted = self.unlisted.pop(name, 0) if orphans else 0
         if passed is None and not orphans:
             return alone  # the common case (and every one at racers = all): nothing left
         left = [t for t in (passed, *(orphans or ())) if t is not None]
@@ -360,4 +401,7 @@ class RacerShare:
         wide, _following = plan_due(job, oldest, now, live_grace_s)
         if wide is None or wide.claim_tick_s != plan.claim_tick_s:
             return alone
+        if unlisted:
+            # Orphans past the cap (recover) are older than this plan's ticks: counted.
+            wide = dataclasses.replace(wide, missed=wide.missed + unlisted)
         return Proposal(job, wide, shared_from_s=oldest)

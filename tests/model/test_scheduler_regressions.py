@@ -230,3 +230,31 @@ def test_ticks_nobody_raced_while_every_nodes_beats_failed_are_counted_missed() 
     finally:
         machine.failed = True
         machine.teardown()
+
+
+def test_more_ticks_than_the_share_lists_whose_racers_left_unseen_are_all_counted() -> None:
+    """As above, with every node's beats failing for 15 minutes: j2 (every 15 s) had 79
+    ticks since its racers' last heartbeat when n2 saw them leave, more than
+    RacerShare.recover lists (64). The 7 between the oldest listed and the last few
+    heartbeats' were neither raced again nor counted (60 not fired, 53 counted missed).
+    Fixed: they are counted (RacerShare.unlisted) and recorded missed with the listed
+    ones' decision."""
+    machine = RacersModel()
+    try:
+        state = Steps(machine)
+        state.define_fleet(jobs=jobs(), nodes=3)
+        state.node_heartbeats_fail(name="n2", failing=True)
+        state.node_heartbeats_fail(name="n3", failing=True)
+        state.time_passes(seconds=47)
+        state.time_passes(seconds=37)
+        state.node_heartbeats_fail(name="n1", failing=True)
+        state.node_heartbeats_fail(name="n3", failing=False)
+        state.time_passes(seconds=56)
+        state.node_heartbeats_fail(name="n3", failing=True)
+        state.time_passes(seconds=900)
+        state.node_heartbeats_fail(name="n2", failing=False)
+        state.time_passes(seconds=30)
+        machine.every_tick_is_accounted_for()
+    finally:
+        machine.failed = True
+        machine.teardown()

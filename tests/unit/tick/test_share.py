@@ -5,6 +5,7 @@ from __future__ import annotations
 from cronrace.fleet.membership import Membership
 from cronrace.fleet.racers import Racers, Ring
 from cronrace.model.job import Job, RunContext
+from cronrace.tick.plans import plan_orphaned
 from cronrace.tick.share import RECENT_TICKS_CAP, Change, RacerShare
 
 NOW_S = 1_800_000_000
@@ -40,3 +41,49 @@ def test_more_ticks_than_the_cap_keep_the_oldest_and_the_last_few_heartbeats() -
     oldest = list(range(NOW_S - 300, NOW_S - 300 + RECENT_TICKS_CAP))
     recent = list(range(NOW_S - int(ORPHAN_WINDOW_S), NOW_S + 1))
     assert ticks == oldest + recent
+
+
+def orphaned(share: RacerShare, change: Change, tick_s: int) -> bool:
+    """The definition, tick by tick: n1 races it only since the change, and every racer it
+    was left to has gone."""
+    k = share.k or 0
+    return (
+        not change.before.races("n1", "b", tick_s, k)
+        and change.after.races("n1", "b", tick_s, k)
+        and change.after.members.isdisjoint(change.before.racers("b", tick_s, k))
+    )
+
+
+def test_orphaned_ticks_past_the_cap_are_counted_for_the_missed_record() -> None:
+    """Between the oldest listed and the last few heartbeats' ticks, none is left out of
+    the decision's account (they were neither raced again nor counted before)."""
+    job = Job.define(noop, "* * * * * *", name="b")
+    share = RacerShare("n1", Membership("n1", Racers.parse("2"), 2.0), {"b": job}, ORPHAN_WINDOW_S)
+    change = Change(Ring.build(["n1", "n2", "n3", "n4"]), Ring.build(["n1"]), NOW_S - 300)
+    share.recover(change, job, NOW_S + 1, NOW_S)
+    assert len(share.orphans["b"]) == RECENT_TICKS_CAP + int(ORPHAN_WINDOW_S) + 1
+    assert share.unlisted["b"] == 301 - len(share.orphans["b"])
+    plan = plan_orphaned(job, share.orphans["b"], NOW_S + 0.2, 1.0, unlisted=share.unlisted["b"])
+    assert plan is not None
+    assert plan.missed == 300  # all but the newest, which fires
+
+
+def test_unlisted_ticks_are_counted_window_by_window() -> None:
+    """An hour back spans two placement windows with different racers: only the ticks of
+    windows whose racers all left count, as the listed ones are chosen."""
+    job = Job.define(noop, "* * * * * *", name="b")
+    before = Ring.build(["n1", "n2", "n3", "n4", "n5", "n6"])
+    after = Ring.build(["n1", "n2", "n3"])
+    counted = 0
+    for since_s in range(NOW_S - 3500, NOW_S - 100, 300):
+        share = RacerShare(
+            "n1", Membership("n1", Racers.parse("2"), 2.0), {"b": job}, ORPHAN_WINDOW_S
+        )
+        change = Change(before, after, since_s)
+        share.recover(change, job, NOW_S + 1, NOW_S)
+        listed = share.orphans.get("b", [])
+        expected = [t for t in range(since_s, NOW_S + 1) if orphaned(share, change, t)]
+        assert set(listed) <= set(expected)
+        assert len(listed) + share.unlisted.get("b", 0) == len(expected)
+        counted += share.unlisted.get("b", 0)
+    assert counted  # some window of some start had orphans past the cap
