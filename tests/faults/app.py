@@ -161,3 +161,24 @@ if FREEZE_JOB:
         return await _decide(self, wakeup, runs, **options)
 
     _race.TickRace._decide = _decide_frozen  # type: ignore[method-assign]
+
+
+#: When set (to a file's path), this process's heartbeats fail while that file exists,
+#: and its claims and decisions go through: the others count it departed, and it claims
+#: nothing meanwhile (tick/race.py, _counted_live). tests/faults/test_late_departures.py.
+BEATS_FAIL_FILE = os.environ.get("FAULT_BEATS_FAIL_FILE")
+
+if BEATS_FAIL_FILE:
+    from typing import Any
+
+    from cronrace.errors import RedisUnavailableError
+    from cronrace.stores.redis.members import MemberCommands
+
+    _heartbeat = MemberCommands.heartbeat
+
+    async def _heartbeat_unless_failing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if os.path.exists(BEATS_FAIL_FILE):  # noqa: ASYNC240 (a stat per beat)
+            raise RedisUnavailableError("heartbeat refused (the fault test's)")
+        return await _heartbeat(self, *args, **kwargs)
+
+    MemberCommands.heartbeat = _heartbeat_unless_failing  # type: ignore[method-assign]

@@ -1,0 +1,94 @@
+"""racers = 2 of 3 real processes whose heartbeats all fail at once while their claims
+would go through: a node whose own beats fail claims nothing (others may count it
+departed), so for over a minute nobody races a one-second job. Then the one node that was
+not among the job's racers beats again and sees the other two gone, late, with more of
+the job's ticks behind it than it lists (64): each of those ticks ran once or is counted
+by a ``missed`` record (tick/share.py, ``RacerShare.recover``: the ones past the list were
+neither raced nor counted before)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from cronrace.fleet.racers import Ring, placement_start_s
+from tests.faults.test_dead_winner import records_of
+from tests.faults.test_racers import wait_live
+from tests.faults.witness import Witness, judge, start_node, stop_all
+from tests.redis_server import RedisServer
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+NODES = ["d0", "d1", "d2"]
+JOBS = ["extra000", "extra001", "extra002"]
+#: Longer than the 64 ticks a departure lists, with room for the ones it counts instead.
+ALL_FAILING_S = 80
+
+
+def job_and_outsider(now_s: int, until_s: int) -> tuple[str, str]:
+    """A job whose racers stay the same from ``now_s`` to ``until_s`` (one placement
+    window), and the node that is not one of them."""
+    ring = Ring.build(NODES)
+    for job in JOBS:
+        if placement_start_s(job, now_s) == placement_start_s(job, until_s):
+            racers = ring.racers(job, now_s, 2)
+            return job, next(node for node in NODES if node not in racers)
+    raise AssertionError("every job's placement window turns within the test")
+
+
+@pytest.mark.timeout(180)
+def test_ticks_nobody_raced_while_every_beat_failed_are_each_run_or_counted(
+    redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path
+) -> None:
+    url = redis_server.url
+    fail = {node: tmp_path / f"{node}.fail" for node in NODES}
+    procs = [
+        start_node(
+            url,
+            namespace,
+            node,
+            witness,
+            env={
+                "CRONRACE_RACERS": "2",
+                "FAULT_CODE_JOBS": "",
+                "FAULT_EXTRA_JOBS": str(len(JOBS)),
+                "FAULT_EXTRA_CATCHUP": "latest",
+                "FAULT_BEATS_FAIL_FILE": str(fail[node]),
+                "CRONRACE_LOG_FORMAT": "text",
+            },
+            stderr_dir=tmp_path,
+        )
+        for node in NODES
+    ]
+    try:
+        wait_live(url, namespace, set(NODES))
+        now_s = int(time.time())
+        job, outsider = job_and_outsider(now_s, now_s + ALL_FAILING_S + 60)
+        witness.wait_for(
+            lambda evs: any(e["job"] == job for e in evs), timeout_s=20, what="the job running"
+        )
+        first_s = int(time.time()) + 1
+        for path in fail.values():
+            path.write_text("")
+        time.sleep(ALL_FAILING_S)
+        fail[outsider].unlink()
+        back_s = int(time.time())
+        witness.wait_for(
+            lambda evs: any(e["job"] == job and e["tick"] >= back_s + 3 for e in evs),
+            timeout_s=30,
+            what=f"{outsider} running {job} again",
+        )
+        last_s = back_s + 3
+    finally:
+        stop_all(procs)
+    events = witness.events()
+    verdict = judge(events, job, first_tick_s=first_s, last_tick_s=last_s)
+    records = records_of(url, namespace, job)
+    counted = sum(r.count for r in records if r.outcome.value == "missed" and r.tick_s >= first_s)
+    print(verdict.summary(), f"{outsider} came back at {back_s}; missed counted {counted}")
+    assert verdict.duplicates == [], verdict.summary()
+    assert len(verdict.missed) > 64, verdict.summary()  # more than a departure lists
+    # Every tick that ran nowhere is counted, exactly.
+    assert counted == len(verdict.missed), (counted, verdict.summary())
