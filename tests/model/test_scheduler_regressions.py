@@ -201,6 +201,31 @@ def test_a_won_tick_whose_decision_never_got_through_is_accounted_for(
     state.time_passes(seconds=45)
 
 
+def every_beat_failing_in_turn(*, all_failing_s: int) -> None:
+    """racers = 2 of 3: n2's and n3's heartbeats fail, then n1's too while n3's come back,
+    then n3's again: for ``all_failing_s`` every node's beats fail, so none claims (a node
+    others may count departed claims nothing); then n2's come back first."""
+    machine = RacersModel()
+    try:
+        state = Steps(machine)
+        state.define_fleet(jobs=jobs(), nodes=3)
+        state.node_heartbeats_fail(name="n2", failing=True)
+        state.node_heartbeats_fail(name="n3", failing=True)
+        state.time_passes(seconds=47)
+        state.time_passes(seconds=37)
+        state.node_heartbeats_fail(name="n1", failing=True)
+        state.node_heartbeats_fail(name="n3", failing=False)
+        state.time_passes(seconds=56)
+        state.node_heartbeats_fail(name="n3", failing=True)
+        state.time_passes(seconds=all_failing_s)
+        state.node_heartbeats_fail(name="n2", failing=False)
+        state.time_passes(seconds=30)
+        machine.every_tick_is_accounted_for()
+    finally:
+        machine.failed = True
+        machine.teardown()
+
+
 def test_ticks_nobody_raced_while_every_nodes_beats_failed_are_counted_missed() -> None:
     """racers = 2 of 3: n2's and n3's heartbeats failed, then n1's too while n3's came
     back, then n3's again: for 100 s every node's beats failed, so none claimed (a node
@@ -211,25 +236,7 @@ def test_ticks_nobody_raced_while_every_nodes_beats_failed_are_counted_missed() 
     counted (j2: 205-280, six ticks). The scheduler model with racers = 2 found it (deep
     profile). Fixed: a change seen late is looked back on from the leavers' last heartbeat
     (RacerShare.recover), so those ticks are counted missed."""
-    machine = RacersModel()
-    try:
-        state = Steps(machine)
-        state.define_fleet(jobs=jobs(), nodes=3)
-        state.node_heartbeats_fail(name="n2", failing=True)
-        state.node_heartbeats_fail(name="n3", failing=True)
-        state.time_passes(seconds=47)
-        state.time_passes(seconds=37)
-        state.node_heartbeats_fail(name="n1", failing=True)
-        state.node_heartbeats_fail(name="n3", failing=False)
-        state.time_passes(seconds=56)
-        state.node_heartbeats_fail(name="n3", failing=True)
-        state.time_passes(seconds=100)
-        state.node_heartbeats_fail(name="n2", failing=False)
-        state.time_passes(seconds=30)
-        machine.every_tick_is_accounted_for()
-    finally:
-        machine.failed = True
-        machine.teardown()
+    every_beat_failing_in_turn(all_failing_s=100)
 
 
 def test_more_ticks_than_the_share_lists_whose_racers_left_unseen_are_all_counted() -> None:
@@ -239,22 +246,4 @@ def test_more_ticks_than_the_share_lists_whose_racers_left_unseen_are_all_counte
     heartbeats' were neither raced again nor counted (60 not fired, 53 counted missed).
     Fixed: they are counted (RacerShare.unlisted) and recorded missed with the listed
     ones' decision."""
-    machine = RacersModel()
-    try:
-        state = Steps(machine)
-        state.define_fleet(jobs=jobs(), nodes=3)
-        state.node_heartbeats_fail(name="n2", failing=True)
-        state.node_heartbeats_fail(name="n3", failing=True)
-        state.time_passes(seconds=47)
-        state.time_passes(seconds=37)
-        state.node_heartbeats_fail(name="n1", failing=True)
-        state.node_heartbeats_fail(name="n3", failing=False)
-        state.time_passes(seconds=56)
-        state.node_heartbeats_fail(name="n3", failing=True)
-        state.time_passes(seconds=900)
-        state.node_heartbeats_fail(name="n2", failing=False)
-        state.time_passes(seconds=30)
-        machine.every_tick_is_accounted_for()
-    finally:
-        machine.failed = True
-        machine.teardown()
+    every_beat_failing_in_turn(all_failing_s=900)
