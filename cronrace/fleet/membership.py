@@ -190,7 +190,12 @@ class Membership:
         if self._blind(self._confirmed_ms, now_ms):
             # The members this view had live stay so: their silence is no evidence. Listed
             # or not: an entry expires 3 periods after its beat, and a held beat lands late.
+            # Those no longer listed (pruned) keep the last beat this view knew of them:
+            # should they prove departed, their orphaned ticks are looked for from it.
             live |= self.live
+            for node in self.live - self.last_beat_ms.keys():
+                if node in seen_before:
+                    self.last_beat_ms[node] = seen_before[node]
         live.add(self.node_id)  # this node races for its own view, whatever Redis says
         departed = self.live - live
         if live != self.live:  # the same object while nothing changed (others compare it)
@@ -289,9 +294,9 @@ class Membership:
         for node in left:
             beats.pop(node, None)
         for node, expiry in silent.items():
-            if expiry < now_ms:
+            if expiry < now_ms and node not in live:
                 beats.pop(node, None)
-            else:
+            else:  # kept live while this node was cut off: its last beat is known now
                 beats[node] = expiry - ttl_ms
         if live == self.live:
             return True
