@@ -480,8 +480,9 @@ class Scheduler:
         except Exception:  # the outermost loop: one job's surprise must not stop the rest
             log.exception("unexpected error racing for orphaned ticks; moving on")
             return
-        for name in unanswered:  # Redis did not answer: they go on with the next claim
-            self._passed[name] = min(self._passed.get(name, orphans[name][0]), orphans[name][0])
+        uncovered = self.share.uncovered
+        for name in unanswered:  # Redis did not answer: the next claim covers them all
+            uncovered[name] = min(uncovered.get(name, orphans[name][0]), orphans[name][0])
 
     async def fire_trigger(
         self, job: Job, trigger_id: str, runs: TaskGroup, *, age_s: float = 0.0

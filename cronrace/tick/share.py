@@ -105,6 +105,9 @@ class RacerShare:
         #: oldest listed and the last few heartbeats'): the plan of the listed ones counts
         #: them missed, so none goes unrecorded.
         self.unlisted: dict[str, int] = {}
+        #: The oldest orphan of each job whose race for them got no answer: the job's next
+        #: claim covers the ticks from it on, however old (:meth:`with_passed`).
+        self.uncovered: dict[str, int] = {}
         #: Recent ticks this node left to others, and to whom.
         self.left: dict[str, deque[tuple[int, tuple[str, ...]]]] = {}
 
@@ -158,6 +161,7 @@ class RacerShare:
         self.orphans.pop(name, None)
         self.left.pop(name, None)
         self.unlisted.pop(name, None)
+        self.uncovered.pop(name, None)
 
     def next_turn_s(self) -> float:
         return self._turns[0][0] if self._turns else math.inf
@@ -385,16 +389,22 @@ class RacerShare:
         Those ticks' racers may have died before the membership said so. Covering them in
         this claim's decision fires them now if nobody did (the acquire refuses what the
         watermark passed, so never twice), before this tick's decision would pass them.
+        Orphans whose own race got no answer are covered from the oldest, however old
+        (``uncovered``): bounded by the orphan window like the rest, the older ones were
+        neither raced again nor counted (tests/faults/test_late_departures.py).
         """
         name = job.name
         alone = Proposal(job, plan, prior_tick_s=prior_tick_s)
         passed = self.passed.pop(name, None)
         orphans = self.orphans.pop(name, None)
+        uncovered = self.uncovered.pop(name, None)
         unlisted = self.unlisted.pop(name, 0) if orphans else 0
-        if passed is None and not orphans:
+        if passed is None and not orphans and uncovered is None:
             return alone  # the common case (and every one at racers = all): nothing left
         left = [t for t in (passed, *(orphans or ())) if t is not None]
         oldest = max(min(left, default=first_due_s), int(now - self.orphan_window_s))
+        if uncovered is not None:
+            oldest = min(oldest, uncovered)
         oldest = job.schedule.next_tick(oldest - 1)  # the first tick at or after it
         if oldest >= first_due_s:
             return alone

@@ -182,3 +182,30 @@ if BEATS_FAIL_FILE:
         return await _heartbeat(self, *args, **kwargs)
 
     MemberCommands.heartbeat = _heartbeat_unless_failing  # type: ignore[method-assign]
+
+
+#: When set (to a file's path), the first claims sent while that file exists that include
+#: the job it names get no answer (and the file goes): the late race of a departure's
+#: orphaned ticks, unanswered. tests/faults/test_late_departures.py.
+CLAIMS_FAIL_FILE = os.environ.get("FAULT_CLAIMS_FAIL_FILE")
+
+if CLAIMS_FAIL_FILE:
+    from typing import Any
+
+    from cronrace.errors import RedisUnavailableError
+    from cronrace.stores.redis.commands import Store as _RedisStore
+
+    _claim_each = _RedisStore.claim_each
+
+    async def _claim_each_or_refuse(self: Any, claims: Any, owner: Any, **kwargs: Any) -> Any:
+        try:
+            with open(CLAIMS_FAIL_FILE) as named:  # noqa: ASYNC230 (a stat and a read)
+                job = named.read().strip()
+        except FileNotFoundError:
+            job = None
+        if job is not None and any(c.job == job for c in claims):
+            os.unlink(CLAIMS_FAIL_FILE)
+            raise RedisUnavailableError("claims refused (the fault test's)")
+        return await _claim_each(self, claims, owner, **kwargs)
+
+    _RedisStore.claim_each = _claim_each_or_refuse  # type: ignore[method-assign]

@@ -39,11 +39,19 @@ def job_and_outsider(now_s: int, until_s: int) -> tuple[str, str]:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("orphan_race", ["answered", "unanswered"])
 def test_ticks_nobody_raced_while_every_beat_failed_are_each_run_or_counted(
-    redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path
+    redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path, orphan_race: str
 ) -> None:
+    """``unanswered``: the returning node's first race of the old ticks gets no answer
+    (Redis refused it); they must still each be run or counted. Its next claim covered
+    only the last few heartbeats' (1 of 80 counted, before RacerShare.uncovered). Either
+    way, one run in four dated the departure now and looked for no tick at all (0 of 79
+    counted): the first read after the cut-off had dropped the leavers' last beats, and
+    a beat had pruned their entries since (fleet/membership.py)."""
     url = redis_server.url
     fail = {node: tmp_path / f"{node}.fail" for node in NODES}
+    refuse = tmp_path / "refuse-claims"
     procs = [
         start_node(
             url,
@@ -56,6 +64,7 @@ def test_ticks_nobody_raced_while_every_beat_failed_are_each_run_or_counted(
                 "FAULT_EXTRA_JOBS": str(len(JOBS)),
                 "FAULT_EXTRA_CATCHUP": "latest",
                 "FAULT_BEATS_FAIL_FILE": str(fail[node]),
+                "FAULT_CLAIMS_FAIL_FILE": str(refuse),
                 "CRONRACE_LOG_FORMAT": "text",
             },
             stderr_dir=tmp_path,
@@ -73,6 +82,8 @@ def test_ticks_nobody_raced_while_every_beat_failed_are_each_run_or_counted(
         for path in fail.values():
             path.write_text("")
         time.sleep(ALL_FAILING_S)
+        if orphan_race == "unanswered":
+            refuse.write_text(job)  # the others claim nothing: their beats still fail
         fail[outsider].unlink()
         back_s = int(time.time())
         witness.wait_for(
@@ -87,7 +98,10 @@ def test_ticks_nobody_raced_while_every_beat_failed_are_each_run_or_counted(
     verdict = judge(events, job, first_tick_s=first_s, last_tick_s=last_s)
     records = records_of(url, namespace, job)
     counted = sum(r.count for r in records if r.outcome.value == "missed" and r.tick_s >= first_s)
-    print(verdict.summary(), f"{outsider} came back at {back_s}; missed counted {counted}")
+    counts = [(r.tick_s - first_s, r.count) for r in records if r.outcome.value == "missed"]
+    print(verdict.summary(), f"{outsider} back at {back_s - first_s}; missed records {counts}")
+    if orphan_race == "unanswered":
+        assert not refuse.exists(), "the old ticks' race was never refused"
     assert verdict.duplicates == [], verdict.summary()
     assert len(verdict.missed) > 64, verdict.summary()  # more than a departure lists
     # Every tick that ran nowhere is counted, exactly.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from cronrace.fleet.membership import Membership
 from cronrace.fleet.racers import Racers, Ring
 from cronrace.model.job import Job, RunContext
+from cronrace.model.policies import TickPlan
+from cronrace.tick.decisions import Proposal
 from cronrace.tick.plans import plan_orphaned
 from cronrace.tick.share import RECENT_TICKS_CAP, Change, RacerShare
 
@@ -87,3 +89,29 @@ def test_unlisted_ticks_are_counted_window_by_window() -> None:
         assert len(listed) + share.unlisted.get("b", 0) == len(expected)
         counted += share.unlisted.get("b", 0)
     assert counted  # some window of some start had orphans past the cap
+
+
+def test_orphans_whose_race_got_no_answer_are_covered_from_the_oldest_however_old() -> None:
+    """Ticks left to others are covered by the job's next claim from the orphan window on;
+    orphans whose own race got no answer (Redis away when a departure seen late was
+    raced) from the oldest, or the older ones are neither raced again nor counted (the
+    real-process test_late_departures[unanswered]: 79 of 80 unrecorded)."""
+    job = Job.define(noop, "* * * * * *", name="b")
+    share = RacerShare("n1", Membership("n1", Racers.parse("2"), 2.0), {"b": job}, ORPHAN_WINDOW_S)
+    steady = TickPlan(NOW_S, NOW_S, (NOW_S,), 0)
+
+    def next_claim() -> Proposal:
+        return share.with_passed(
+            job, steady, NOW_S, NOW_S + 0.2, prior_tick_s=NOW_S - 1, live_grace_s=1.0
+        )
+
+    share.passed["b"] = NOW_S - 300
+    left = next_claim()
+    assert left.shared_from_s is not None
+    assert left.shared_from_s >= NOW_S - ORPHAN_WINDOW_S - 1  # the orphan window's bound
+    share.uncovered["b"] = NOW_S - 300
+    orphaned = next_claim()
+    assert orphaned.shared_from_s == NOW_S - 300
+    assert orphaned.plan.claim_tick_s == NOW_S
+    assert orphaned.plan.missed == 300  # each counted (the decision leaves out the decided)
+    assert "b" not in share.uncovered
