@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 import httpx
+from anyio import open_process
 from anyio.abc import ByteReceiveStream, Process
 
 from cronrace.errors import TargetError
@@ -171,15 +172,20 @@ class CommandTarget:
     async def __call__(self, ctx: RunContext) -> dict[str, Any]:
         spec = self.spec
         try:
-            process = await anyio.open_process(
-                spec.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=spec.cwd,
-                env=self.environment(ctx),
-                start_new_session=True,  # its own session, hence its own process group
-            )
+            # Shielded: a run cancelled while its command starts (asyncio waits for the
+            # pipes after the fork) would leave the process without this handle to kill
+            # its group by, and asyncio kills the leader alone (its children lived on: a
+            # CI run of the test below). The cancellation takes effect right after.
+            with anyio.CancelScope(shield=True):
+                process = await open_process(
+                    spec.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    cwd=spec.cwd,
+                    env=self.environment(ctx),
+                    start_new_session=True,  # its own session, hence its own process group
+                )
         except OSError as exc:
             raise TargetError(f"command {spec.argv[0]!r} cannot start: {exc}") from exc
         output = _Tail()

@@ -7,6 +7,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -216,6 +217,35 @@ async def test_cancelled_command_run_kills_the_whole_process_group(tmp_path: Pat
         wait_until(lambda: not any(map(process_alive, pids)), timeout_s=5, what="group killed")
     except AssertionError as exc:  # seen once in a full CI run: say who was still there
         raise AssertionError(f"{exc}: {pids}: {_describe(pids)}") from None
+
+
+async def test_a_run_cancelled_while_its_command_starts_still_kills_the_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process exists before ``open_process`` returns (asyncio connects its pipes after
+    the fork); a cancellation there left the group alive (asyncio kills the leader alone:
+    its child lived on, reparented, in a CI run of the test above)."""
+    from cronrace.sidecar import targets
+
+    started = anyio.Event()
+    real_open = targets.open_process
+
+    async def slow_open(*args: Any, **kwargs: Any) -> Any:
+        process = await real_open(*args, **kwargs)
+        started.set()
+        await anyio.sleep(3)  # the pipes being connected, slowly
+        return process
+
+    monkeypatch.setattr(targets, "open_process", slow_open)
+    pid_file = tmp_path / "pids"
+    spec = CommandSpec(argv=[PY, "-c", SPAWN_AND_HANG, str(pid_file)], kill_grace_s=0.2)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(CommandTarget(spec), make_ctx())
+        await started.wait()
+        await wait_for(lambda: bool(_pids(pid_file)), timeout_s=10, what="the process group")
+        tg.cancel_scope.cancel()  # while open_process has not returned
+    pids = _pids(pid_file)
+    wait_until(lambda: not any(map(process_alive, pids)), timeout_s=5, what="group killed")
 
 
 def _describe(pids: list[int]) -> str:
