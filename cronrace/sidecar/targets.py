@@ -174,8 +174,9 @@ class CommandTarget:
         try:
             # Shielded: a run cancelled while its command starts (asyncio waits for the
             # pipes after the fork) would leave the process without this handle to kill
-            # its group by, and asyncio kills the leader alone (its children lived on: a
-            # CI run of the test below). The cancellation takes effect right after.
+            # its group by, and asyncio kills the leader alone (its children lived on, seen
+            # in CI: tests/sidecar/test_targets.py). The cancellation takes effect right
+            # after.
             with anyio.CancelScope(shield=True):
                 process = await open_process(
                     spec.argv,
