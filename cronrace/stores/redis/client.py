@@ -37,6 +37,7 @@ from cronrace.stores.redis.packing import (
     FastPacking,
     FastSSLConnection,
     FastUnixConnection,
+    QuickSend,
 )
 from cronrace.stores.redis.readtimer import OneReadTimer, SharedReadTimer
 from cronrace.stores.redis.urls import Deployment, RedisTarget, parse_redis_url
@@ -48,7 +49,8 @@ _MEMORY_SERVERS: dict[str, Any] = {}
 
 @functools.cache
 def embedded_connection() -> type:
-    """The embedded store's connection class: fakeredis's, with a name.
+    """The embedded store's connection class: fakeredis's, with a name, packing and sending
+    as a connection to a server does (packing.py).
 
     Given a shared server, fakeredis (2.41) never sets a connection's ``server_key``,
     which its ``__str__`` returns, and redis-py (8.2) formats the connection into the
@@ -56,11 +58,18 @@ def embedded_connection() -> type:
     ``AttributeError`` from inside redis-py instead of the ``ConnectionError`` cronrace
     reads back after (a claim whose answer was lost became an unexpected error, and its
     tick was dropped).
+
+    fakeredis executes what is written synchronously, inside the write, and its ``drain``
+    returns at once: every send is taken at once.
     """
     from fakeredis._clients._async import FakeAsyncRedisConnection
 
-    class EmbeddedConnection(FakeAsyncRedisConnection):
+    # fakeredis's connection redefines some of redis-py's with other signatures.
+    class EmbeddedConnection(FastPacking, QuickSend, FakeAsyncRedisConnection):  # type: ignore[misc]
         server_key = "memory"
+
+        def _takes_at_once(self, command: list[bytes]) -> bool:
+            return True
 
     return EmbeddedConnection
 
@@ -197,12 +206,14 @@ class WatchedRedis(aioredis.Redis):
 # -- Sentinel ---------------------------------------------------------------------------
 
 
-class _FastSentinelConnection(FastPacking, SharedReadTimer, SentinelManagedConnection):
-    """Sentinel's connection to the primary, packing as cronrace's others do (packing.py)
-    and watching a pipeline's reads with one timer (readtimer.py)."""
+class _FastSentinelConnection(FastPacking, QuickSend, SharedReadTimer, SentinelManagedConnection):
+    """Sentinel's connection to the primary, packing and sending as cronrace's others do
+    (packing.py) and watching a pipeline's reads with one timer (readtimer.py)."""
 
 
-class _FastSentinelSSLConnection(FastPacking, SharedReadTimer, SentinelManagedSSLConnection):
+class _FastSentinelSSLConnection(
+    FastPacking, QuickSend, SharedReadTimer, SentinelManagedSSLConnection
+):
     """The same, over TLS."""
 
 
