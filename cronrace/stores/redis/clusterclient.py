@@ -22,6 +22,7 @@ from redis.cluster import PRIMARY
 from redis.exceptions import RedisError
 
 from cronrace.stores.redis.access import AccessWatch, pipeline_replies, raise_translated
+from cronrace.stores.redis.packing import QuickSend
 from cronrace.stores.redis.urls import RedisTarget
 
 
@@ -149,11 +150,12 @@ class _AskingOnOneConnection:
         return await super().read_response(*args, **kwargs)  # type: ignore[misc]
 
 
-class _AskingConnection(_AskingOnOneConnection, Connection):
+# Sending as cronrace's other connections send (packing.py).
+class _AskingConnection(_AskingOnOneConnection, QuickSend, Connection):
     pass
 
 
-class _AskingSSLConnection(_AskingOnOneConnection, SSLConnection):
+class _AskingSSLConnection(_AskingOnOneConnection, QuickSend, SSLConnection):
     pass
 
 
