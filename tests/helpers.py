@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import hiredis
 
 from cronrace import Agent, AgentSettings, RunContext, RunRecord
 from cronrace.testing import FakeClock, memory_agent
@@ -123,3 +124,13 @@ def count_timers(monkeypatch: Any) -> list[int]:
 
     monkeypatch.setattr(loop, "call_at", counting)
     return calls
+
+
+async def resp_commands(reader: asyncio.StreamReader) -> AsyncIterator[list[bytes]]:
+    """The commands a client sends on ``reader``, parsed from RESP, until it closes (for
+    stub servers that choose what to answer, and when)."""
+    parser = hiredis.Reader()
+    while data := await reader.read(65536):
+        parser.feed(data)
+        while (command := parser.gets()) is not False:
+            yield command

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
-import hiredis
 import pytest
 from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -20,6 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cronrace.stores.redis.client import embedded_connection, make_client
 from cronrace.stores.redis.packing import FastConnection, QuickSend, takes_at_once
+from tests.helpers import resp_commands
 
 TIMEOUT_S = 0.2
 
@@ -27,18 +27,15 @@ TIMEOUT_S = 0.2
 async def _answer_until_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """+OK to every command (HELLO: RESP3, as redis-py 8 asks) until an ECHO: from then on,
     nothing more is read."""
-    parser = hiredis.Reader()
     try:
-        while data := await reader.read(65536):
-            parser.feed(data)
-            while (command := parser.gets()) is not False:
-                name = command[0].upper()
-                if name == b"ECHO":
-                    await asyncio.sleep(3600)
-                if name == b"HELLO":
-                    writer.write(b"%1\r\n$5\r\nproto\r\n:3\r\n")
-                else:
-                    writer.write(b"+OK\r\n")
+        async for command in resp_commands(reader):
+            name = command[0].upper()
+            if name == b"ECHO":
+                await asyncio.sleep(3600)
+            if name == b"HELLO":
+                writer.write(b"%1\r\n$5\r\nproto\r\n:3\r\n")
+            else:
+                writer.write(b"+OK\r\n")
             await writer.drain()
     except (ConnectionError, asyncio.CancelledError):
         pass

@@ -12,13 +12,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import hiredis
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cronrace.stores.redis.client import make_client
-from tests.helpers import count_timers
+from tests.helpers import count_timers, resp_commands
 
 TIMEOUT_S = 0.2
 
@@ -37,26 +36,23 @@ class StubServer:
         self.url = ""
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        parser = hiredis.Reader()
         try:
-            while data := await reader.read(65536):
-                parser.feed(data)
-                while (command := parser.gets()) is not False:
-                    name = command[0].upper()
-                    if name == b"HELLO":  # RESP3, as redis-py 8 asks
-                        writer.write(b"%1\r\n$5\r\nproto\r\n:3\r\n")
-                        continue
-                    if name != b"ECHO":
-                        writer.write(b"+PONG\r\n" if name == b"PING" else b"+OK\r\n")
-                        continue
-                    delay = self.delays(self.echoes)
-                    self.echoes += 1
-                    if delay is None:
-                        await asyncio.sleep(3600)
-                    if delay:
-                        await writer.drain()
-                        await asyncio.sleep(delay)
-                    writer.write(b"$%d\r\n%b\r\n" % (len(command[1]), command[1]))
+            async for command in resp_commands(reader):
+                name = command[0].upper()
+                if name == b"HELLO":  # RESP3, as redis-py 8 asks
+                    writer.write(b"%1\r\n$5\r\nproto\r\n:3\r\n")
+                    continue
+                if name != b"ECHO":
+                    writer.write(b"+PONG\r\n" if name == b"PING" else b"+OK\r\n")
+                    continue
+                delay = self.delays(self.echoes)
+                self.echoes += 1
+                if delay is None:
+                    await asyncio.sleep(3600)
+                if delay:
+                    await writer.drain()
+                    await asyncio.sleep(delay)
+                writer.write(b"$%d\r\n%b\r\n" % (len(command[1]), command[1]))
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass
