@@ -93,6 +93,9 @@ class Run:
     started: bool = False
     state: str = "active"  # active | finished | lost | orphaned
     lease_lost_by: str | None = None  # the data loss that took its lease, if one did
+    #: Every data loss since its lease was last renewed (a wipe, then a failover to a
+    #: replica that copied the data before it: each may be what let another run in).
+    lease_losses: set[str] = field(default_factory=set)
     blind: bool = False  # granted by a node that had seen no fence of the job
 
     def label(self) -> str:
@@ -895,6 +898,7 @@ class ProtocolModel(RuleBasedStateMachine):
         if answer in (Renewal.RENEWED, Renewal.REASSERTED):
             run.renewed_ms = self.now_ms
             run.lease_lost_by = None
+            run.lease_losses.clear()
             if answer == Renewal.REASSERTED:
                 # The job's run again: should its lease expire unreleased, the next grant
                 # reports it abandoned (DESIGN.md section 4), as any run's.
@@ -1049,6 +1053,7 @@ class ProtocolModel(RuleBasedStateMachine):
         for job in jobs:
             for run in self.live_runs(job):
                 run.lease_lost_by = run.lease_lost_by or why
+                run.lease_losses.add(why)
             self.job_era[job] = self.era
             oldest = max(TICK_BASE + 1, head - WINDOW_TICKS - 2)
             in_flight: set[int | str] = set(range(oldest, head + 1))
@@ -1195,7 +1200,7 @@ class ProtocolModel(RuleBasedStateMachine):
                 self.excused["overlap: a node without evidence met a wipe"] += 1
                 _event("overlap after a wipe met by a node with no evidence (README limit)")
                 continue
-            if older.lease_lost_by == "failover":
+            if "failover" in older.lease_losses:
                 # A failover to a replica without the lease: nothing in Redis says data was
                 # lost when no node remembers a higher fence (asynchronous replication).
                 self.excused["overlap after a lossy failover"] += 1
