@@ -505,21 +505,31 @@ class ProtocolModel(RuleBasedStateMachine):
             # acquire.lua queues the run tick it was given, the oldest of a catch-up plan,
             # unless that one is decided already (at or below the watermark): then the
             # plan's newest, which nobody has run.
+            # A late decision queues the oldest tick it took (late_from): the plan's older
+            # ticks were another decision's.
             request = self._request(n, w)
             queued = request.run_tick_s
             prev = reply.prev_watermark_s
-            if w.trigger is None and prev is not None and queued <= prev:
+            if w.trigger is None and reply.late_from_s:
+                queued = reply.late_from_s
+            elif w.trigger is None and prev is not None and queued <= prev:
                 queued = request.decide_tick_s
             know.queued, know.queued_known = queued, True
         if reply.decision == "skipped:paused" and know.paused:
             _event("paused job skipped")
         if reply.decision != "run":
             return None
-        ticks = [
-            t
-            for t in w.plan.fire_ticks_s
-            if reply.prev_watermark_s is None or w.trigger or t > reply.prev_watermark_s
-        ] or [w.plan.claim_tick_s]
+        if reply.late_from_s and not w.trigger:  # a late backlog: the ticks it took
+            ticks = [
+                t for t in w.plan.fire_ticks_s if reply.late_from_s <= t <= w.plan.claim_tick_s
+            ]
+        else:
+            ticks = [
+                t
+                for t in w.plan.fire_ticks_s
+                if reply.prev_watermark_s is None or w.trigger or t > reply.prev_watermark_s
+            ]
+        ticks = ticks or [w.plan.claim_tick_s]
         run = self._grant(
             n,
             job,

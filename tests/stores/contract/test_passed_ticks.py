@@ -316,3 +316,32 @@ async def test_a_passed_tick_whose_claim_is_gone_when_its_winner_decides_is_miss
     await acquire(store, request(103, D, prior=101))
     await backend.faults.expire_claim(Claim("j", 102, 60_000))
     assert (await acquire(store, request(102, C))).decision is AcquireDecision.STALE
+
+
+async def test_a_late_backlog_queued_behind_a_run_waits_as_its_own_oldest_tick(
+    store: Store,
+) -> None:
+    """A late backlog queued behind a live run queues the oldest tick its decision took
+    (``late_from``), not the plan's first tick: that one another decision already took.
+
+    B runs 103 and passed 101-102 (D's and C's claims undecided). D's late decision of 101
+    queues it. C's claim on 102 covers 101 too (a catch-up backlog), but 101 is D's: before,
+    C queued 101 again and reported 101 superseded (so 101 was recorded twice, once as
+    superseded though it ran) while 102, recorded queued, never ran (the deep protocol
+    model, seed 11). Now 102 waits and 101 is superseded by it: queue one keeps the newest."""
+    await claim(store, 100, A)
+    ran = await acquire(store, request(100, A, overlap=Overlap.QUEUE_ONE))
+    await store.release("j", ran.fence, owner=A, lease_ttl_ms=5000)
+    await claim(store, 101, D)
+    await claim(store, 102, C)
+    await claim(store, 103, B)
+    running = await acquire(store, request(103, B, prior=102, overlap=Overlap.QUEUE_ONE))
+    assert running.decision is AcquireDecision.RUN
+    first = await acquire(store, request(101, D, overlap=Overlap.QUEUE_ONE))
+    assert (first.decision, first.late_from_s) == (AcquireDecision.QUEUED, 101)
+    backlog = dataclasses.replace(request(102, C, overlap=Overlap.QUEUE_ONE), run_tick_s=101)
+    later = await acquire(store, backlog)
+    assert (later.decision, later.late_from_s) == (AcquireDecision.QUEUED, 102)
+    assert later.superseded_tick_s == 101
+    handed = await store.release("j", running.fence, owner=B, lease_ttl_ms=5000)
+    assert (handed.decision, handed.tick_s) == (ReleaseDecision.HANDED_ON, 102)

@@ -319,6 +319,9 @@ if mode ~= 'trigger' then
     end
     late, mode = true, 'trigger'  -- decided like a trigger: the watermark stays where it is
     late_from = take_backlog(decide_tick, run_tick)
+    -- The run is for the oldest tick this decision took, not the plan's first: older
+    -- ticks of the plan were another decision's (queued, run or recorded there).
+    run_tick = late_from
   else
     note_prior_passed()
     redis.call('SET', last_key, int_text(mark_tick))

@@ -250,6 +250,9 @@ BEGIN
             END IF;
           END LOOP;
         END IF;
+        -- The run is for the oldest tick this decision took, not the plan's first: older
+        -- ticks of the plan were another decision's (queued, run or recorded there).
+        p_run_tick := late_from;
       ELSE
         -- The claim of the tick before this decision's is won and undecided: note it.
         IF p_prior_tick > prev AND p_prior_tick < p_decide_tick AND EXISTS (
