@@ -32,6 +32,9 @@ RAN_OUT = "the grant's answer came back after its lease had run out; not run"
 
 #: The reason of a queue_one tick skipped: it was decided late, after a newer tick queued.
 NEWER_TICK_WAITS = "decided late: a newer tick is queued (queue_one keeps the newest)"
+#: The reason of a won tick answered ``missed``: a later tick was decided while its answer
+#: was on the way, and its catch-up policy runs no tick late (the record names the tick).
+PASSED_WHILE_UNDECIDED = "decided late: a later tick was decided first (catch-up runs none late)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +211,8 @@ def decide(
         if outcome is Outcome.SKIPPED_OVERLAP and proposal.job.overlap is Overlap.QUEUE_ONE:
             # Queue one skips only an older tick decided late: a newer one already waits.
             detail = {**(detail or {}), "reason": NEWER_TICK_WAITS}
+        elif reply.decision is AcquireDecision.MISSED:
+            detail = {**(detail or {}), "reason": PASSED_WHILE_UNDECIDED}
         records.append(
             RunRecord(
                 job,

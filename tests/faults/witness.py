@@ -38,6 +38,7 @@ import redis
 
 from cronrace.model.records import RunRecord
 from cronrace.stores.redis import Store
+from cronrace.tick.decisions import PASSED_WHILE_UNDECIDED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -293,7 +294,9 @@ def decided_late_or_overlapping(
     """Ticks of ``job`` not run, but decided so under its policies (recorded, not lost).
 
     - ``missed``: the nodes came to the tick too late and the catch-up policy (``latest``)
-      fired a newer one; the record names the newest and counts the ones before it.
+      fired a newer one; the record names the newest and counts the ones before it. Or a
+      won tick whose answer came after a later tick's decision, under a catch-up policy
+      that runs none late: the record names that tick, and its reason says so.
     - ``skipped:overlap`` for a run still going at the decision, or one that had ended at
       most ``release_slack_s`` before it (its release on the wire; a loaded machine).
 
@@ -305,10 +308,16 @@ def decided_late_or_overlapping(
     for record in records:
         if record.job != job:
             continue
-        if record.outcome == "missed":
+        if record.outcome == "missed" and _reason(record) == PASSED_WHILE_UNDECIDED:
+            excused.add(record.tick_s)  # a won tick passed while undecided: this one
+        elif record.outcome == "missed":
             excused |= set(range(record.tick_s - record.count, record.tick_s))
         elif record.outcome == "skipped:overlap" and isinstance(record.detail, dict):
             holder_end_s = ended.get(record.detail.get("holder_fence"), float("inf"))
             if holder_end_s >= record.finished_ms / 1000 - release_slack_s:
                 excused.add(record.tick_s)
     return excused
+
+
+def _reason(record: RunRecord) -> object:
+    return record.detail.get("reason") if isinstance(record.detail, dict) else None

@@ -14,6 +14,7 @@ from cronrace.runtime.observer import Observer
 from cronrace.stores.values import AcquireDecision, AcquireMode, AcquireReply, Owner
 from cronrace.tick.decisions import (
     NEWER_TICK_WAITS,
+    PASSED_WHILE_UNDECIDED,
     Proposal,
     RunStart,
     Verdict,
@@ -342,6 +343,20 @@ def test_a_queue_one_skip_says_a_newer_tick_waits(overlap: Overlap, detail: Any)
         Outcome.SKIPPED_OVERLAP,
         100,
         detail,
+    )
+
+
+def test_a_won_tick_answered_missed_names_itself_and_says_why() -> None:
+    """The record of a won tick passed while undecided names that tick (count 1), unlike
+    a catch-up's missed record, which names the newest tick and counts those before it:
+    the reason tells them apart (the fault tests' witness excuses the tick by it)."""
+    reply = answer(AcquireDecision.MISSED, prev_watermark_s=101)
+    (missed,) = decide(Proposal(job(), steady(), None), reply, node_id=ME, now_ms=1).records
+    assert (missed.outcome, missed.tick_s, missed.count, missed.detail) == (
+        Outcome.MISSED,
+        100,
+        1,
+        {"reason": PASSED_WHILE_UNDECIDED},
     )
 
 
