@@ -82,20 +82,23 @@ def _count_store_cpu() -> None:
 
 #: CPU seconds of the process's full garbage collections (generation 2), and how many.
 FULL_GC = [0.0, 0]
+#: The same of its young collections (generations 0 and 1): counted in the nodes' figure
+#: (they follow the nodes' allocations), and reported apart.
+YOUNG_GC = [0.0, 0]
 
 
 def _count_full_gc() -> None:
-    """Time every full collection: a simulation's cost, O(N) each (module docstring)."""
+    """Time every full collection: a simulation's cost, O(N) each (module docstring), and
+    every young one (the nodes' own)."""
     started = [0.0]
 
     def timed(phase: str, info: dict[str, int]) -> None:
-        if info["generation"] != 2:
-            return
         if phase == "start":
             started[0] = time.process_time()
-        else:
-            FULL_GC[0] += time.process_time() - started[0]
-            FULL_GC[1] += 1
+            return
+        tally = FULL_GC if info["generation"] == 2 else YOUNG_GC
+        tally[0] += time.process_time() - started[0]
+        tally[1] += 1
 
     gc.callbacks.append(timed)
 
@@ -184,12 +187,14 @@ async def one_cell(
         heaps = [len(agent.scheduler.next_tick) for agent in agents if agent.scheduler]
         cpu0, wall0, store0 = time.process_time(), time.perf_counter(), STORE_CPU_S[0]
         clock0, exec0, (gc0, full0) = CLOCK_CPU_S[0], STORE_EXEC_CPU_S[0], FULL_GC
+        young0, youngs0 = YOUNG_GC
         await clock.advance(seconds)
         cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
         store_s = STORE_CPU_S[0] - store0
         exec_s = STORE_EXEC_CPU_S[0] - exec0
         clock_s = CLOCK_CPU_S[0] - clock0
         gc_s, full_gcs = FULL_GC[0] - gc0, FULL_GC[1] - full0
+        young_s, young_gcs = YOUNG_GC[0] - young0, YOUNG_GC[1] - youngs0
         cpu_v1_s = cpu_s - exec_s - clock_s
         cpu_s -= store_s + clock_s + gc_s
         for agent in agents:
@@ -209,6 +214,8 @@ async def one_cell(
         "clock_cpu_s_per_s": round(clock_s / seconds, 4),
         "full_gc_s_per_s": round(gc_s / seconds, 4),
         "full_gcs": full_gcs,
+        "young_gc_s_per_s": round(young_s / seconds, 4),
+        "young_gcs": young_gcs,
         "node_cpu_ms_per_s": round(cpu_s / seconds / nodes * 1000, 3),
         "node_cpu_ms_per_s_v1": round(cpu_v1_s / seconds / nodes * 1000, 3),
         "heap_jobs_per_node_mean": round(sum(heaps) / max(1, len(heaps)), 1),
