@@ -85,10 +85,14 @@ def memory_fleet(clock: FakeClock, size: int, *, prefix: str = "node", **extra: 
 
     ``shutdown_grace_s`` is 0 unless given: the grace is real time, and a handler sleeping on
     the fake clock would only wait it out (tests read what they check before stopping).
+    They beat every 2 s of fake time (the default) unless told: a lone agent on the fake
+    clock beats every 60 s (memory_agent), and the nodes of a fleet would then keep the
+    view they started with, each seeing only those that joined before it, for a minute.
     """
     options: dict[str, Any] = {
         "redis_url": f"memory://fleet-{secrets.token_hex(4)}",
         "shutdown_grace_s": 0.0,
+        "heartbeat_s": 2.0,
         **extra,
     }
     return [memory_agent(clock, node_id=f"{prefix}{i}", **options) for i in range(size)]

@@ -34,16 +34,30 @@ def fleet(url: str, namespace: str, recorder: Recorder, size: int, **job: object
     return agents
 
 
+JOB = "every-second"
+
+
 async def test_five_agents_fire_each_tick_exactly_once() -> None:
     clock = FakeClock(start_s=T0 - 0.5)
     recorder = Recorder()
     agents = memory_fleet(clock, 5)
     for agent in agents:
-        agent.add_job(recorder.note, "* * * * * *", name="every-second")
+        agent.add_job(recorder.note, "* * * * * *", name=JOB)
     async with running(*agents):
         await clock.advance(30.0)  # ticks 0..29
         records = await history(agents[0], "every-second", first_s=T0, last_s=T0 + 29)
+        preferred = {
+            t: [a.settings.node_id for a in agents if a.scheduler.membership.preferred(JOB, t)]
+            for t in range(T0 + 4, T0 + 30)
+        }
     assert [t - T0 for t in recorder.ticks()] == list(range(30)), "each tick once, in order"
+    # Once every view holds the five (each has beaten since all joined), each tick is run by
+    # its top-ranked node, which claims it 100 ms before the others: the runs spread by the
+    # ring, not by how the tasks happen to interleave (with beats 60 s apart, node0 ran 22).
+    assert all(len(nodes) == 1 for nodes in preferred.values()), preferred
+    assert [(r.tick_s, r.node) for r in recorder.runs if r.tick_s >= T0 + 4] == [
+        (t, nodes[0]) for t, nodes in preferred.items()
+    ]
     fences = [run.fence for run in recorder.runs]
     assert fences == sorted(set(fences)), "fences increase with ticks"
     assert [(r.tick_s - T0, r.outcome.value, r.fence) for r in records] == [
