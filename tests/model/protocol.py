@@ -97,6 +97,9 @@ class Run:
     #: replica that copied the data before it: each may be what let another run in).
     lease_losses: set[str] = field(default_factory=set)
     blind: bool = False  # granted by a node that had seen no fence of the job
+    #: Granted with a hold (after lost data): it confirms its lease as it starts, however
+    #: early the hold ends (every node re-asserted its runs in the grant's very instant).
+    held: bool = False
 
     def label(self) -> str:
         what = f"trigger {self.trigger}" if self.trigger else f"tick {self.tick}"
@@ -573,6 +576,7 @@ class ProtocolModel(RuleBasedStateMachine):
             era=self.job_era[job],
             claimed_era=self.job_era[job] if claimed_era is None else claimed_era,
             state="orphaned" if orphaned else "active",
+            held=hold_ms > 0,
         )
         if hold_ms:
             _event("a grant waited for the hold after lost data")
@@ -589,7 +593,7 @@ class ProtocolModel(RuleBasedStateMachine):
         if run.started or run.state != "active" or self.now_ms < run.start_ms:
             return
         n = self.nodes[run.node]
-        if run.leased and run.start_ms > run.granted_ms and not self._renew(n, run, starting=True):
+        if run.leased and run.held and not self._renew(n, run, starting=True):
             # Held after lost data, it confirms its lease as it starts: an older run that
             # re-asserted its lease meanwhile took it, and this one never starts.
             _event("a held grant found its lease taken back and did not start")
@@ -606,8 +610,9 @@ class ProtocolModel(RuleBasedStateMachine):
         what = run.trigger or run.tick
         for index, (era, job, ticks) in enumerate(self.windows):
             # The two runs' claims straddle the loss: one was won before it, the other
-            # (or a retried decision of the first) after.
-            straddle = min(before.claimed_era, run.claimed_era) < era <= run.era
+            # (or a retried decision of the first) after. Either may start second: a grant
+            # held after a wipe starts when its hold ends, after a grant made later.
+            straddle = min(before.claimed_era, run.claimed_era) < era <= max(before.era, run.era)
             if job == run.job and what in ticks and straddle:
                 ticks.discard(what)
                 self.excused["duplicate start after lost data"] += 1
