@@ -1,0 +1,10 @@
+-- 0016_late_backlog_queued.sql: version 16 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): acquire() of a late backlog (a passed
+-- tick decided late under catchup = all) runs or queues from late_from, the oldest tick
+-- it took, not from its plan's first tick, which another decision may have taken: behind
+-- a live run (queue_one) it queued that tick again, reported it superseded, and its own
+-- tick, recorded queued, never ran (the deep protocol model, seed 11).
