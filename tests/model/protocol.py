@@ -742,6 +742,10 @@ class ProtocolModel(RuleBasedStateMachine):
             orphaned=not node_sees_it,
         )
         handed.more_ticks = run.more_ticks[1:]
+        # Handed on under the same lease, without a decision: a blind grant's next run is
+        # as blind (README "A wiped Redis": the epoch check at the node's next heartbeat,
+        # which this model does not have, is what would hold it).
+        handed.blind = run.blind
         return handed
 
     def _run_label(self, rid: int | None) -> str:

@@ -304,3 +304,17 @@ def test_a_held_grant_that_starts_after_a_later_grant_of_its_trigger_is_excused_
     state.failover_to_a_lagging_replica(back=0)
     state.time_passes(awake=["b", "a", "c"], grains=4, replica_syncs=False)
     state.time_passes(awake=[], grains=2, replica_syncs=False)
+
+
+def test_a_blind_grants_catch_up_continues_as_blind(state: Steps) -> None:
+    """a runs j-skip's backlog and is cut off; Redis is wiped; b, which has seen no fence
+    of the job, decides its own backlog (1000002-1000003) and runs it beside a's run: the
+    README's limit for a node without evidence, excused for b's first run. Its second
+    tick, handed on by the release under the same lease with no decision, is as blind,
+    but the model did not carry that over and flagged the overlap (deep model, seed 51)."""
+    state.define_jobs(catchup={**ALL_SKIP, "j-skip": Catchup.ALL})
+    state.time_passes(awake=["a"], grains=3, replica_syncs=False)
+    state.cut_off(node="a")
+    state.redis_restarts(early_end=False, keeps_data=False)
+    state.time_passes(awake=["a", "b"], grains=3, replica_syncs=False)
+    state.finish(job="j-skip", node="b", ok=False)
