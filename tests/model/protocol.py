@@ -92,7 +92,6 @@ class Run:
     more_ticks: list[int] = field(default_factory=list)  # catch-up ticks still to run
     started: bool = False
     state: str = "active"  # active | finished | lost | orphaned
-    lease_lost_by: str | None = None  # the data loss that took its lease, if one did
     #: Every data loss since its lease was last renewed (a wipe, then a failover to a
     #: replica that copied the data before it: each may be what let another run in).
     lease_losses: set[str] = field(default_factory=set)
@@ -916,7 +915,6 @@ class ProtocolModel(RuleBasedStateMachine):
                 )
         if answer in (Renewal.RENEWED, Renewal.REASSERTED):
             run.renewed_ms = self.now_ms
-            run.lease_lost_by = None
             run.lease_losses.clear()
             if answer == Renewal.REASSERTED:
                 # The job's run again: should its lease expire unreleased, the next grant
@@ -1071,7 +1069,6 @@ class ProtocolModel(RuleBasedStateMachine):
         head = self.head()
         for job in jobs:
             for run in self.live_runs(job):
-                run.lease_lost_by = run.lease_lost_by or why
                 run.lease_losses.add(why)
             self.job_era[job] = self.era
             oldest = max(TICK_BASE + 1, head - WINDOW_TICKS - 2)
@@ -1212,7 +1209,7 @@ class ProtocolModel(RuleBasedStateMachine):
                 continue
             if JOBS[job] == "replace":
                 continue  # replaced: its next renewal fails (it is at most 2 grains away)
-            if older.lease_lost_by == "wipe" and newest.blind:
+            if "wipe" in older.lease_losses and newest.blind:
                 # README "A wiped Redis", the limit: a node that has seen no fence of the
                 # job cannot tell a wiped job from a new one; the epoch check holds it at
                 # its next heartbeat, which this model does not have.

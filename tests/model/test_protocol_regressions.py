@@ -318,3 +318,19 @@ def test_a_blind_grants_catch_up_continues_as_blind(state: Steps) -> None:
     state.redis_restarts(early_end=False, keeps_data=False)
     state.time_passes(awake=["a", "b"], grains=3, replica_syncs=False)
     state.finish(job="j-skip", node="b", ok=False)
+
+
+def test_garbage_in_a_lease_then_a_wipe_is_excused_as_the_wipe(state: Steps) -> None:
+    """c runs j-skip and is cut off; garbage lands under the job's lease key, then Redis is
+    wiped; a, which has seen no fence of the job, decides the next tick and runs it beside
+    c's run: the README's limit for a node without evidence after a wipe. The model kept
+    only the first loss that took c's lease (the garbage) and excused a blind grant after
+    a wipe only. Fixed in the model: any wipe among the losses since c's last renewal
+    (deep model, seed 61; the failover's excuse had the same gap, 57fe5ad)."""
+    state.define_jobs(catchup=ALL_SKIP)
+    state.time_passes(awake=[], grains=2, replica_syncs=False)
+    state.time_passes(awake=["c"], grains=1, replica_syncs=False)
+    state.cut_off(node="c")
+    state.garbage_lands_under_a_key(job="j-skip", key="lease", kind="text")
+    state.redis_restarts(early_end=False, keeps_data=False)
+    state.time_passes(awake=["a"], grains=3, replica_syncs=False)
