@@ -35,6 +35,8 @@ NEWER_TICK_WAITS = "decided late: a newer tick is queued (queue_one keeps the ne
 #: The reason of a won tick answered ``missed``: a later tick was decided while its answer
 #: was on the way, and its catch-up policy runs no tick late (the record names the tick).
 PASSED_WHILE_UNDECIDED = "decided late: a later tick was decided first (catch-up runs none late)"
+#: The reason of a catch-up's older ticks skipped when its newest was queued behind a run.
+NEWEST_OF_BACKLOG_WAITS = "a newer tick of its backlog is queued (queue_one keeps the newest)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,27 +185,25 @@ def decide(
         )
         events.append((Outcome.MISSED, plan.missed))
     outcome = reply.decision.outcome
-    if outcome in (Outcome.SKIPPED_OVERLAP, Outcome.SKIPPED_PAUSED):
+    if outcome in (Outcome.SKIPPED_OVERLAP, Outcome.SKIPPED_PAUSED, Outcome.QUEUED):
         # A backlog decided without a run is recorded tick by tick: its older ticks are no
         # less decided than the newest (those at or below the watermark found were other
-        # nodes' to decide).
+        # nodes' to decide). Queued, only the newest waits (queue one keeps the newest):
+        # the older ones are skipped.
+        older = Outcome.SKIPPED_OVERLAP if outcome is Outcome.QUEUED else outcome
         prev = reply.prev_watermark_s
         if reply.late_from_s:  # a late backlog: the ticks the script took with its claim
             prev = reply.late_from_s - 1
         for tick_s in plan.fire_ticks_s[:-1]:
             if prev is not None and not proposal.trigger_id and tick_s <= prev:
                 continue
-            records.append(
-                RunRecord(
-                    job,
-                    tick_s,
-                    node_id,
-                    outcome,
-                    finished_ms=now_ms,
-                    detail={"holder_fence": reply.holder_fence} if reply.holder_fence else None,
-                )
+            said: dict[str, object] | None = (
+                {"holder_fence": reply.holder_fence} if reply.holder_fence else None
             )
-            events.append((outcome, 1))
+            if outcome is Outcome.QUEUED:
+                said = {**(said or {}), "reason": NEWEST_OF_BACKLOG_WAITS}
+            records.append(RunRecord(job, tick_s, node_id, older, finished_ms=now_ms, detail=said))
+            events.append((older, 1))
     if outcome is not None:
         detail: dict[str, object] | None = (
             {"holder_fence": reply.holder_fence} if reply.holder_fence else None

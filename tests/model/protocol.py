@@ -504,19 +504,9 @@ class ProtocolModel(RuleBasedStateMachine):
         self._check_abandoned(job, reply)
         self._check_superseded(job, reply)
         if reply.decision == "queued":
-            # acquire.lua queues the run tick it was given, the oldest of a catch-up plan,
-            # unless that one is decided already (at or below the watermark): then the
-            # plan's newest, which nobody has run.
-            # A late decision queues the oldest tick it took (late_from): the plan's older
-            # ticks were another decision's.
-            request = self._request(n, w)
-            queued = request.run_tick_s
-            prev = reply.prev_watermark_s
-            if w.trigger is None and reply.late_from_s:
-                queued = reply.late_from_s
-            elif w.trigger is None and prev is not None and queued <= prev:
-                queued = request.decide_tick_s
-            know.queued, know.queued_known = queued, True
+            # Queue one keeps the newest: the tick the decision is for (a catch-up's
+            # claimed tick, late or not; a trigger's own).
+            know.queued, know.queued_known = self._request(n, w).decide_tick_s, True
         if reply.decision == "skipped:paused" and know.paused:
             _event("paused job skipped")
         if reply.decision != "run":

@@ -43,7 +43,7 @@ FUNCTION_DIGESTS = {
     13: "1f44670844eced49",
     14: "a71d819069cc96ab",
     15: "2a98ee9c7b27ed3c",
-    16: "8a4b4eb2e809c1a5",
+    16: "3e958d16da03d719",
 }
 
 

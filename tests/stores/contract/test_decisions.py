@@ -98,6 +98,18 @@ async def test_a_queued_catch_up_never_waits_with_a_tick_already_decided(store: 
     assert (reply.decision, reply.tick_s) == (ReleaseDecision.HANDED_ON, 104)
 
 
+async def test_a_catch_up_queued_behind_a_run_waits_with_its_newest_tick(store: Store) -> None:
+    """Queue one keeps the newest (README: a newer tick replaces the waiting one). A backlog
+    101..104 meeting a live run queues 104, the tick its claim decided and its record names;
+    the caller records 101..103 skipped (tick/decisions.py). Before, 101 waited (its first
+    tick, never recorded queued) and 104, recorded queued, never ran."""
+    first = await acquire(store, request(100, overlap=Overlap.QUEUE_ONE))
+    queued = await acquire(store, request(104, run=101, overlap=Overlap.QUEUE_ONE, owner=N2))
+    assert queued.decision is AcquireDecision.QUEUED
+    reply = await store.release("j", first.fence, owner=N1, lease_ttl_ms=5000)
+    assert (reply.decision, reply.tick_s) == (ReleaseDecision.HANDED_ON, 104)
+
+
 async def test_expired_lease_is_reported_abandoned_by_the_next_acquirer(
     store: Store, backend: Backend
 ) -> None:

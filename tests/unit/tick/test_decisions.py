@@ -14,6 +14,7 @@ from cronrace.runtime.observer import Observer
 from cronrace.stores.values import AcquireDecision, AcquireMode, AcquireReply, Owner
 from cronrace.tick.decisions import (
     NEWER_TICK_WAITS,
+    NEWEST_OF_BACKLOG_WAITS,
     PASSED_WHILE_UNDECIDED,
     Proposal,
     RunStart,
@@ -344,6 +345,23 @@ def test_a_queue_one_skip_says_a_newer_tick_waits(overlap: Overlap, detail: Any)
         100,
         detail,
     )
+
+
+def test_a_backlog_queued_behind_a_run_records_its_older_ticks_skipped() -> None:
+    """Queue one keeps the newest: the backlog's claimed tick waits (acquire.lua queues it)
+    and is recorded queued; each older tick is recorded skipped, saying why, and none is
+    left without a record (those at or below the watermark were others')."""
+    plan = TickPlan(104, 104, (101, 102, 103, 104), 0)
+    reply = answer(AcquireDecision.QUEUED, holder_fence=6, prev_watermark_s=101)
+    verdict = decide(Proposal(job(Overlap.QUEUE_ONE), plan, None), reply, node_id=ME, now_ms=1)
+    said = {"holder_fence": 6, "reason": NEWEST_OF_BACKLOG_WAITS}
+    assert [(r.tick_s, r.outcome, r.detail) for r in verdict.records] == [
+        (102, Outcome.SKIPPED_OVERLAP, said),
+        (103, Outcome.SKIPPED_OVERLAP, said),
+        (104, Outcome.QUEUED, {"holder_fence": 6}),
+    ]
+    assert verdict.events == ((Outcome.SKIPPED_OVERLAP, 1),) * 2 + ((Outcome.QUEUED, 1),)
+    assert verdict.start is None
 
 
 def test_a_won_tick_answered_missed_names_itself_and_says_why() -> None:

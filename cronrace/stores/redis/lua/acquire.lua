@@ -359,7 +359,7 @@ else
   -- Unless this one is an older tick decided late (queue_one): it runs first, and the
   -- newer tick still waits, handed on when this run releases.
   local waiting = redis.call('GET', pending_key)
-  if waiting and not (overlap == 'queue_one' and behind and tonumber(waiting) > run_tick) then
+  if waiting and not (overlap == 'queue_one' and behind and tonumber(waiting) > decide_tick) then
     superseded = tonumber(waiting)
     superseded_trigger = redis.call('HGET', state_key, 'pending_trigger') or ''
     redis.call('DEL', pending_key)
@@ -374,7 +374,7 @@ end
 if alive then
   if overlap == 'queue_one' then
     local waiting = redis.call('GET', pending_key)
-    if waiting and behind and tonumber(waiting) > run_tick then
+    if waiting and behind and tonumber(waiting) > decide_tick then
       -- An older tick decided late never displaces a newer waiting tick: queue one keeps
       -- the newest (a newer tick overwrites the waiting one, never the other way round).
       redis.call('HINCRBY', state_key, 'skipped_overlap', 1)
@@ -384,12 +384,10 @@ if alive then
       superseded = tonumber(waiting)
       superseded_trigger = redis.call('HGET', state_key, 'pending_trigger') or ''
     end
-    -- A catch-up's first tick (run_tick) may be at or below the watermark: one the holder
-    -- is running already, as part of its own catch-up (seen after a failover). Then its
-    -- newest tick waits instead, which no one has run.
-    local queued = run_tick
-    if mode ~= 'trigger' and queued <= prev then queued = decide_tick end
-    redis.call('SET', pending_key, int_text(queued))
+    -- The newest tick waits, the one this decision is for (a catch-up's claimed tick, which
+    -- its record names; the caller records its older ticks skipped): queue one keeps the
+    -- newest. A trigger waits as itself (its decide_tick is its own).
+    redis.call('SET', pending_key, int_text(decide_tick))
     -- A waiting trigger must run as that trigger (its id, its record), not as a tick.
     if trigger_id ~= '' then
       redis.call('HSET', state_key, 'pending_trigger', trigger_id)

@@ -84,7 +84,6 @@ DECLARE
   v_fence bigint := 0;
   take_lease boolean := false;
   nf record;
-  queued_tick bigint;
   renewed boolean;
   taken boolean := false;
   reply jsonb;
@@ -307,7 +306,7 @@ BEGIN
       -- Unless this one is an older tick decided late (queue_one): it runs first, and the
       -- newer tick still waits, handed on when this run releases.
       IF j.pending_tick IS NOT NULL
-         AND NOT (p_overlap = 'queue_one' AND behind AND j.pending_tick > p_run_tick) THEN
+         AND NOT (p_overlap = 'queue_one' AND behind AND j.pending_tick > p_decide_tick) THEN
         superseded := j.pending_tick;
         superseded_trigger := coalesce(j.pending_trigger, '');
         j.pending_tick := NULL;
@@ -322,7 +321,7 @@ BEGIN
 
     IF alive THEN
       IF p_overlap = 'queue_one' THEN
-        IF behind AND j.pending_tick > p_run_tick THEN
+        IF behind AND j.pending_tick > p_decide_tick THEN
           -- An older tick decided late never displaces a newer waiting tick: queue one
           -- keeps the newest (a newer tick overwrites the waiting one, never the reverse).
           j.skipped_overlap := coalesce(j.skipped_overlap, 0) + 1;
@@ -333,14 +332,10 @@ BEGIN
           superseded := j.pending_tick;
           superseded_trigger := coalesce(j.pending_trigger, '');
         END IF;
-        -- A catch-up's first tick (run_tick) may be at or below the watermark: one the
-        -- holder is running already, as part of its own catch-up. Then its newest tick
-        -- waits instead, which no one has run.
-        queued_tick := p_run_tick;
-        IF v_mode <> 'trigger' AND queued_tick <= prev THEN
-          queued_tick := p_decide_tick;
-        END IF;
-        j.pending_tick := queued_tick;
+        -- The newest tick waits, the one this decision is for (a catch-up's claimed tick,
+        -- which its record names; the caller records its older ticks skipped): queue one
+        -- keeps the newest. A trigger waits as itself (its decide tick is its own).
+        j.pending_tick := p_decide_tick;
         -- A waiting trigger must run as that trigger (its id, its record), not as a tick.
         j.pending_trigger := nullif(p_trigger_id, '');
         j.queued := coalesce(j.queued, 0) + 1;

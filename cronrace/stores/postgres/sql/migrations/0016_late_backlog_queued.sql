@@ -3,8 +3,11 @@
 -- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
 -- Replies: none.
 --
--- The functions change (replaced by every upgrade): acquire() of a late backlog (a passed
--- tick decided late under catchup = all) runs or queues from late_from, the oldest tick
--- it took, not from its plan's first tick, which another decision may have taken: behind
--- a live run (queue_one) it queued that tick again, reported it superseded, and its own
--- tick, recorded queued, never ran (the deep protocol model, seed 11).
+-- The functions change (replaced by every upgrade), both in acquire():
+-- * a late backlog (a passed tick decided late under catchup = all) runs from late_from,
+--   the oldest tick it took, not from its plan's first tick, which another decision may
+--   have taken;
+-- * queue one keeps the newest: a catch-up meeting a live run queues the tick it decided
+--   (its claimed tick, which its record names), not its first tick. Behind a live run a
+--   late backlog queued another decision's tick again and reported it superseded, and its
+--   own tick, recorded queued, never ran (the deep protocol model, seed 11).
