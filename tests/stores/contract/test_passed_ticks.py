@@ -318,17 +318,17 @@ async def test_a_passed_tick_whose_claim_is_gone_when_its_winner_decides_is_miss
     assert (await acquire(store, request(102, C))).decision is AcquireDecision.STALE
 
 
-async def test_a_late_backlog_queued_behind_a_run_waits_as_its_own_oldest_tick(
+async def test_a_late_backlog_queued_behind_a_run_waits_with_its_own_tick(
     store: Store,
 ) -> None:
-    """A late backlog queued behind a live run queues the oldest tick its decision took
-    (``late_from``), not the plan's first tick: that one another decision already took.
+    """A late backlog queued behind a live run queues the tick it decided (queue one keeps
+    the newest), never its plan's first tick, which another decision already took.
 
     B runs 103 and passed 101-102 (D's and C's claims undecided). D's late decision of 101
     queues it. C's claim on 102 covers 101 too (a catch-up backlog), but 101 is D's: before,
     C queued 101 again and reported 101 superseded (so 101 was recorded twice, once as
     superseded though it ran) while 102, recorded queued, never ran (the deep protocol
-    model, seed 11). Now 102 waits and 101 is superseded by it: queue one keeps the newest."""
+    model, seed 11). Now 102 waits and 101 is superseded by it."""
     await claim(store, 100, A)
     ran = await acquire(store, request(100, A, overlap=Overlap.QUEUE_ONE))
     await store.release("j", ran.fence, owner=A, lease_ttl_ms=5000)
