@@ -27,7 +27,7 @@ from cronrace.model.records import RunRecord
 from cronrace.runtime.clock import Clock
 from cronrace.stores.contract import Store
 from cronrace.stores.values import Claim, Owner
-from cronrace.tick.decisions import Proposal
+from cronrace.tick.decisions import Proposal, acquire_request, decide
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.runner import Runner
 
@@ -173,6 +173,14 @@ async def account_for_cut_wakeup(
             runner.admit(d.job, ticks, lease.fence, clock.monotonic(), d.trigger_id)
             continue
         ran = (state.watermark_s or 0) >= d.plan.mark_tick_s and d.trigger_id is None
+        if (
+            not ran
+            and d.trigger_id is None
+            and await _decide_unrun(
+                d, wakeup, store=store, runner=runner, owner=owner, node_id=node_id, clock=clock
+            )
+        ):
+            continue
         why = (
             "the agent was stopped by force while the tick was decided, and the decision "
             "was lost (skipped, queued or paused)"
@@ -193,3 +201,40 @@ async def account_for_cut_wakeup(
         )
     await runner.release_unstarted()
     await outbox.write(wakeup.records, history=max(d.job.history for d in wakeup.plans))
+
+
+async def _decide_unrun(
+    d: Proposal,
+    wakeup: WakeUp,
+    *,
+    store: Store,
+    runner: Runner,
+    owner: Owner,
+    node_id: str,
+    clock: Clock,
+) -> bool:
+    """Decide a won, undecided tick now, as the wake-up would have, and run nothing.
+
+    Left undecided, the claim stays this node's and the next decision of the job, seeing
+    the watermark below the tick, counts it again (missed, or fired late): a ``cancelled``
+    record beside that was a tick recorded twice (the scheduler model with racers = 2 found
+    it). Decided here, its records are the decision's (a catch-up's ``missed`` count, a
+    skip) and a granted run is released unstarted, recorded ``cancelled`` with its fence.
+    Returns False when the store did not answer: the caller records the tick as before.
+    """
+    try:
+        (reply,) = await store.acquire([acquire_request(d, owner)])
+    except StoreError:
+        return False
+    if isinstance(reply, Exception):
+        return False
+    verdict = decide(d, reply, node_id=node_id, now_ms=int(clock.time() * 1000))
+    wakeup.records += verdict.records
+    granted = verdict.start or verdict.unrun
+    if granted is not None:
+        runner.admit(d.job, list(granted.ticks), granted.fence, clock.monotonic())
+    log.warning(
+        "the agent was stopped by force before the tick was decided; decided now, not run",
+        extra={"job": d.job.name, "tick": d.plan.claim_tick_s, "node": node_id},
+    )
+    return True

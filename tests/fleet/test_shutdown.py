@@ -16,8 +16,12 @@ import pytest
 
 from cronrace import Agent, AgentSettings, RunContext
 from cronrace.errors import RedisAmbiguousError
+from cronrace.model.policies import TickPlan
+from cronrace.stores.values import Claim
 from cronrace.testing import FakeClock, memory_agent
 from cronrace.tick import runner as runner_module
+from cronrace.tick.decisions import Proposal
+from cronrace.tick.wakeup import WakeUp, account_for_cut_wakeup
 from tests.helpers import running, settings, wait_for
 from tests.redis_server import RedisServer
 
@@ -182,6 +186,41 @@ async def test_second_stop_inside_a_wakeup_records_the_won_tick_and_releases_its
     if during == "acquire":
         assert record.fence == state.last_fence
     await agent.aclose()
+
+
+@pytest.mark.timeout(30)
+async def test_a_tick_won_and_cut_before_its_decision_is_decided_then_and_recorded_once() -> None:
+    """A forced stop cut a wake-up after its claim was won and before its decision: the tick
+    is decided then (nothing runs; recorded ``cancelled`` with the grant's fence, released).
+    Before, it was recorded ``cancelled`` but left undecided, below the watermark, so the
+    next decision's catch-up counted it ``missed`` too: one tick, two records (the
+    scheduler model with racers = 2 found it, seed 13)."""
+    clock = FakeClock(start_s=1_700_000_000.5)
+    agent, ran = fleet_of_one(clock)
+    async with running(agent):
+        await clock.advance(1)  # tick ...001 runs: the job has a watermark
+        race = agent.scheduler.tick_race  # type: ignore[union-attr]
+        job = agent.jobs["job"]
+        tick_s = 1_700_000_010  # ahead of the loop, which the fake clock holds at ...001
+        plan = TickPlan(tick_s, tick_s, (tick_s,), 0)
+        claim = Claim("job", tick_s, 60_000)
+        assert await agent.store.claim([claim], race.owner) == [True]
+        cut = WakeUp([Proposal(job, plan, prior_tick_s=tick_s - 1)], [claim])
+        await account_for_cut_wakeup(
+            cut,
+            store=agent.store,
+            runner=race.runner,
+            outbox=race.outbox,
+            owner=race.owner,
+            node_id="test-node",
+            clock=clock,
+        )
+        (state,) = await agent.store.job_states(["job"])
+    assert state.watermark_s == tick_s, "decided: no later catch-up counts it again"
+    assert state.lease is None, "the grant that never ran was released"
+    records = [r for r in await agent.history("job", 10) if r.tick_s == tick_s]
+    assert [(r.outcome, r.fence == state.last_fence) for r in records] == [("cancelled", True)]
+    assert tick_s not in ran
 
 
 @pytest.mark.timeout(30)
