@@ -86,14 +86,14 @@ class Releases:
         # Made when someone waits on them: nearly every run ends its job's last pending
         # release, and nearly every wake-up calls retry_now, with nobody waiting.
         self._settled: anyio.Event | None = None
-        self._retry_now: anyio.Event | None = None
+        #: The pauses of releases waiting to retry: retry_now cuts them short.
+        self._pauses: set[anyio.CancelScope] = set()
         self._forming: _Batch | None = None
 
     def retry_now(self) -> None:
         """Redis answers again: releases waiting to retry go out at once."""
-        if self._retry_now is not None:
-            self._retry_now.set()
-            self._retry_now = None
+        for pause in self._pauses:
+            pause.cancel()
 
     def pending(self, jobs: Collection[str]) -> bool:
         """Whether a finished run of ``jobs`` is still trying to release its lease."""
@@ -175,10 +175,15 @@ class Releases:
                 if attempt <= IMMEDIATE_RETRIES:
                     await anyio.lowlevel.checkpoint()
                     continue
-                if self._retry_now is None:
-                    self._retry_now = anyio.Event()
-                with anyio.move_on_after(RELEASE_BACKOFF.delay_s(attempt)):
-                    await self._retry_now.wait()
+                # On the agent's clock, as every other wait of a run: a pause on the
+                # event loop's own clock never ended under a fake clock, and held a
+                # stopping agent whose releases failed (the scheduler model, seed 17).
+                with anyio.CancelScope() as pause:
+                    self._pauses.add(pause)
+                    try:
+                        await self.clock.sleep(RELEASE_BACKOFF.delay_s(attempt))
+                    finally:
+                        self._pauses.discard(pause)
         finally:
             if not confirmed:
                 self.outbox.keep([record], history=job.history, maybe_written=True)

@@ -12,6 +12,7 @@ from cronrace.model.job import Job
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
 from cronrace.runtime.clock import SystemClock
+from cronrace.runtime.retry import Backoff
 from cronrace.stores.redis import Store
 from cronrace.stores.values import (
     AcquireDecision,
@@ -22,6 +23,8 @@ from cronrace.stores.values import (
     ReleaseDecision,
     ReleaseReply,
 )
+from cronrace.testing import FakeClock
+from cronrace.tick import releases as releases_module
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.releases import Releases
 
@@ -183,3 +186,31 @@ async def test_a_batch_cut_short_on_the_wire_counts_as_a_lost_reply_for_the_othe
         (state,) = await store.job_states([name])
         assert state.lease is None
         assert len(await store.history(name, 5)) == 1  # each record once
+
+
+async def test_a_release_waits_between_attempts_on_the_agents_clock(
+    store: CountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release that keeps failing pauses on the agent's clock and gives up at its lease's
+    deadline on that clock. The pauses were on the event loop's own clock: under a fake
+    clock they never ended, and an agent stopping with such a release never finished (the
+    scheduler model, seed 17). Pauses of 10 s make the difference plain."""
+    monkeypatch.setattr(
+        releases_module, "RELEASE_BACKOFF", Backoff(start_s=10.0, max_s=10.0, jitter=False)
+    )
+    clock = FakeClock()
+    rel = Releases(store, clock, OWNER, Outbox(store, clock))
+    (fence,) = await granted(store, ["a"])
+    store.fail = 1_000_000
+    replies: list[ReleaseReply | str | None] = ["pending"]
+
+    async def finish() -> None:
+        until = clock.monotonic() + 25
+        replies[0] = await rel.finish(job("a"), ok("a", fence), fence, until_mono=until)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(finish)
+            await clock.advance(60)
+    assert replies == [None]  # given up at the deadline: the record waits in the outbox
+    assert len(store.batches) >= 4
