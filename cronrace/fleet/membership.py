@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import anyio
 
-from cronrace.fleet.racers import Racers, Ring
+from cronrace.fleet.racers import Racers, Ring, first_of, placement_start_s
 from cronrace.fleet.rings import POINTS, ring_of
 
 log = logging.getLogger("cronrace.fleet.membership")
@@ -66,6 +66,9 @@ RECHECK_MAX = 1_000
 #: while each change costs a node its own arcs and its jobs re-homed: a forming 1,000-node
 #: fleet changed every node's ring at every beat (issue 19). Departures never wait.
 JOINS_WAIT_PERIODS = 6
+#: At most this many (job, window) placements are kept; past it they are all dropped and
+#: placed again as asked (a node races about k·J/N jobs, one window each at a time).
+PLACED_MAX = 1 << 16
 
 
 def late_fire_bound_s(heartbeat_s: float) -> float:
@@ -94,6 +97,11 @@ class Membership:
         self.heartbeat_s = heartbeat_s
         #: The current view; empty until the first heartbeat read (then every node races).
         self.ring = Ring.build([])
+        #: Each job's racers in a placement window on ``self._placed_on`` (the ring they
+        #: were placed on): a window's racers are the same for each of its ticks (an hour of
+        #: them), and the scheduler asks about every tick it races three times.
+        self._placed: dict[tuple[str, int, int], tuple[str, ...]] = {}
+        self._placed_on: Ring | None = None
         #: Each member's last heartbeat, epoch ms, as of the last read.
         self.last_beat_ms: dict[str, int] = {}
         self.on_change: ChangeHook | None = None
@@ -454,8 +462,21 @@ class Membership:
         ring = self.ring
         if k is None or k >= len(ring.members):
             return None
-        chosen = ring.racers(job, tick_s, k)
+        chosen = self._racers(ring, job, tick_s, k)
         return None if self.node_id in chosen else chosen
+
+    def _racers(self, ring: Ring, job: str, tick_s: int, k: int) -> tuple[str, ...]:
+        """``ring.racers(job, tick_s, k)``, placed once per job and window on this ring."""
+        if self._placed_on is not ring:  # rings are immutable: a new view, new placements
+            self._placed.clear()
+            self._placed_on = ring
+        start_s = placement_start_s(job, tick_s)
+        chosen = self._placed.get((job, start_s, k))
+        if chosen is None:
+            if len(self._placed) >= PLACED_MAX:  # windows gone by (jobs removed, hours past)
+                self._placed.clear()
+            chosen = self._placed[(job, start_s, k)] = ring.candidates(job, start_s, k)
+        return chosen
 
     def preferred(self, job: str, tick_s: int) -> bool:
         """Whether this node is the first choice for a (job, tick): it claims at once.
@@ -469,4 +490,4 @@ class Membership:
         k = self.racers.k
         if k is None or k >= len(ring.members):
             return ring.preferred(job, tick_s) == self.node_id
-        return ring.first_racer(job, tick_s, k) == self.node_id
+        return first_of(self._racers(ring, job, tick_s, k), tick_s) == self.node_id

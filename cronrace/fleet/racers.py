@@ -86,6 +86,14 @@ def placement_start_s(job: str, tick_s: int) -> int:
     return tick_s - (tick_s - window_offset_s(job)) % PLACEMENT_WINDOW_S
 
 
+def first_of(racers: tuple[str, ...], tick_s: int) -> str | None:
+    """Which of a window's racers claims ``tick_s`` at once: they take turns."""
+    if not racers:
+        return None
+    # A multiplicative mix, not tick % k: a minutely job's ticks are all even.
+    return racers[((tick_s * 0x9E3779B1) >> 16) % len(racers)]
+
+
 def _node_points(node: str) -> list[int]:
     return [_hash64(f"{node}\x00{i}".encode()) for i in range(POINTS_PER_NODE)]
 
@@ -393,11 +401,7 @@ class Ring:
 
     def first_racer(self, job: str, tick_s: int, k: int) -> str | None:
         """The racer that claims a (job, tick) at once: the window's racers take turns."""
-        chosen = self.racers(job, tick_s, k)
-        if not chosen:
-            return None
-        # A multiplicative mix, not tick % k: a minutely job's ticks are all even.
-        return chosen[((tick_s * 0x9E3779B1) >> 16) % len(chosen)]
+        return first_of(self.racers(job, tick_s, k), tick_s)
 
     def arcs(
         self, node: str, k: int, cache: dict[str, list[int]] | None = None

@@ -46,3 +46,55 @@ def test_members_gone_while_this_node_was_cut_off_are_dated_by_their_last_beat(
     left, last_ms = changes[-1]
     assert left == ["d1", "d2"]
     assert last_ms == T0_MS
+
+
+def _view_of(nodes: list[str]) -> Membership:
+    view = Membership(nodes[0], Racers.parse("2"), 0.5)
+    view.update({n: T0_MS + TTL_MS for n in nodes}, now_ms=T0_MS, ttl_ms=TTL_MS)
+    view.alike(dict.fromkeys(nodes, "same"), T0_MS)
+    return view
+
+
+def _check_against_ring(view: Membership, jobs: list[str], ticks: list[int]) -> int:
+    """Ask the view about every (job, tick) twice over; its answers must be its ring's."""
+    ring, raced = view.ring, 0
+    for tick in ticks + ticks:
+        for job in jobs:
+            racers = ring.racers(job, tick, 2)
+            expected = None if view.node_id in racers else racers
+            assert view.racers_of(job, tick) == expected, (job, tick)
+            first = ring.first_racer(job, tick, 2) == view.node_id
+            assert view.preferred(job, tick) == first, (job, tick)
+            raced += expected is None
+    return raced
+
+
+def test_racers_placed_once_per_window_answer_as_the_ring_does_across_windows_and_changes() -> None:
+    """A view keeps each job's racers for its placement window (three questions a tick,
+    3,600 ticks a window): its answers must stay the ring's own, tick by tick, over
+    window boundaries (each job's at its own offset) and after a member leaves."""
+    from cronrace.fleet.racers import PLACEMENT_WINDOW_S
+
+    nodes = [f"n{i}" for i in range(6)]
+    view = _view_of(nodes)
+    jobs = [f"job-{i}" for i in range(40)]
+    ticks = [T0_MS // 1000 + s for s in range(0, 2 * PLACEMENT_WINDOW_S, 97)]
+    assert _check_against_ring(view, jobs, ticks) > 0
+    before = view.ring
+    now_ms = T0_MS + 10_000
+    view.update({n: now_ms + TTL_MS for n in nodes if n != "n3"}, now_ms=now_ms, ttl_ms=TTL_MS)
+    view.alike({n: "same" for n in nodes if n != "n3"}, now_ms)
+    assert view.ring is not before
+    assert "n3" not in view.ring.members
+    assert _check_against_ring(view, jobs, ticks) > 0  # the same windows, placed again
+
+
+def test_placements_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``PLACED_MAX`` placements the view drops them all and places again as asked."""
+    import cronrace.fleet.membership as membership_module
+
+    monkeypatch.setattr(membership_module, "PLACED_MAX", 8)
+    view = _view_of([f"n{i}" for i in range(6)])
+    jobs = [f"job-{i}" for i in range(12)]
+    _check_against_ring(view, jobs, [T0_MS // 1000 + s for s in range(0, 7200, 300)])
+    assert 0 < len(view._placed) <= 8
