@@ -67,8 +67,8 @@ RECHECK_MAX = 1_000
 #: fleet changed every node's ring at every beat (issue 19). Departures never wait.
 JOINS_WAIT_PERIODS = 6
 #: At most this many (job, window) placements are kept; past it they are all dropped and
-#: placed again as asked (a node races about k·J/N jobs, one window each at a time).
-PLACED_MAX = 1 << 16
+#: placed again as asked (a node races about k·J/N jobs, a window or two each at a time).
+PLACED_MAX = 1 << 14
 
 
 def late_fire_bound_s(heartbeat_s: float) -> float:
@@ -97,9 +97,10 @@ class Membership:
         self.heartbeat_s = heartbeat_s
         #: The current view; empty until the first heartbeat read (then every node races).
         self.ring = Ring.build([])
-        #: Each job's racers in a placement window on ``self._placed_on`` (the ring they
-        #: were placed on): a window's racers are the same for each of its ticks (an hour of
-        #: them), and the scheduler asks about every tick it races three times.
+        #: The racers of each job this node races, per placement window, on
+        #: ``self._placed_on`` (the ring they were placed on): a window's racers are the
+        #: same for each of its ticks (an hour of them), and the scheduler asks about every
+        #: tick it races three times.
         self._placed: dict[tuple[str, int, int], tuple[str, ...]] = {}
         self._placed_on: Ring | None = None
         #: Each member's last heartbeat, epoch ms, as of the last read.
@@ -473,9 +474,13 @@ class Membership:
         start_s = placement_start_s(job, tick_s)
         chosen = self._placed.get((job, start_s, k))
         if chosen is None:
-            if len(self._placed) >= PLACED_MAX:  # windows gone by (jobs removed, hours past)
-                self._placed.clear()
-            chosen = self._placed[(job, start_s, k)] = ring.candidates(job, start_s, k)
+            chosen = ring.candidates(job, start_s, k)
+            # Kept only for what this node races: it is asked about each of those ticks;
+            # of the others, once a window (whether it races them now).
+            if self.node_id in chosen:
+                if len(self._placed) >= PLACED_MAX:  # windows gone by, jobs removed
+                    self._placed.clear()
+                self._placed[(job, start_s, k)] = chosen
         return chosen
 
     def preferred(self, job: str, tick_s: int) -> bool:
