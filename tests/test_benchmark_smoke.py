@@ -173,3 +173,40 @@ def test_floor_spreads_runs_like_cronrace_and_runs_every_tick_once(
     # Every node wins the jobs it is preferred for (two a tick), as cronrace's nodes do:
     # one node winning every claim would make the floor one pipeline cheaper per step.
     assert sorted(owners.values()) == [6, 6, 6]  # a warm-up tick and two measured
+
+
+def test_work_leaves_a_full_collection_started_in_the_store_out_of_the_stores_figure() -> None:
+    """``benchmarks.work`` subtracts full collections from the process's CPU once: one
+    that starts while the embedded store handles a command must not be in the store's
+    figure too (it was, and the nodes' figure fell by its length)."""
+    script = """
+import gc, json, anyio, fakeredis
+from fakeredis._socket import _base
+from benchmarks import work
+
+heap = [[i] for i in range(300_000)]  # a full collection takes a while
+process = _base.BaseFakeSocket._process_command
+
+def collecting(self, fields):
+    gc.collect(2)
+    return process(self, fields)
+
+_base.BaseFakeSocket._process_command = collecting
+work._count_store_cpu()
+work._count_full_gc()
+
+async def main():
+    client = fakeredis.FakeAsyncRedis()
+    for _ in range(5):
+        await client.set("k", "v")
+
+anyio.run(main)
+print(json.dumps({"store": work.STORE_CPU_S[0], "full_gc": work.FULL_GC[0], "n": len(heap)}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    assert row["full_gc"] > 0.01, row  # five full collections of a 300,000-list heap
+    assert row["store"] < 0.5 * row["full_gc"], row
