@@ -227,11 +227,6 @@ def decide(
         events.append((outcome, 1))
     if reply.decision is not AcquireDecision.RUN:
         return Verdict(tuple(records), tuple(events))
-    leased = proposal.job.overlap is not Overlap.ALLOW
-    if leased and ((reply.replayed and not reply.renewed) or answered_late):
-        first = plan.fire_ticks_s[0] if plan.fire_ticks_s else plan.claim_tick_s
-        events.append((Outcome.LEASE_LOST, 1))
-        return Verdict(tuple(records), tuple(events), unrun=RunStart((first,), reply.fence))
     # Ticks at or below the watermark found were decided by another node (a catch-up
     # overlapping a decision made meanwhile); a trigger is not a tick and runs anyway.
     # A passed tick decided late runs the ticks of its backlog the script took with it
@@ -242,7 +237,16 @@ def decide(
         ticks = tuple(t for t in ticks if reply.late_from_s <= t <= plan.claim_tick_s)
     elif prev is not None and not proposal.trigger_id and ticks and ticks[0] <= prev:
         ticks = tuple(t for t in ticks if t > prev)
-    start = RunStart(ticks or (plan.claim_tick_s,), reply.fence, reply.hold_ms / 1000)
+    ticks = ticks or (plan.claim_tick_s,)
+    if proposal.job.overlap is not Overlap.ALLOW and (
+        (reply.replayed and not reply.renewed) or answered_late
+    ):
+        # Every tick the grant covers goes unrun, each with its record: a catch-up backlog
+        # granted as one run left its later ticks with none (the scheduler model, k racers,
+        # seed 41: a node frozen between its win and its answer).
+        events.append((Outcome.LEASE_LOST, len(ticks)))
+        return Verdict(tuple(records), tuple(events), unrun=RunStart(ticks, reply.fence))
+    start = RunStart(ticks, reply.fence, reply.hold_ms / 1000)
     return Verdict(tuple(records), tuple(events), start=start)
 
 

@@ -87,19 +87,25 @@ class UnrunRuns:
         """Record a granted run that will not start, and release its lease.
 
         The release is retried for ``retry_s`` at most (0: once); a record Redis did not
-        take goes to the outbox. Further ticks of a catch-up sequence are recorded too.
+        take goes to the outbox. Further ticks of a catch-up sequence are recorded too,
+        with the same outcome and reason (the release records the first).
         """
-        record = RunRecord(
-            job.name,
-            ticks[0],
-            self.node_id,
-            outcome,
-            fence,
-            finished_ms=self._now_ms(),
-            error=why,
-            trigger_id=trigger_id,
+        now_ms = self._now_ms()
+        record, *later = (
+            RunRecord(
+                job.name,
+                tick_s,
+                self.node_id,
+                outcome,
+                fence if i == 0 else 0,  # the release writes the first, with the fence
+                finished_ms=now_ms,
+                error=why,
+                trigger_id=trigger_id if i == 0 else None,
+            )
+            for i, tick_s in enumerate(ticks)
         )
-        self._keep_unrun(job, ticks[1:])
+        if later:
+            self.outbox.keep(later, history=job.history, maybe_written=False)
         if job.overlap is Overlap.ALLOW:
             await self.outbox.write([record], history=job.history)
         else:

@@ -247,3 +247,26 @@ def test_more_ticks_than_the_share_lists_whose_racers_left_unseen_are_all_counte
     Fixed: they are counted (RacerShare.unlisted) and recorded missed with the listed
     ones' decision."""
     every_beat_failing_in_turn(all_failing_s=900)
+
+
+def test_a_backlog_granted_after_its_lease_ran_out_records_every_tick() -> None:
+    """A single node (racers = 2) froze, was set to freeze again right after its next win,
+    and thawed 30 s later: it claimed j2's backlog (catch-up all: two ticks in one claim)
+    and froze before deciding it; the grant's answer came back after its lease had run
+    out, so the run did not start. Only the backlog's first tick was recorded
+    ``lease_lost``; the second had no record (the scheduler model, seed 41). Fixed: an
+    unrun grant covers every tick the run would have (decisions.decide), and each is
+    recorded (unrun.release_unrun)."""
+    machine = RacersModel()
+    try:
+        state = Steps(machine)
+        state.define_fleet(jobs=jobs(j2=(Overlap.SKIP, Catchup.ALL, 0)), nodes=1)
+        state.node_freezes(name="n1")
+        state.node_freezes_after_its_next_win(name="n1")
+        state.time_passes(seconds=30)
+        state.node_thaws(name="n1")
+        state.time_passes(seconds=18)
+        machine.every_tick_is_accounted_for()
+    finally:
+        machine.failed = True
+        machine.teardown()

@@ -379,6 +379,8 @@ def test_a_won_tick_answered_missed_names_itself_and_says_why() -> None:
 
 
 def test_a_grant_answered_past_its_lease_deadline_is_given_back() -> None:
+    """Every tick of the backlog the grant covered is given back unrun (each gets its
+    record): only the first was, and the second went without one (scheduler model)."""
     verdict = decide(
         Proposal(job(), TickPlan(104, 104, (103, 104), 0)),
         answer(),
@@ -387,8 +389,8 @@ def test_a_grant_answered_past_its_lease_deadline_is_given_back() -> None:
         answered_late=True,
     )
     assert verdict.start is None
-    assert verdict.unrun == RunStart((103,), 7)
-    assert verdict.events == ((Outcome.LEASE_LOST, 1),)
+    assert verdict.unrun == RunStart((103, 104), 7)
+    assert verdict.events == ((Outcome.LEASE_LOST, 2),)
     late_allow = decide(
         Proposal(job(Overlap.ALLOW), steady()), answer(), node_id=ME, now_ms=1, answered_late=True
     )
