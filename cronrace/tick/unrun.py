@@ -90,22 +90,17 @@ class UnrunRuns:
         take goes to the outbox. Further ticks of a catch-up sequence are recorded too,
         with the same outcome and reason (the release records the first).
         """
-        now_ms = self._now_ms()
-        record, *later = (
-            RunRecord(
-                job.name,
-                tick_s,
-                self.node_id,
-                outcome,
-                fence if i == 0 else 0,  # the release writes the first, with the fence
-                finished_ms=now_ms,
-                error=why,
-                trigger_id=trigger_id if i == 0 else None,
-            )
-            for i, tick_s in enumerate(ticks)
+        record = RunRecord(
+            job.name,
+            ticks[0],
+            self.node_id,
+            outcome,
+            fence,
+            finished_ms=self._now_ms(),
+            error=why,
+            trigger_id=trigger_id,
         )
-        if later:
-            self.outbox.keep(later, history=job.history, maybe_written=False)
+        self._keep_unrun(job, ticks[1:], outcome, why)
         if job.overlap is Overlap.ALLOW:
             await self.outbox.write([record], history=job.history)
         else:
@@ -131,18 +126,18 @@ class UnrunRuns:
                 retry_s=0,
             )
 
-    def _keep_unrun(self, job: Job, ticks: Iterable[int]) -> None:
-        """Record ticks of a catch-up sequence that will not run (the agent stopped)."""
+    def _keep_unrun(
+        self,
+        job: Job,
+        ticks: Iterable[int],
+        outcome: Outcome = Outcome.CANCELLED,
+        why: str = "the agent stopped before this catch-up tick ran",
+    ) -> None:
+        """Record ticks of a catch-up sequence that will not run (by default: the agent
+        stopped)."""
         now_ms = self._now_ms()
         records = [
-            RunRecord(
-                job.name,
-                tick_s,
-                self.node_id,
-                Outcome.CANCELLED,
-                finished_ms=now_ms,
-                error="the agent stopped before this catch-up tick ran",
-            )
+            RunRecord(job.name, tick_s, self.node_id, outcome, finished_ms=now_ms, error=why)
             for tick_s in ticks
         ]
         if records:
