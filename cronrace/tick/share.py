@@ -340,11 +340,22 @@ class RacerShare:
         Only once none of the racers a tick was left to is still a member: one late
         heartbeat that drops one racer of three costs no claim, and a tick whose racers
         leave one by one is raced again when the last one goes.
+
+        Not only the ticks after the leavers' last heartbeat: a racer that lost a tick
+        takes its claim over when the winner goes silent (tick/takeover.py), up to the
+        orphan window after the tick, and may die before deciding it. Its last beat then
+        comes after the tick, yet nobody decided it, and nobody else lost its claim (the
+        scheduler model with racers = 2, seed 41: n1 won, froze; n2 took over, froze;
+        n3 ran the next tick). So a tick is left alone only when the last racers beat
+        later than that window after it.
         """
         k = self.k
         if k is None:
             return
         me, members = self.node_id, change.after.members
+        # A lost claim is taken over at most the orphan window after its tick (the
+        # takeovers' memory, race.py: the same span).
+        since_s = change.since_s - math.ceil(self.orphan_window_s)
         found = 0
         for name, left in self.left.items():
             if name not in self.jobs:
@@ -352,7 +363,7 @@ class RacerShare:
             races: dict[int, bool] = {}  # by placement window, as in recover()
             mine = []
             for t, racers in left:
-                if t < change.since_s or not members.isdisjoint(racers):
+                if t < since_s or not members.isdisjoint(racers):
                     continue
                 start_s = placement_start_s(name, t)
                 if start_s not in races:

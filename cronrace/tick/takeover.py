@@ -36,6 +36,10 @@ log = logging.getLogger("cronrace.tick.takeover")
 
 #: After a failed attempt (the store unreachable), wait this long before the next one.
 RETRY_AFTER_S = 1.0
+#: A claim this node looked at in a takeover and did not take is watched for ``keep_s``
+#: more (another node may have taken it, and may die before deciding it), while its tick
+#: is at most this many ``keep_s`` old: a winner and two takers dying in turn.
+WATCH_LINKS = 3
 
 
 class Takeovers:
@@ -55,6 +59,11 @@ class Takeovers:
         #: The oldest tick a lost claim's plan decided with it when older than the claim's
         #: own (a backlog), by (tick, job): a taker decides from there (:meth:`covered`).
         self._backlogs: dict[tuple[int, str], int] = {}
+        #: Claims looked at in a takeover and not taken by this node, by (tick, job), and
+        #: when: another node may have taken one and died before deciding it, and nobody
+        #: else lost it (the scheduler model: n1 won, froze; n2 took over, froze; n3
+        #: had forgotten the claim by n2's departure, keep_s after the tick).
+        self._watched: dict[tuple[int, str], float] = {}
         #: Members seen departing since the last look.
         self._departed: set[str] = set()
         #: Members that departed lately, and when this node first looked for their claims.
@@ -78,7 +87,7 @@ class Takeovers:
         oldest_s = now - self.keep_s
         while self._lost and self._lost[0][0] < oldest_s:
             gone = self._lost.popleft()
-            if self._backlogs:
+            if self._backlogs and gone not in self._watched:
                 self._backlogs.pop(gone, None)
 
     def covered(self, job: str, tick_s: int) -> int:
@@ -120,9 +129,13 @@ class Takeovers:
             self._recent[node] = now
         oldest_s = now - self.keep_s
         self._recent = {node: at for node, at in self._recent.items() if at >= oldest_s}
+        self._forget_watched(oldest_s)
         if not self._recent:
             return {}
-        pairs = {(t, job) for t, job in self._lost if t >= oldest_s} if departed else set()
+        pairs = set()
+        if departed:
+            pairs = {(t, job) for t, job in self._lost if t >= oldest_s}
+            pairs.update(self._watched)
         pairs |= {(t, job) for job, ticks in (orphans or {}).items() for t in ticks}
         if not pairs:
             return {}
@@ -139,9 +152,13 @@ class Takeovers:
             )
             return {}
         taken: dict[str, list[int]] = {}
+        oldest_tick_s = now - WATCH_LINKS * self.keep_s
         for (tick_s, job), holder in zip(ordered, holders, strict=True):
             if holder is None:
+                if tick_s >= oldest_tick_s:
+                    self._watched[(tick_s, job)] = now
                 continue
+            self._watched.pop((tick_s, job), None)
             taken.setdefault(job, []).append(tick_s)
             log.warning(
                 "took over a claim whose winner went silent before deciding it",
@@ -152,3 +169,14 @@ class Takeovers:
             self._lost = deque(pair for pair in self._lost if pair not in gone)
             self.taken += len(gone)
         return taken
+
+    def _forget_watched(self, oldest_s: float) -> None:
+        """Drop the claims watched since before ``oldest_s`` (and their backlogs)."""
+        old = [pair for pair, at in self._watched.items() if at < oldest_s]
+        if not old:
+            return
+        lost = set(self._lost) if self._backlogs else set()
+        for pair in old:
+            del self._watched[pair]
+            if pair not in lost:
+                self._backlogs.pop(pair, None)

@@ -270,3 +270,28 @@ def test_a_backlog_granted_after_its_lease_ran_out_records_every_tick() -> None:
     finally:
         machine.failed = True
         machine.teardown()
+
+
+def test_a_tick_taken_over_from_a_frozen_winner_is_run_or_recorded() -> None:
+    """racers = 2 of 3: n1 won j1's tick 60 and froze before deciding it; n2, its other
+    racer, took the claim over when n1 went silent, and froze before deciding it too; n3,
+    racing j1 since n1 left, saw n2 leave, but n2 had beaten after tick 60, so n3 raced
+    only the ticks after that beat, and it had lost no claim of tick 60 to take over. It
+    ran tick 70; tick 60 had no run and no record (the scheduler model, deep profile,
+    seed 41). Fixed: a tick whose last racers beat after it is raced again while that
+    beat is within the orphan window after it (share.RacerShare._members_left), and a
+    claim a node looked at in a takeover and did not take is watched keep_s more
+    (takeover.Takeovers): another node may have taken it and died."""
+    machine = RacersModel()
+    try:
+        state = Steps(machine)
+        state.define_fleet(jobs=jobs(), nodes=3)
+        state.node_freezes_after_its_next_win(name="n1")
+        state.node_freezes_after_its_next_win(name="n2")
+        state.node_freezes_after_its_next_win(name="n1")
+        state.time_passes(seconds=15)
+        state.node_freezes_after_its_next_win(name="n1")
+        machine.every_tick_is_accounted_for()
+    finally:
+        machine.failed = True
+        machine.teardown()

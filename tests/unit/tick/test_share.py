@@ -115,3 +115,31 @@ def test_orphans_whose_race_got_no_answer_are_covered_from_the_oldest_however_ol
     assert orphaned.plan.claim_tick_s == NOW_S
     assert orphaned.plan.missed == 300  # each counted (the decision leaves out the decided)
     assert "b" not in share.uncovered
+
+
+def test_a_tick_whose_last_racer_beat_after_it_is_raced_again_within_the_takeover_span() -> None:
+    """n1 left tick t to n2 and n4; n4 left (n2 lives), then n2. n2 beat after t, but it may
+    have taken t's claim over from n4 (tick/takeover.py, up to the orphan window after t)
+    and died before deciding it: t is raced again while the leavers' last beat is within
+    that window after it, and not later (it decided what it took). Before, only the ticks
+    after n2's last beat were (the scheduler model with racers = 2: the tick lost)."""
+    job = Job.define(noop, "* * * * * *", name="b")
+    four = Ring.build(["n1", "n2", "n3", "n4"])
+    racers = four.racers("b", NOW_S, 2)
+    assert set(racers) == {"n2", "n4"}
+
+    def raced_again(since_s: int) -> list[int]:
+        share = RacerShare(
+            "n1", Membership("n1", Racers.parse("2"), 2.0), {"b": job}, ORPHAN_WINDOW_S
+        )
+        share.left_to("b", NOW_S, racers, NOW_S)
+        without_n4 = Ring.build(["n1", "n2", "n3"])
+        share._members_left(Change(four, without_n4, NOW_S))  # n2 lives: nothing yet
+        assert share.orphans == {}
+        share._members_left(Change(without_n4, Ring.build(["n1", "n3"]), since_s))
+        return share.orphans.get("b", [])
+
+    assert Ring.build(["n1", "n3"]).races("n1", "b", NOW_S, 2)
+    assert raced_again(NOW_S + 3) == [NOW_S]
+    assert raced_again(NOW_S + int(ORPHAN_WINDOW_S)) == [NOW_S]
+    assert raced_again(NOW_S + int(ORPHAN_WINDOW_S) + 1) == []

@@ -135,3 +135,54 @@ async def test_a_node_departing_again_has_its_new_claims_taken_over(store: DownS
     takeovers.lost("j", 999, NOW)
     takeovers.departed({"a"})
     assert await takeovers.take(store, B, now=NOW, now_mono=10) == {"j": [999]}
+
+
+async def test_a_claim_another_node_took_over_is_taken_again_when_that_node_departs(
+    store: DownStore,
+) -> None:
+    """a won tick 999 and froze; b and c had lost it. c took it over first and froze too,
+    before deciding it. b must take it from c when c departs, though that comes more than
+    keep_s after the tick (c's silence is seen 2.5 heartbeats after it took the claim);
+    it had forgotten the claim by then (failed before: {}), and nobody decided the tick.
+    With its backlog: c's decision would have covered it."""
+    await won_by_a(store, 999)
+    c = Owner("c", "3")
+    b_side, c_side = Takeovers("b", keep_s=5), Takeovers("c", keep_s=5)
+    for side in (b_side, c_side):
+        side.lost("j", 999, NOW, first_s=997)
+        side.departed({"a"})
+    assert await c_side.take(store, c, now=NOW + 3, now_mono=0) == {"j": [999]}
+    assert await b_side.take(store, B, now=NOW + 3, now_mono=0) == {}  # c was first
+    b_side.lost("j", 1_007, NOW + 7)  # drops 999 from the lost claims: older than keep_s
+    b_side.departed({"c"})
+    assert await b_side.take(store, B, now=NOW + 7, now_mono=1) == {"j": [999]}
+    assert b_side.covered("j", 999) == 997
+    assert await store.read_claims([Claim("j", 999, 0)], B) == [True]
+
+
+async def test_a_claim_looked_at_is_watched_for_keep_s_and_three_links_at_most(
+    store: DownStore,
+) -> None:
+    """A claim looked at and not taken is watched keep_s from the look, and not once its
+    tick is WATCH_LINKS keep_s old: a fleet that keeps losing members does not look at
+    every claim it ever lost again at each departure."""
+    c = Owner("c", "3")
+
+    async def watched_until(job: str, looks: tuple[float, ...], at: float) -> dict[str, list[int]]:
+        """b lost ``job``'s tick NOW to a, looked at it at each of ``looks`` (others
+        departed), then c took it and departed; what b takes at ``at``."""
+        await won_by_a(store, int(NOW), job=job)
+        takeovers = Takeovers("b", keep_s=5)
+        takeovers.lost(job, int(NOW), NOW)
+        for i, look in enumerate(looks):
+            takeovers.departed({f"x{i}"})
+            assert await takeovers.take(store, B, now=look, now_mono=look) == {}
+        assert await store.take_over([Claim(job, int(NOW), 0)], {"a"}, c) == [A]
+        takeovers.departed({"c"})
+        return await takeovers.take(store, B, now=at, now_mono=at)
+
+    assert await watched_until("j1", (NOW + 1,), NOW + 5.5) == {"j1": [1_000]}
+    assert await watched_until("j2", (NOW + 1,), NOW + 6.5) == {}  # 5 s after the look
+    looks = (NOW + 4, NOW + 8, NOW + 12, NOW + 16)  # the last, past 15 s: not watched anew
+    assert await watched_until("j3", looks, NOW + 16.5) == {"j3": [1_000]}
+    assert await watched_until("j4", looks, NOW + 17.5) == {}
