@@ -54,8 +54,10 @@ class Takeovers:
     def __init__(self, node_id: str, keep_s: float) -> None:
         self.node_id = node_id
         self.keep_s = keep_s
-        #: (tick, job) of every claim lost, oldest first.
-        self._lost: deque[tuple[int, str]] = deque()
+        #: (when, tick, job) of every claim lost, oldest first. Kept from when it was lost,
+        #: not from its tick: a node that races a tick late (it became a racer when a
+        #: member left) loses its claim late, to a node that may have just taken it over.
+        self._lost: deque[tuple[float, int, str]] = deque()
         #: The oldest tick a lost claim's plan decided with it when older than the claim's
         #: own (a backlog), by (tick, job): a taker decides from there (:meth:`covered`).
         self._backlogs: dict[tuple[int, str], int] = {}
@@ -81,14 +83,15 @@ class Takeovers:
         its decision would have decided them: a node that takes the claim over must decide
         them too, or nobody does (its decision moves the watermark past them).
         """
-        self._lost.append((tick_s, job))
+        self._lost.append((now, tick_s, job))
         if first_s is not None and first_s < tick_s:
             self._backlogs[(tick_s, job)] = first_s
         oldest_s = now - self.keep_s
         while self._lost and self._lost[0][0] < oldest_s:
-            gone = self._lost.popleft()
-            if self._backlogs and gone not in self._watched:
-                self._backlogs.pop(gone, None)
+            _at, gone_s, gone_job = self._lost.popleft()
+            pair = (gone_s, gone_job)
+            if self._backlogs and pair not in self._watched:
+                self._backlogs.pop(pair, None)
 
     def covered(self, job: str, tick_s: int) -> int:
         """The oldest tick a claim taken over decides (its lost plan's backlog from there)."""
@@ -134,7 +137,7 @@ class Takeovers:
             return {}
         pairs = set()
         if departed:
-            pairs = {(t, job) for t, job in self._lost if t >= oldest_s}
+            pairs = {(t, job) for at, t, job in self._lost if at >= oldest_s}
             pairs.update(self._watched)
         pairs |= {(t, job) for job, ticks in (orphans or {}).items() for t in ticks}
         if not pairs:
@@ -166,7 +169,7 @@ class Takeovers:
             )
         if taken:
             gone = {(t, job) for job, ticks in taken.items() for t in ticks}
-            self._lost = deque(pair for pair in self._lost if pair not in gone)
+            self._lost = deque(lost for lost in self._lost if (lost[1], lost[2]) not in gone)
             self.taken += len(gone)
         return taken
 
@@ -175,7 +178,7 @@ class Takeovers:
         old = [pair for pair, at in self._watched.items() if at < oldest_s]
         if not old:
             return
-        lost = set(self._lost) if self._backlogs else set()
+        lost = {(t, job) for _at, t, job in self._lost} if self._backlogs else set()
         for pair in old:
             del self._watched[pair]
             if pair not in lost:

@@ -163,6 +163,53 @@ if FREEZE_JOB:
     _race.TickRace._decide = _decide_frozen  # type: ignore[method-assign]
 
 
+#: When set (to the path of the frozen winner's ``$FAULT_FREEZE_MARK``), this process stops
+#: itself (SIGSTOP) once, about to decide the tick written there for the job
+#: ``$FAULT_FREEZE_TAKEN_JOB``: the first node that took that claim over from the frozen
+#: winner freezes in turn, before deciding it. It creates ``$FAULT_FREEZE_TAKEN_MARK`` with
+#: its pid first; a node that finds it there goes on (tests/faults/test_dead_winner.py: a
+#: chain of takeovers).
+FREEZE_TAKEN_FROM = os.environ.get("FAULT_FREEZE_TAKEN_FROM")
+
+if FREEZE_TAKEN_FROM and not FREEZE_JOB:
+    import signal
+    from typing import Any
+
+    from cronrace.tick import race as _race
+
+    _decide_taken = _race.TickRace._decide
+    _taken_job = os.environ["FAULT_FREEZE_TAKEN_JOB"]
+    _taken_frozen = False
+
+    async def _decide_taken_frozen(self: Any, wakeup: Any, runs: Any, **options: Any) -> Any:
+        global _taken_frozen
+        try:
+            with open(FREEZE_TAKEN_FROM) as mark:  # noqa: ASYNC230 (the point is to block)
+                frozen_tick = int(mark.read().split()[0])
+        except (FileNotFoundError, IndexError, ValueError):
+            frozen_tick = None
+        won = [
+            p.plan.claim_tick_s
+            for p in wakeup.winners or ()
+            if p.job.name == _taken_job and p.trigger_id is None
+        ]
+        if not _taken_frozen and frozen_tick is not None and frozen_tick in won:
+            _taken_frozen = True
+            try:  # the first taker only: the next one must decide it
+                fd = os.open(
+                    os.environ["FAULT_FREEZE_TAKEN_MARK"], os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                )
+            except FileExistsError:
+                fd = None
+            if fd is not None:
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+                os.kill(os.getpid(), signal.SIGSTOP)
+        return await _decide_taken(self, wakeup, runs, **options)
+
+    _race.TickRace._decide = _decide_taken_frozen  # type: ignore[method-assign]
+
+
 #: When set (to a file's path), this process's heartbeats fail while that file exists,
 #: and its claims and decisions go through: the others count it departed, and it claims
 #: nothing meanwhile (tick/race.py, _counted_live). tests/faults/test_late_departures.py.

@@ -186,3 +186,20 @@ async def test_a_claim_looked_at_is_watched_for_keep_s_and_three_links_at_most(
     looks = (NOW + 4, NOW + 8, NOW + 12, NOW + 16)  # the last, past 15 s: not watched anew
     assert await watched_until("j3", looks, NOW + 16.5) == {"j3": [1_000]}
     assert await watched_until("j4", looks, NOW + 17.5) == {}
+
+
+async def test_a_claim_lost_late_is_remembered_from_when_it_was_lost(store: DownStore) -> None:
+    """racers = k: b became a racer of tick 1,000 when a (its winner) left, and lost its
+    late claim to c, which had just taken a's claim over and died before deciding it. c's
+    silence is seen keep_s after that, more than keep_s after the tick: the lost claim
+    must still be remembered (the real-process chain of takeovers, racers = 2: the tick
+    ran nowhere)."""
+    await won_by_a(store, 1_000)
+    c = Owner("c", "3")
+    assert await store.take_over([Claim("j", 1_000, 0)], {"a"}, c) == [A]
+    takeovers = Takeovers("b", keep_s=5)
+    takeovers.departed({"a"})
+    assert await takeovers.take(store, B, now=NOW + 1, now_mono=0) == {}  # nothing lost yet
+    takeovers.lost("j", 1_000, NOW + 2)
+    takeovers.departed({"c"})
+    assert await takeovers.take(store, B, now=NOW + 6.5, now_mono=1) == {"j": [1_000]}
