@@ -155,7 +155,7 @@ if FREEZE_JOB:
         if won and os.path.exists(arm):  # noqa: ASYNC240 (the point is to block: a freeze)
             os.unlink(arm)
             fd = os.open(os.environ["FAULT_FREEZE_MARK"], os.O_WRONLY | os.O_CREAT, 0o644)
-            os.write(fd, f"{won[0]} {time.time()}".encode())
+            os.write(fd, f"{won[0]} {time.time()} {os.getpid()}".encode())
             os.close(fd)
             os.kill(os.getpid(), signal.SIGSTOP)
         return await _decide(self, wakeup, runs, **options)
@@ -167,11 +167,11 @@ if FREEZE_JOB:
 #: itself (SIGSTOP) once, about to decide the tick written there for the job
 #: ``$FAULT_FREEZE_TAKEN_JOB``: the first node that took that claim over from the frozen
 #: winner freezes in turn, before deciding it. It creates ``$FAULT_FREEZE_TAKEN_MARK`` with
-#: its pid first; a node that finds it there goes on (tests/faults/test_dead_winner.py: a
-#: chain of takeovers).
+#: its pid first; a node that finds it there goes on, and so does the frozen winner (its
+#: pid is the mark's third field). tests/faults/test_dead_winner.py: a chain of takeovers.
 FREEZE_TAKEN_FROM = os.environ.get("FAULT_FREEZE_TAKEN_FROM")
 
-if FREEZE_TAKEN_FROM and not FREEZE_JOB:
+if FREEZE_TAKEN_FROM:
     import signal
     from typing import Any
 
@@ -185,8 +185,9 @@ if FREEZE_TAKEN_FROM and not FREEZE_JOB:
         global _taken_frozen
         try:
             with open(FREEZE_TAKEN_FROM) as mark:  # noqa: ASYNC230 (the point is to block)
-                frozen_tick = int(mark.read().split()[0])
-        except (FileNotFoundError, IndexError, ValueError):
+                tick_text, _at, pid_text = mark.read().split()
+            frozen_tick = int(tick_text) if int(pid_text) != os.getpid() else None
+        except (FileNotFoundError, ValueError):
             frozen_tick = None
         won = [
             p.plan.claim_tick_s

@@ -78,7 +78,13 @@ def records_of(url: str, namespace: str, job: str) -> list[RunRecord]:
 
 
 def start_fleet(  # type: ignore[type-arg]
-    url: str, namespace: str, witness: Witness, tmp_path: Path, **more: str
+    url: str,
+    namespace: str,
+    witness: Witness,
+    tmp_path: Path,
+    *,
+    everyone_may_freeze: bool = False,
+    **more: str,
 ) -> list:
     env = {
         "FAULT_CODE_JOBS": "",
@@ -100,7 +106,7 @@ def start_fleet(  # type: ignore[type-arg]
             namespace,
             f"n{i}",
             witness,
-            env={**env, **(freeze if i == 0 else {})},
+            env={**env, **(freeze if i == 0 or everyone_may_freeze else {})},
             stderr_dir=tmp_path,
         )
         for i in range(3)
@@ -327,17 +333,17 @@ def test_a_won_tick_whose_decision_never_got_through_is_recorded_missed(
 def test_a_claim_taken_over_by_a_node_that_stops_too_is_taken_over_again(
     redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path, racers: str
 ) -> None:
-    """n0 stops right after winning a tick and is killed; the node that takes its claim
+    """A node stops right after winning a tick and is killed; the node that takes its claim
     over stops too, about to decide it, and is killed. The last node must take the claim
     over from the taker and fire the tick (catch-up all). Lost claims were remembered
-    keep_s from their tick: with ``racers = 2`` the last node, a racer only since n0 left,
-    lost its late claim of the tick to the taker and had forgotten it by the taker's
-    departure (1 run in 3 failed so; the tick ran nowhere and nothing recorded it). With
-    ``racers = all`` the taker's departure can come after keep_s too (when n0's was seen
-    late); here it came within (3 of 3 passed before). The scheduler model with racers =
-    2 found the chain (tick/takeover.py, tick/share.py)."""
+    keep_s from their tick: with ``racers = 2`` the last node, a racer only since the
+    winner left, lost its late claim of the tick to the taker and had forgotten it by the
+    taker's departure (1 run in 3 failed so; the tick ran nowhere and nothing recorded
+    it). With ``racers = all`` the taker's departure can come after keep_s too (when the
+    winner's was seen late); here it came within (3 of 3 passed before). The scheduler
+    model with racers = 2 found the chain (tick/takeover.py, tick/share.py)."""
     taken_mark = tmp_path / "taken"
-    procs = start_fleet(
+    procs = start_fleet(  # every node may stop as the winner: with racers = 2, n0 may race none
         redis_server.url,
         namespace,
         witness,
@@ -346,12 +352,14 @@ def test_a_claim_taken_over_by_a_node_that_stops_too_is_taken_over_again(
         FAULT_FREEZE_TAKEN_FROM=str(tmp_path / "mark"),
         FAULT_FREEZE_TAKEN_JOB=JOB,
         FAULT_FREEZE_TAKEN_MARK=str(taken_mark),
+        everyone_may_freeze=True,
     )
     try:
         first_s = fleet_running(witness, tmp_path)
         frozen_tick = frozen_winner(tmp_path)
-        procs[0].send_signal(signal.SIGKILL)
-        wait_until(taken_mark.exists, timeout_s=20, what="a node taking n0's claim and stopping")
+        winner_pid = int((tmp_path / "mark").read_text().split()[2])
+        next(p for p in procs if p.pid == winner_pid).send_signal(signal.SIGKILL)
+        wait_until(taken_mark.exists, timeout_s=20, what="a node taking the claim and stopping")
         time.sleep(0.05)  # the mark is written just before SIGSTOP
         taker_pid = int(taken_mark.read_text().split()[0])
         taker = next(p for p in procs if p.pid == taker_pid)
@@ -368,7 +376,7 @@ def test_a_claim_taken_over_by_a_node_that_stops_too_is_taken_over_again(
     verdict = judge(events, JOB, first_tick_s=first_s, last_tick_s=last_s, leased=True)
     starts = [e for e in events if e["job"] == JOB and e["tick"] == frozen_tick]
     starts = [e for e in starts if e["event"] == "start"]
-    last = [f"n{i}" for i, p in enumerate(procs) if p.pid != taker_pid and i != 0]
+    last = [f"n{i}" for i, p in enumerate(procs) if p.pid not in (taker_pid, winner_pid)]
     print(
         verdict.summary(),
         f"tick {frozen_tick}: started {[round(e['wall'] - frozen_tick, 2) for e in starts]} s "
