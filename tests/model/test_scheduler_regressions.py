@@ -295,3 +295,30 @@ def test_a_tick_taken_over_from_a_frozen_winner_is_run_or_recorded() -> None:
     finally:
         machine.failed = True
         machine.teardown()
+
+
+def test_a_claim_its_taker_held_past_its_lifetime_is_recorded_when_the_taker_thaws() -> None:
+    """racers = 2 of 3: n1 won j1's tick 60 and froze; n2 took the claim over and froze
+    before deciding it; n1 thawed (answered stale: n2 held the claim), won tick 70 and
+    froze again, for 53 s. n2's claim of 60 ran out meanwhile, so n1's decision of 70
+    (its prior tick 60) found no claim and did not leave 60 to its holder; n2, thawed at
+    the end, was answered stale, and 60 had no record (the scheduler model, deep profile,
+    seed 41, after the chain-of-takeovers fix). Fixed: a prior claim gone while its tick
+    is above the watermark is noted passed too (acquire.lua, acquire.sql): n2's decision
+    is answered missed."""
+    machine = RacersModel()
+    try:
+        state = Steps(machine)
+        state.define_fleet(jobs=jobs(), nodes=3)
+        state.node_freezes_after_its_next_win(name="n1")
+        state.node_freezes_after_its_next_win(name="n2")
+        state.time_passes(seconds=12)
+        state.node_freezes_after_its_next_win(name="n3")
+        state.node_freezes_after_its_next_win(name="n1")
+        state.node_thaws(name="n1")
+        state.time_passes(seconds=53)
+        state.node_thaws(name="n1")
+        machine.every_tick_is_accounted_for()
+    finally:
+        machine.failed = True
+        machine.teardown()

@@ -44,6 +44,7 @@ FUNCTION_DIGESTS = {
     14: "a71d819069cc96ab",
     15: "2a98ee9c7b27ed3c",
     16: "3e958d16da03d719",
+    17: "83ece974ce460b23",
 }
 
 

@@ -236,7 +236,10 @@ end
 local function note_prior_passed()
   if not prior_key or prior_tick <= prev or prior_tick >= decide_tick then return end
   local held = redis.call('GET', prior_key)
-  if held and not string.find(held, '\n', 1, true) then
+  -- Won and undecided, or gone: run out before this decision came (its holder frozen
+  -- past its lifetime, a taker of it too), yet above the watermark, so no decision took
+  -- it. Without a watermark (a new or wiped store) a gone claim shows nothing.
+  if (held and not string.find(held, '\n', 1, true)) or (not held and prev >= 0) then
     local ticks = passed_ticks()
     ticks[#ticks + 1] = int_text(prior_tick)
     save_passed(ticks)

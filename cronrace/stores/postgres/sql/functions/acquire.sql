@@ -253,12 +253,19 @@ BEGIN
         -- ticks of the plan were another decision's (queued, run or recorded there).
         p_run_tick := late_from;
       ELSE
-        -- The claim of the tick before this decision's is won and undecided: note it.
-        IF p_prior_tick > prev AND p_prior_tick < p_decide_tick AND EXISTS (
+        -- The claim of the tick before this decision's is won and undecided, or gone (run
+        -- out and swept before this decision came: its holder frozen past its lifetime),
+        -- yet above the watermark, so no decision took it: note it. Without a watermark
+        -- (a new or wiped schema) a gone claim shows nothing (acquire.lua alike).
+        IF p_prior_tick > prev AND p_prior_tick < p_decide_tick AND (EXISTS (
           SELECT 1 FROM @schema@.claims cl
           WHERE cl.ns = p_ns AND cl.job = p_job AND cl.tick = p_prior_tick
             AND cl.trigger_id = '' AND cl.memo IS NULL
-        ) THEN
+        ) OR (prev >= 0 AND NOT EXISTS (
+          SELECT 1 FROM @schema@.claims cl
+          WHERE cl.ns = p_ns AND cl.job = p_job AND cl.tick = p_prior_tick
+            AND cl.trigger_id = '' AND cl.expires_us > t_now
+        ))) THEN
           j.passed := j.passed || p_prior_tick;
           IF cardinality(j.passed) > 16 THEN
             j.passed := j.passed[cardinality(j.passed) - 15:];

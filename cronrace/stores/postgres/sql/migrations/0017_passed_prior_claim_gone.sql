@@ -1,0 +1,12 @@
+-- 0017_passed_prior_claim_gone.sql: version 17 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): acquire() notes the tick before its
+-- decision's as passed when that tick's claim is gone (run out and swept) and the tick is
+-- above the watermark, not only when its claim is won and undecided. Its holder, frozen
+-- past the claim's lifetime before any later tick was decided (a node that took the claim
+-- over from a frozen winner, frozen too), was answered 'stale' when it came back, and no
+-- record counted the tick (the scheduler model with racers = 2, seed 41); it is answered
+-- 'missed' once now.
