@@ -143,3 +143,26 @@ def test_a_tick_whose_last_racer_beat_after_it_is_raced_again_within_the_takeove
     assert raced_again(NOW_S + 3) == [NOW_S]
     assert raced_again(NOW_S + int(ORPHAN_WINDOW_S)) == [NOW_S]
     assert raced_again(NOW_S + int(ORPHAN_WINDOW_S) + 1) == []
+
+
+def test_ticks_past_the_cap_whose_racers_leave_one_read_apart_are_all_counted() -> None:
+    """A returning node (its own beats failed for 80 s) sees the job's two racers leave
+    at two reads: the first change lists the oldest and the last few heartbeats' ticks
+    (one racer lives: remembered, not raced), the second races them when the other
+    leaves. The ticks between those lists were neither listed nor counted, and the second
+    change lost them: 73 of 81 accounted for before (the late-departures fault test)."""
+    job = Job.define(noop, "* * * * * *", name="b")
+    three = Ring.build(["n1", "n2", "n4"])
+    first, second = three.racers("b", NOW_S, 2)
+    assert "n1" not in (first, second)
+    share = RacerShare("n1", Membership("n1", Racers.parse("2"), 2.0), {"b": job}, ORPHAN_WINDOW_S)
+    after_first = Ring.build(["n1", second])
+    share.recover(Change(three, after_first, NOW_S - 80), job, NOW_S + 1, NOW_S)
+    assert (share.orphans, share.unlisted) == ({}, {})
+    share._members_left(Change(after_first, Ring.build(["n1"]), NOW_S - 80))
+    listed = share.orphans["b"]
+    assert len(listed) < 81
+    assert len(listed) + share.unlisted["b"] == 81  # NOW_S - 80 .. NOW_S
+    assert share.left_unlisted == {}  # counted once
+    share._members_left(Change(after_first, Ring.build(["n1"]), NOW_S - 80))
+    assert share.unlisted["b"] == 81 - len(listed)
