@@ -143,11 +143,7 @@ def test_a_winner_stopped_between_claim_and_decision_loses_no_tick_and_fires_non
             time.sleep(FROZEN_S)
             procs[0].send_signal(signal.SIGCONT)
         last_s = frozen_tick + int(FROZEN_S) + 4
-        witness.wait_for(
-            lambda evs: any(e["job"] == JOB and e["tick"] >= last_s for e in evs),
-            timeout_s=30,
-            what="the job running past the stopped winner's tick",
-        )
+        running_past(witness, last_s)
         time.sleep(1.0)  # a late decision of n0 (thawed) lands meanwhile
     finally:
         stop_all(procs)
@@ -170,6 +166,15 @@ def test_a_winner_stopped_between_claim_and_decision_loses_no_tick_and_fires_non
     if then == "thawed":
         # n0's late decision reached Redis and was refused: a stale record, no run.
         assert ("n0", "stale") in mine, mine
+
+
+def running_past(witness: Witness, last_s: int) -> None:
+    """Wait until the job ran a tick at or after ``last_s`` (past the stopped winner's)."""
+    witness.wait_for(
+        lambda evs: any(e["job"] == JOB and e["tick"] >= last_s for e in evs),
+        timeout_s=30,
+        what="the job running past the stopped winner's tick",
+    )
 
 
 def fleet_running(witness: Witness, tmp_path: Path, nodes: int = 3) -> int:
@@ -238,11 +243,7 @@ def test_a_winner_thawed_after_its_claim_expired_has_its_tick_recorded_missed_on
             )
 
         wait_until(decided, timeout_s=20, what="n0's late decision of its tick")
-        witness.wait_for(
-            lambda evs: any(e["job"] == JOB and e["tick"] >= last_s for e in evs),
-            timeout_s=30,
-            what="the job running past the stopped winner's tick",
-        )
+        running_past(witness, last_s)
     finally:
         stop_all(procs)
     events = witness.events()
@@ -365,11 +366,7 @@ def test_a_claim_taken_over_by_a_node_that_stops_too_is_taken_over_again(
         taker = next(p for p in procs if p.pid == taker_pid)
         taker.send_signal(signal.SIGKILL)
         last_s = frozen_tick + 12
-        witness.wait_for(
-            lambda evs: any(e["job"] == JOB and e["tick"] >= last_s for e in evs),
-            timeout_s=30,
-            what="the job running past the stopped winner's tick",
-        )
+        running_past(witness, last_s)
     finally:
         stop_all(procs)
     events = witness.events()

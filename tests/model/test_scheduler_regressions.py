@@ -34,15 +34,24 @@ class Steps:
         return run
 
 
-@pytest.fixture
-def state() -> Iterator[Steps]:
-    machine = SchedulerModel()
+def _run(machine: SchedulerModel) -> Iterator[Steps]:
     try:
         yield Steps(machine)
         machine.every_tick_is_accounted_for()
     finally:
         machine.failed = True  # checked above; teardown only clears away
         machine.teardown()
+
+
+@pytest.fixture
+def state() -> Iterator[Steps]:
+    yield from _run(SchedulerModel())
+
+
+@pytest.fixture
+def racers_state() -> Iterator[Steps]:
+    """The fleet with ``racers = 2`` (RacersModel)."""
+    yield from _run(RacersModel())
 
 
 def jobs(
@@ -249,7 +258,7 @@ def test_more_ticks_than_the_share_lists_whose_racers_left_unseen_are_all_counte
     every_beat_failing_in_turn(all_failing_s=900)
 
 
-def test_a_backlog_granted_after_its_lease_ran_out_records_every_tick() -> None:
+def test_a_backlog_granted_after_its_lease_ran_out_records_every_tick(racers_state: Steps) -> None:
     """A single node (racers = 2) froze, was set to freeze again right after its next win,
     and thawed 30 s later: it claimed j2's backlog (catch-up all: two ticks in one claim)
     and froze before deciding it; the grant's answer came back after its lease had run
@@ -257,22 +266,15 @@ def test_a_backlog_granted_after_its_lease_ran_out_records_every_tick() -> None:
     ``lease_lost``; the second had no record (the scheduler model, seed 41). Fixed: an
     unrun grant covers every tick the run would have (decisions.decide), and each is
     recorded (unrun.release_unrun)."""
-    machine = RacersModel()
-    try:
-        state = Steps(machine)
-        state.define_fleet(jobs=jobs(j2=(Overlap.SKIP, Catchup.ALL, 0)), nodes=1)
-        state.node_freezes(name="n1")
-        state.node_freezes_after_its_next_win(name="n1")
-        state.time_passes(seconds=30)
-        state.node_thaws(name="n1")
-        state.time_passes(seconds=18)
-        machine.every_tick_is_accounted_for()
-    finally:
-        machine.failed = True
-        machine.teardown()
+    racers_state.define_fleet(jobs=jobs(j2=(Overlap.SKIP, Catchup.ALL, 0)), nodes=1)
+    racers_state.node_freezes(name="n1")
+    racers_state.node_freezes_after_its_next_win(name="n1")
+    racers_state.time_passes(seconds=30)
+    racers_state.node_thaws(name="n1")
+    racers_state.time_passes(seconds=18)
 
 
-def test_a_tick_taken_over_from_a_frozen_winner_is_run_or_recorded() -> None:
+def test_a_tick_taken_over_from_a_frozen_winner_is_run_or_recorded(racers_state: Steps) -> None:
     """racers = 2 of 3: n1 won j1's tick 60 and froze before deciding it; n2, its other
     racer, took the claim over when n1 went silent, and froze before deciding it too; n3,
     racing j1 since n1 left, saw n2 leave, but n2 had beaten after tick 60, so n3 raced
@@ -282,22 +284,17 @@ def test_a_tick_taken_over_from_a_frozen_winner_is_run_or_recorded() -> None:
     beat is within the orphan window after it (share.RacerShare._members_left), and a
     claim a node looked at in a takeover and did not take is watched keep_s more
     (takeover.Takeovers): another node may have taken it and died."""
-    machine = RacersModel()
-    try:
-        state = Steps(machine)
-        state.define_fleet(jobs=jobs(), nodes=3)
-        state.node_freezes_after_its_next_win(name="n1")
-        state.node_freezes_after_its_next_win(name="n2")
-        state.node_freezes_after_its_next_win(name="n1")
-        state.time_passes(seconds=15)
-        state.node_freezes_after_its_next_win(name="n1")
-        machine.every_tick_is_accounted_for()
-    finally:
-        machine.failed = True
-        machine.teardown()
+    racers_state.define_fleet(jobs=jobs(), nodes=3)
+    racers_state.node_freezes_after_its_next_win(name="n1")
+    racers_state.node_freezes_after_its_next_win(name="n2")
+    racers_state.node_freezes_after_its_next_win(name="n1")
+    racers_state.time_passes(seconds=15)
+    racers_state.node_freezes_after_its_next_win(name="n1")
 
 
-def test_a_claim_its_taker_held_past_its_lifetime_is_recorded_when_the_taker_thaws() -> None:
+def test_a_claim_its_taker_held_past_its_lifetime_is_recorded_when_the_taker_thaws(
+    racers_state: Steps,
+) -> None:
     """racers = 2 of 3: n1 won j1's tick 60 and froze; n2 took the claim over and froze
     before deciding it; n1 thawed (answered stale: n2 held the claim), won tick 70 and
     froze again, for 53 s. n2's claim of 60 ran out meanwhile, so n1's decision of 70
@@ -306,19 +303,12 @@ def test_a_claim_its_taker_held_past_its_lifetime_is_recorded_when_the_taker_tha
     seed 41, after the chain-of-takeovers fix). Fixed: a prior claim gone while its tick
     is above the watermark is noted passed too (acquire.lua, acquire.sql): n2's decision
     is answered missed."""
-    machine = RacersModel()
-    try:
-        state = Steps(machine)
-        state.define_fleet(jobs=jobs(), nodes=3)
-        state.node_freezes_after_its_next_win(name="n1")
-        state.node_freezes_after_its_next_win(name="n2")
-        state.time_passes(seconds=12)
-        state.node_freezes_after_its_next_win(name="n3")
-        state.node_freezes_after_its_next_win(name="n1")
-        state.node_thaws(name="n1")
-        state.time_passes(seconds=53)
-        state.node_thaws(name="n1")
-        machine.every_tick_is_accounted_for()
-    finally:
-        machine.failed = True
-        machine.teardown()
+    racers_state.define_fleet(jobs=jobs(), nodes=3)
+    racers_state.node_freezes_after_its_next_win(name="n1")
+    racers_state.node_freezes_after_its_next_win(name="n2")
+    racers_state.time_passes(seconds=12)
+    racers_state.node_freezes_after_its_next_win(name="n3")
+    racers_state.node_freezes_after_its_next_win(name="n1")
+    racers_state.node_thaws(name="n1")
+    racers_state.time_passes(seconds=53)
+    racers_state.node_thaws(name="n1")
