@@ -311,10 +311,19 @@ class ClusterSet:
         raise AssertionError(f"no node serves slot {slot}")
 
     def replica_of(self, primary: DataNode) -> DataNode:
-        """One node replicating ``primary``."""
-        info = client(primary.port).info("replication")
-        port = int(info["slave0"]["port"])
-        return next(node for node in self.nodes if node.port == port)
+        """One node replicating ``primary``, once one is connected: on a loaded machine a
+        replica's link drops and re-forms (CI on 0609090 found none listed, right after
+        the cluster had been healthy)."""
+        ports: list[int] = []
+
+        def connected() -> bool:
+            info = client(primary.port).info("replication")
+            if "slave0" in info:
+                ports.append(int(info["slave0"]["port"]))
+            return bool(ports)
+
+        wait_until(connected, timeout_s=20, what=f"a replica connected to {primary.port}")
+        return next(node for node in self.nodes if node.port == ports[0])
 
     def add_node(self, directory: Path) -> DataNode:
         """Start an empty node and ``CLUSTER MEET`` it; return once every node knows it.
