@@ -88,6 +88,9 @@ class Scheduler:
         self.share = RacerShare(settings.node_id, self.membership, jobs, self._orphan_window_s())
         self._passed = self.share.passed
         self._orphans = self.share.orphans
+        #: Ticks of a taken-over claim's backlog past the catch-up window (job -> oldest,
+        #: how many): counted missed by the decision of the job's orphans (race.py).
+        self._expired: dict[str, tuple[int, int]] = {}
         #: Each job's newest tick this node planned (raced or left to others) and had an
         #: answer for: the tick before its next plan's. A decision passing it while its
         #: claim is still undecided (a slow answer on another node) notes it, so that node
@@ -140,7 +143,9 @@ class Scheduler:
             await self._seed()
         while not self.gate.stopping:
             now = self.clock.time()
-            await self.tick_race.take_over_claims(self._orphans, self.jobs)  # silent winners
+            await self.tick_race.take_over_claims(  # silent winners
+                self._orphans, self.jobs, self._expired
+            )
             if self._orphans:
                 await self._race_orphans(runs, now)
                 continue
@@ -389,6 +394,7 @@ class Scheduler:
         self.jobs.pop(name, None)
         self.next_tick.pop(name, None)
         self._broken.discard(name)
+        self._expired.pop(name, None)
         self.share.forget(name)
 
     def _push(self, name: str, tick_s: int, *, wake_s: float | None = None) -> None:
@@ -472,9 +478,13 @@ class Scheduler:
             if job is None:
                 continue
             unlisted = self.share.unlisted.pop(name, 0)
+            shared_s = ticks[0]
+            if name in self._expired:  # older than the catch-up window: counted, not raced
+                oldest_s, count = self._expired.pop(name)
+                unlisted, shared_s = unlisted + count, min(shared_s, oldest_s)
             plan = plan_orphaned(job, ticks, now, self.settings.live_grace_s, unlisted=unlisted)
             if plan is not None:
-                plans.append(Proposal(job, plan, shared_from_s=ticks[0]))
+                plans.append(Proposal(job, plan, shared_from_s=shared_s))
         try:
             unanswered = await self.tick_race.race(plans, runs) if plans else set()
         except Exception:  # the outermost loop: one job's surprise must not stop the rest

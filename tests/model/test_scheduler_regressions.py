@@ -312,3 +312,26 @@ def test_a_claim_its_taker_held_past_its_lifetime_is_recorded_when_the_taker_tha
     racers_state.node_thaws(name="n1")
     racers_state.time_passes(seconds=53)
     racers_state.node_thaws(name="n1")
+
+
+def test_a_taken_over_backlog_past_the_catch_up_window_is_counted(racers_state: Steps) -> None:
+    """racers = 2 of 3: n1 thawed 57 s late and claimed j2's backlog (220 to 265, one
+    claim on 265), lost to n3, which froze on it; n1 took the claim over and decided the
+    backlog it had covered, but only inside the catch-up window: tick 220, past it, was
+    neither raced nor counted (missed 3 of 4; the scheduler model, deep profile, seed 41,
+    after the gone-claim fix). Fixed: the ticks past the window are counted missed with
+    the others (race.take_over_claims, ``expired``)."""
+    racers_state.define_fleet(jobs=jobs(), nodes=3)
+    racers_state.time_passes(seconds=35)
+    racers_state.node_freezes_after_its_next_win(name="n3")
+    racers_state.time_passes(seconds=54)
+    racers_state.time_passes(seconds=22)
+    racers_state.time_passes(seconds=41)
+    racers_state.node_freezes_after_its_next_win(name="n2")
+    racers_state.node_freezes_after_its_next_win(name="n3")
+    racers_state.time_passes(seconds=2)
+    racers_state.node_freezes_after_its_next_win(name="n1")
+    racers_state.time_passes(seconds=57)
+    racers_state.node_thaws(name="n3")
+    racers_state.node_thaws(name="n1")
+    racers_state.time_passes(seconds=30)
