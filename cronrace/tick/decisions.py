@@ -91,6 +91,14 @@ class Verdict:
     unrun: RunStart | None = None
 
 
+def backlog_from_s(proposal: Proposal) -> int:
+    """The oldest tick a plan decides with its claim: the claim's own, or its backlog's."""
+    plan = proposal.plan
+    if proposal.shared_from_s is not None and plan.missed:
+        return min(plan.claim_tick_s, proposal.shared_from_s)
+    return plan.claim_tick_s
+
+
 def acquire_request(proposal: Proposal, owner: Owner) -> AcquireRequest:
     """The ``acquire.lua`` call that decides a won claim."""
     job, plan, trigger_id = proposal.job, proposal.plan, proposal.trigger_id
@@ -102,7 +110,9 @@ def acquire_request(proposal: Proposal, owner: Owner) -> AcquireRequest:
         job=job.name,
         decide_tick_s=plan.claim_tick_s,
         mark_tick_s=plan.mark_tick_s,
-        run_tick_s=fire[0] if fire else plan.claim_tick_s,
+        # A plan that runs nothing names its backlog's oldest tick: decided late, the script
+        # takes the backlog's ticks left to this claim and answers from which (late_from).
+        run_tick_s=fire[0] if fire else backlog_from_s(proposal),
         owner=owner,
         lease_ttl_ms=job.lease_ttl_ms,
         overlap=job.overlap,
@@ -167,6 +177,16 @@ def decide(
         # make of it, without building their lists (tests/unit/tick/test_decisions.py).
         return Verdict(start=RunStart(plan.fire_ticks_s, reply.fence, reply.hold_ms / 1000))
     job, plan = proposal.job.name, really_missed(proposal, reply)
+    if reply.decision is AcquireDecision.MISSED and 0 < reply.late_from_s < plan.claim_tick_s:
+        # Decided late, its backlog counted from the oldest tick the script took with it
+        # (left to this claim by the decision that passed it; really_missed counted them
+        # decided): before, they had no record (the scheduler model with racers = 2).
+        plan = dataclasses.replace(
+            plan,
+            missed=proposal.job.schedule.count_between(
+                reply.late_from_s - 1, plan.claim_tick_s - 1, EXPIRED_COUNT_CAP
+            ),
+        )
     records = _met_on_the_way(job, plan, reply, node_id=node_id, now_ms=now_ms)
     events = [(record.outcome, 1) for record in records]
     if reply.decision is AcquireDecision.STALE:

@@ -335,3 +335,26 @@ def test_a_taken_over_backlog_past_the_catch_up_window_is_counted(racers_state: 
     racers_state.node_thaws(name="n3")
     racers_state.node_thaws(name="n1")
     racers_state.time_passes(seconds=30)
+
+
+def test_a_late_takers_backlog_answered_missed_counts_every_tick(racers_state: Steps) -> None:
+    """racers = 2 of 3: n2 claimed j1's backlog 90-150 (one claim on 150) and froze; n3
+    took the claim over and froze too; n2, thawed, decided 180 and left 150 and the range
+    below it to their claims. n3, thawed at the end, decided 150 late (catch-up skip, mode
+    mark): answered missed, recorded 150 alone; 90-140 stayed in the passed range, with
+    no record (the scheduler model, deep profile, seed 41; it predates the session's
+    takeover fixes). Fixed: a late missed answer takes its backlog out of the range too
+    (late_from, acquire.lua and SQL), and the decision counts it."""
+    racers_state.define_fleet(jobs=jobs(), nodes=3)
+    racers_state.node_freezes_after_its_next_win(name="n1")
+    racers_state.time_passes(seconds=18)
+    racers_state.node_freezes_after_its_next_win(name="n3")
+    racers_state.node_freezes_after_its_next_win(name="n2")
+    racers_state.time_passes(seconds=50)
+    racers_state.time_passes(seconds=28)
+    racers_state.node_freezes_after_its_next_win(name="n2")
+    racers_state.node_thaws(name="n2")
+    racers_state.node_freezes_after_its_next_win(name="n3")
+    racers_state.node_thaws(name="n3")
+    racers_state.time_passes(seconds=38)
+    racers_state.node_thaws(name="n2")

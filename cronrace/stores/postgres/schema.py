@@ -45,6 +45,7 @@ FUNCTION_DIGESTS = {
     15: "2a98ee9c7b27ed3c",
     16: "3e958d16da03d719",
     17: "83ece974ce460b23",
+    18: "d06210e15fa3edfc",
 }
 
 

@@ -207,6 +207,29 @@ async def test_a_late_backlog_runs_the_ticks_left_to_its_claim_once(
     assert await watermark(store) == 104
 
 
+async def test_a_late_backlog_answered_missed_takes_the_ticks_left_to_its_claim_once(
+    store: Store,
+) -> None:
+    """As above, but C's plan runs nothing (catch-up skip: mode mark): answered missed, it
+    takes its backlog's ticks 101-102 out of the passed range too, and says from which
+    (late_from), for the caller to count them missed with 103. Before, they stayed in
+    the range and no record counted them (the scheduler model with racers = 2, seed 41).
+    D's decision of 102 then finds it taken: stale."""
+    await claim(store, 100, A)
+    await acquire(store, request(100, A))
+    await claim(store, 102, D)
+    await claim(store, 103, C)
+    await claim(store, 104, B)
+    await acquire(store, request(104, B, prior=103))
+    mark = dataclasses.replace(request(103, C, late_ok=False), mode=AcquireMode.MARK)
+    late = await acquire(store, dataclasses.replace(mark, run_tick_s=101))
+    assert (late.decision, late.fence, late.late_from_s) == (AcquireDecision.MISSED, 0, 101)
+    single = dataclasses.replace(request(102, D), run_tick_s=101)
+    assert (await acquire(store, single)).decision is AcquireDecision.STALE
+    again = await acquire(store, dataclasses.replace(mark, run_tick_s=101))
+    assert (again.decision, again.late_from_s) == (AcquireDecision.MISSED, 101)
+
+
 async def test_a_tick_the_newer_decision_covered_is_not_left_to_anyone(store: Store) -> None:
     """Ticks after the caller's prior are the caller's plan (a catch-up): it decided them."""
     await claim(store, 100, A)

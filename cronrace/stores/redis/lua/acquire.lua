@@ -317,11 +317,13 @@ if mode ~= 'trigger' then
             and (take_passed(decide_tick) or take_passed_range(decide_tick))) then
       return reply('stale', 0)
     end
+    -- Its backlog's older ticks in the passed range just below it were left to this claim
+    -- too: decided with it (run, or counted missed from late_from), taken out of the range.
+    late_from = take_backlog(decide_tick, run_tick)
     if not late_ok or mode == 'mark' or expired then
       return reply('missed', 0)
     end
     late, mode = true, 'trigger'  -- decided like a trigger: the watermark stays where it is
-    late_from = take_backlog(decide_tick, run_tick)
     -- The run is for the oldest tick this decision took, not the plan's first: older
     -- ticks of the plan were another decision's (queued, run or recorded there).
     run_tick = late_from

@@ -222,14 +222,9 @@ BEGIN
           EXIT decide;
         END IF;
         j.passed := array_remove(j.passed, p_decide_tick);
-        IF NOT p_late_ok OR v_mode = 'mark' OR expired THEN
-          decision := 'missed';
-          EXIT decide;
-        END IF;
-        late := true;
-        v_mode := 'trigger';  -- decided like a trigger: the watermark stays where it is
         -- Its backlog's older ticks in the passed range just below it were left to this
-        -- claim too: decided with it, taken out of the range (no later decision runs them).
+        -- claim too: decided with it (run, or counted missed from late_from), taken out of
+        -- the range (no later decision runs them).
         late_from := p_decide_tick;
         IF p_run_tick < p_decide_tick THEN
           FOR k IN 1 .. coalesce(array_length(j.passed_ranges, 1), 0) / 2 LOOP
@@ -249,6 +244,12 @@ BEGIN
             END IF;
           END LOOP;
         END IF;
+        IF NOT p_late_ok OR v_mode = 'mark' OR expired THEN
+          decision := 'missed';
+          EXIT decide;
+        END IF;
+        late := true;
+        v_mode := 'trigger';  -- decided like a trigger: the watermark stays where it is
         -- The run is for the oldest tick this decision took, not the plan's first: older
         -- ticks of the plan were another decision's (queued, run or recorded there).
         p_run_tick := late_from;

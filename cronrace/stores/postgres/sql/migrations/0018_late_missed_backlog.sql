@@ -1,0 +1,11 @@
+-- 0018_late_missed_backlog.sql: version 18 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): acquire() of a passed tick answered
+-- 'missed' (catch-up other than all, a plan that runs nothing, or a claim gone) takes the
+-- older ticks of its backlog out of the passed range just below it, as a late run does,
+-- and answers from which (late_from): the caller counts them missed. They were left in
+-- the range with no record (the scheduler model with racers = 2, seed 41: a taker's
+-- backlog 90-140 decided late recorded only its claimed tick).
