@@ -91,12 +91,14 @@ class Verdict:
     unrun: RunStart | None = None
 
 
-def backlog_from_s(proposal: Proposal) -> int:
-    """The oldest tick a plan decides with its claim: the claim's own, or its backlog's."""
-    plan = proposal.plan
-    if proposal.shared_from_s is not None and plan.missed:
-        return min(plan.claim_tick_s, proposal.shared_from_s)
-    return plan.claim_tick_s
+def first_decided_s(p: Proposal) -> int:
+    """The oldest tick a plan decides with its claim: the claim's own in the steady state;
+    a backlog's first fired tick, or its first due one when it counts some as missed."""
+    plan = p.plan
+    first_s = plan.fire_ticks_s[0] if plan.fire_ticks_s else plan.claim_tick_s
+    if p.shared_from_s is not None and plan.missed:
+        return min(first_s, p.shared_from_s)
+    return first_s
 
 
 def acquire_request(proposal: Proposal, owner: Owner) -> AcquireRequest:
@@ -112,7 +114,7 @@ def acquire_request(proposal: Proposal, owner: Owner) -> AcquireRequest:
         mark_tick_s=plan.mark_tick_s,
         # A plan that runs nothing names its backlog's oldest tick: decided late, the script
         # takes the backlog's ticks left to this claim and answers from which (late_from).
-        run_tick_s=fire[0] if fire else backlog_from_s(proposal),
+        run_tick_s=fire[0] if fire else first_decided_s(proposal),
         owner=owner,
         lease_ttl_ms=job.lease_ttl_ms,
         overlap=job.overlap,

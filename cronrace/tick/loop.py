@@ -88,8 +88,7 @@ class Scheduler:
         self.share = RacerShare(settings.node_id, self.membership, jobs, self._orphan_window_s())
         self._passed = self.share.passed
         self._orphans = self.share.orphans
-        #: Ticks of a taken-over claim's backlog past the catch-up window (job -> oldest,
-        #: how many): counted missed by the decision of the job's orphans (race.py).
+        #: A taken-over backlog's ticks past the catch-up window: job -> (oldest, count).
         self._expired: dict[str, tuple[int, int]] = {}
         #: Each job's newest tick this node planned (raced or left to others) and had an
         #: answer for: the tick before its next plan's. A decision passing it while its
@@ -143,9 +142,7 @@ class Scheduler:
             await self._seed()
         while not self.gate.stopping:
             now = self.clock.time()
-            await self.tick_race.take_over_claims(  # silent winners
-                self._orphans, self.jobs, self._expired
-            )
+            await self.tick_race.take_over_claims(self._orphans, self.jobs, self._expired)
             if self._orphans:
                 await self._race_orphans(runs, now)
                 continue

@@ -38,6 +38,7 @@ from cronrace.tick.decisions import (
     RunStart,
     acquire_request,
     decide,
+    first_decided_s,
     not_replicated,
     report,
     report_not_replicated,
@@ -288,13 +289,9 @@ class TickRace:
         that won one and died holds its claim. Returns at once unless members departed
         since the last look, or orphans wait while members departed lately.
 
-        A claim decides its plan's whole backlog (one claim, on the newest due tick): the
-        ticks this node's own plan covered with a claim it takes over are raced with it
-        (those inside the catch-up window; the decision leaves alone those at or below the
-        watermark it finds, which others decided). Those of the backlog past the catch-up
-        window are counted in ``expired`` (job -> its oldest, how many), for the decision
-        of the others to record missed: dropped, they had no record (the scheduler model
-        with racers = 2, seed 41: a taker thawed 57 s late, j2's tick 220 unrecorded).
+        A claim decides its plan's whole backlog: the ticks this node's lost plan covered
+        are raced with it inside the catch-up window (the decision leaves those at or below
+        its watermark to others), and counted in ``expired`` (job -> oldest, count) past it.
         """
         if not self.takeovers.due(self.clock.monotonic(), orphans):
             return
@@ -314,8 +311,8 @@ class TickRace:
                 first_s = self.takeovers.covered(name, tick_s)
                 if job is not None and first_s < tick_s:
                     start_s = window_start_s(now, job.catchup_window_s)
-                    if first_s < start_s and expired is not None:
-                        upper_s = min(start_s, tick_s) - 1
+                    upper_s = min(start_s, tick_s) - 1
+                    if first_s <= upper_s and expired is not None:
                         count = job.schedule.count_between(first_s - 1, upper_s, EXPIRED_COUNT_CAP)
                         if count:
                             oldest_s, before = expired.get(name, (first_s, 0))
@@ -500,13 +497,3 @@ class TickRace:
             self.runner.hold_job(p.job.name, start.hold_s)
         grant = self.runner.admit(p.job, list(start.ticks), start.fence, granted_mono, p.trigger_id)
         self.runner.start(grant, runs)
-
-
-def first_decided_s(p: Proposal) -> int:
-    """The oldest tick a plan decides with its claim: the claim's own in the steady state;
-    a backlog's first fired tick, or its first due one when it counts some as missed."""
-    plan = p.plan
-    first_s = plan.fire_ticks_s[0] if plan.fire_ticks_s else plan.claim_tick_s
-    if p.shared_from_s is not None and plan.missed:
-        return min(first_s, p.shared_from_s)
-    return first_s
