@@ -171,11 +171,21 @@ def _wake_only_stream_readers() -> None:
 
 
 async def one_cell(
-    nodes: int, jobs: int, racers: str, seconds: int, warmup_s: int, redis_timeout_s: float = 60.0
+    nodes: int,
+    jobs: int,
+    racers: str,
+    seconds: int,
+    warmup_s: int,
+    redis_timeout_s: float = 60.0,
+    groups: str = "jobs",
 ) -> dict[str, Any]:
     clock = FakeClock(start_s=START_S)
     runs: Counter[tuple[str, int]] = Counter()
+    by_node: Counter[str] = Counter()
     url = f"memory://work-{nodes}x{jobs}-{racers}-{time.monotonic_ns()}"
+    # Only when grouped: a checkout from before racer_groups (a "before" row) runs too.
+    grouping = {} if groups == "jobs" else {"racer_groups": groups}
+    counted_from = [2**62]  # runs per node: those of the measured seconds
     agents = []
     for index in range(nodes):
         agent = memory_agent(
@@ -185,10 +195,13 @@ async def one_cell(
             racers=racers,
             heartbeat_s=2.0,
             redis_timeout_s=redis_timeout_s,
+            **grouping,
         )
 
         async def handler(ctx: RunContext) -> None:
             runs[(ctx.job, ctx.tick_s)] += 1
+            if ctx.tick_s >= counted_from[0]:
+                by_node[ctx.node_id] += 1
 
         for job in range(jobs):
             agent.add_job(handler, "@every 1s", name=f"j{job:05d}")
@@ -198,6 +211,7 @@ async def one_cell(
             await tg.start(agent.run)
         await clock.advance(warmup_s)  # every node has read the others and their jobs
         first = int(clock.time()) + 1
+        counted_from[0] = first
         heaps = [len(agent.scheduler.next_tick) for agent in agents if agent.scheduler]
         cpu0, wall0, store0 = time.process_time(), time.perf_counter(), STORE_CPU_S[0]
         clock0, exec0, (gc0, full0) = CLOCK_CPU_S[0], STORE_EXEC_CPU_S[0], FULL_GC
@@ -222,6 +236,7 @@ async def one_cell(
         "nodes": nodes,
         "jobs": jobs,
         "racers": racers,
+        "racer_groups": groups,
         "simulated_s": seconds,
         "fleet_cpu_s_per_s": round(cpu_s / seconds, 4),
         "store_cpu_s_per_s": round(store_s / seconds, 4),
@@ -235,6 +250,11 @@ async def one_cell(
         "young_gcs": young_gcs,
         "node_cpu_ms_per_s": round(cpu_s / seconds / nodes * 1000, 3),
         "node_cpu_ms_per_s_v1": round(cpu_v1_s / seconds / nodes * 1000, 3),
+        # the spread of runs over the measured seconds (every node, those that ran none too)
+        "runs_per_node_max_over_mean": round(
+            max(by_node.values(), default=0) * nodes / max(1, sum(by_node.values())), 2
+        ),
+        "nodes_that_ran": len(by_node),
         "heap_jobs_per_node_mean": round(sum(heaps) / max(1, len(heaps)), 1),
         "wall_s": round(wall_s, 2),
         "duplicates": dup,
@@ -298,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", default="10,20,50,100,200")
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--racers", default="2")
+    parser.add_argument(
+        "--groups", default="jobs", help="racer_groups: 'jobs' (each job alone) or a number"
+    )
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--warmup-s", type=int, default=6)
     parser.add_argument("--tag", default="")
@@ -336,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             args.seconds,
             args.warmup_s,
             args.redis_timeout_s,
+            args.groups,
         )
         row["tag"] = args.tag
         row["redis_timeout_s"] = args.redis_timeout_s

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -95,6 +95,11 @@ class AgentSettings(BaseSettings):
         default="all",
         description="how many live nodes race for each tick: 'all' or an integer k >= 1",
     )
+    racer_groups: str = Field(
+        default="jobs",
+        description="with racers = k: place each job's racers alone ('jobs') or the jobs "
+        "in this many groups, so that at most k x groups nodes race at once",
+    )
     strict_handlers: bool = Field(
         default=False,
         description="refuse stored schedules naming a handler no live node has registered",
@@ -135,10 +140,26 @@ class AgentSettings(BaseSettings):
         except ValueError:
             raise ValueError("use 'all' or an integer >= 1") from None
 
+    @field_validator("racer_groups", mode="before")
+    @classmethod
+    def _check_racer_groups(cls, value: object, info: ValidationInfo) -> str:
+        try:
+            groups = Racers.parse_groups(value)
+        except ValueError:
+            raise ValueError("use 'jobs' or an integer >= 1") from None
+        if groups is not None and info.data.get("racers", "all") == "all":
+            raise ValueError("groups place k racers: set racers to an integer k too")
+        return "jobs" if groups is None else str(groups)
+
     @property
     def racer_count(self) -> int | None:
         """How many nodes race for each tick; None: all of them."""
         return Racers.parse(self.racers).k
+
+    @property
+    def racer_setting(self) -> Racers:
+        """The ``racers`` and ``racer_groups`` settings together."""
+        return Racers.parse(self.racers, self.racer_groups)
 
     @field_validator("store_url")
     @classmethod

@@ -28,7 +28,6 @@ from cronrace.errors import JobDefinitionError
 from cronrace.fleet.definitions import FleetDefinitions, NodeDetails
 from cronrace.fleet.heartbeat import Heartbeat
 from cronrace.fleet.membership import Membership
-from cronrace.fleet.racers import Racers
 from cronrace.model.job import Handler, Job, JobOptions, validate_job_name
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
 from cronrace.operate.client import OperatorClient
@@ -93,7 +92,7 @@ class Agent:
         )
         #: The racers' view of the fleet, read with every heartbeat (membership.py).
         self.membership = Membership(
-            self.settings.node_id, Racers.parse(self.settings.racers), self.settings.heartbeat_s
+            self.settings.node_id, self.settings.racer_setting, self.settings.heartbeat_s
         )
         #: The heartbeat: clock samples, the epoch, and the fleet's live membership.
         self.heartbeat = Heartbeat(

@@ -392,7 +392,7 @@ class Lifecycle:
         job's definition at every heartbeat."""
         handlers = tuple(sorted(self.agent.handlers))
         targets = self.agent.target_factory is not None
-        racers = self.agent.settings.racers
+        racers = str(self.agent.settings.racer_setting)
         last = self._details
         if (
             last is None

@@ -295,7 +295,13 @@ def racers_line(nodes: list[NodeInfo]) -> str:
     setting = next(iter(settings), "all")
     if setting == "all":
         return f"racers: all {len(nodes)} live node(s) race for each tick"
-    k = min(int(setting), len(nodes))
+    count, _, grouped = setting.partition(" in ")  # "2" or "2 in 8 groups" (racers.py)
+    k = min(int(count), len(nodes))
+    if grouped:
+        return (
+            f"racers: {k} of {len(nodes)} live node(s) race for each tick, chosen per group "
+            f"of jobs ({grouped}) and hour-long window"
+        )
     return (
         f"racers: {k} of {len(nodes)} live node(s) race for each tick, "
         "chosen per job and hour-long window"

@@ -467,20 +467,22 @@ class Membership:
         return None if self.node_id in chosen else chosen
 
     def _racers(self, ring: Ring, job: str, tick_s: int, k: int) -> tuple[str, ...]:
-        """``ring.racers(job, tick_s, k)``, placed once per job and window on this ring."""
+        """``ring.racers(job, tick_s, k)`` (by the job's group, when grouped), placed once
+        per job (or group) and window on this ring."""
         if self._placed_on is not ring:  # rings are immutable: a new view, new placements
             self._placed.clear()
             self._placed_on = ring
-        start_s = placement_start_s(job, tick_s)
-        chosen = self._placed.get((job, start_s, k))
+        placed = self.racers.placed_as(job)  # its own name, or its group's
+        start_s = placement_start_s(placed, tick_s)
+        chosen = self._placed.get((placed, start_s, k))
         if chosen is None:
-            chosen = ring.candidates(job, start_s, k)
+            chosen = ring.candidates(placed, start_s, k)
             # Kept only for what this node races: it is asked about each of those ticks;
             # of the others, once a window (whether it races them now).
             if self.node_id in chosen:
                 if len(self._placed) >= PLACED_MAX:  # windows gone by, jobs removed
                     self._placed.clear()
-                self._placed[(job, start_s, k)] = chosen
+                self._placed[(placed, start_s, k)] = chosen
         return chosen
 
     def preferred(self, job: str, tick_s: int) -> bool:

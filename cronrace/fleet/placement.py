@@ -16,7 +16,7 @@ that read hundreds of joins placed every job again.)
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from cronrace.fleet.racers import Ring, key_point
 
@@ -31,9 +31,15 @@ class KeyIndex:
     (every job, once a window, on every node) moves one key between two buckets of about
     :data:`_PER_BUCKET` keys, where one sorted list of every key cost two inserts and two
     deletes moving about J/2 entries each (10,000 jobs: most of a turn's 13 µs).
+
+    A job's key is that of the name its racers are placed by (``placed_as``: its own, or
+    its group's, :meth:`~cronrace.fleet.racers.Racers.placed_as`). Grouped, many jobs share
+    one key: those of a key are kept in name order, so that one is found by a binary search
+    and not by walking the group's jobs (a group's turn moves every job of it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, placed_as: Callable[[str], str] | None = None) -> None:
+        self._placed_as = placed_as
         self._shift = 64
         self._buckets: list[tuple[list[int], list[str]]] = [([], [])]
         self._key_of: dict[str, int] = {}
@@ -59,13 +65,13 @@ class KeyIndex:
         """Index ``name`` at its window starting ``window_s`` (replacing its last one);
         returns its key."""
         self.drop(name)
-        key = key_point(name, window_s)
+        key = self._key(name, window_s)
         self._key_of[name] = key
         if len(self._key_of) > 4 * _PER_BUCKET * len(self._buckets):
             self._resize(len(self._key_of))  # jobs added at runtime: a few times at most
             return key
         keys, names = self._buckets[key >> self._shift]
-        i = bisect.bisect_left(keys, key)
+        i = self._find(keys, names, key, name)
         keys.insert(i, key)
         names.insert(i, name)
         return key
@@ -73,7 +79,7 @@ class KeyIndex:
     def put_all(self, entries: Iterable[tuple[str, int]]) -> None:
         """Index many jobs, each at its window's start (a node's start places every job)."""
         for name, window_s in entries:
-            self._key_of[name] = key_point(name, window_s)
+            self._key_of[name] = self._key(name, window_s)
         self._resize(len(self._key_of))
 
     def drop(self, name: str) -> None:
@@ -82,11 +88,20 @@ class KeyIndex:
         if key is None:
             return
         keys, names = self._buckets[key >> self._shift]
-        i = bisect.bisect_left(keys, key)
-        while names[i] != name:
-            i += 1
+        i = self._find(keys, names, key, name)
         del keys[i]
         del names[i]
+
+    def _key(self, name: str, window_s: int) -> int:
+        return key_point(name if self._placed_as is None else self._placed_as(name), window_s)
+
+    @staticmethod
+    def _find(keys: list[int], names: list[str], key: int, name: str) -> int:
+        """Where (``key``, ``name``) is or goes in a bucket: by key, then by name."""
+        lo = bisect.bisect_left(keys, key)
+        if lo == len(keys) or keys[lo] != key:
+            return lo
+        return bisect.bisect_left(names, name, lo, bisect.bisect_right(keys, key, lo))
 
     def names(self) -> list[str]:
         """Every indexed job, in ring order."""

@@ -21,7 +21,7 @@ from anyio.abc import TaskGroup
 
 from cronrace.errors import CronraceError, StoreError
 from cronrace.fleet.membership import Membership, late_fire_bound_s
-from cronrace.fleet.racers import Racers, Ring
+from cronrace.fleet.racers import Ring
 from cronrace.model.job import Job
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
@@ -80,7 +80,7 @@ class Scheduler:
         self.observer = observer
         self._set_ready = set_ready
         self.membership = membership or Membership(
-            settings.node_id, Racers.parse(settings.racers), settings.heartbeat_s
+            settings.node_id, settings.racer_setting, settings.heartbeat_s
         )
         self.membership.on_change = self._members_changed
         #: racers = k: the jobs this node races, window by window, and the ticks their

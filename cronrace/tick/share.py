@@ -89,7 +89,7 @@ class RacerShare:
         self.membership = membership
         self.jobs = jobs  # the scheduler's own dict: jobs added at runtime are seen here
         self.orphan_window_s = orphan_window_s
-        self.index = KeyIndex()
+        self.index = KeyIndex(membership.racers.placed_as)
         #: (start of a job's next window, job): when to place it again.
         self._turns: list[tuple[int, str]] = []
         self._window: dict[str, int] = {}
@@ -119,6 +119,10 @@ class RacerShare:
     def k(self) -> int | None:
         return self.membership.k
 
+    def placed_as(self, name: str) -> str:
+        """The name a job's racers are placed by: its own, or its group's (racers.py)."""
+        return self.membership.racers.placed_as(name)
+
     def races(self, name: str, tick_s: int) -> bool:
         """Whether this node races one (job, tick) in its current view."""
         return self.membership.racers_of(name, tick_s) is None
@@ -129,7 +133,7 @@ class RacerShare:
         """Place a job (at the start, or added at runtime) in its current window."""
         if self.k is None:
             return
-        start_s = placement_start_s(name, now_s)
+        start_s = placement_start_s(self.placed_as(name), now_s)
         self._window[name] = start_s
         self.index.put(name, start_s)
         heapq.heappush(self._turns, (start_s + PLACEMENT_WINDOW_S, name))
@@ -140,7 +144,7 @@ class RacerShare:
             return
         placed = []
         for name in names:
-            start_s = placement_start_s(name, now_s)
+            start_s = placement_start_s(self.placed_as(name), now_s)
             self._window[name] = start_s
             placed.append((name, start_s))
             self._turns.append((start_s + PLACEMENT_WINDOW_S, name))
@@ -300,14 +304,15 @@ class RacerShare:
     ) -> tuple[str, ...] | None:
         """The racers a tick was left to, when this node races it only since the change
         (None otherwise); asked once per placement window (``windows`` remembers)."""
-        start_s = placement_start_s(name, tick_s)
+        placed = self.placed_as(name)
+        start_s = placement_start_s(placed, tick_s)
         if start_s not in windows:
             me, k = self.node_id, self.k or 0
             windows[start_s] = (
                 None  # raced it itself, or others race it now
-                if change.before.races(me, name, tick_s, k)
-                or not change.after.races(me, name, tick_s, k)
-                else change.before.racers(name, tick_s, k)
+                if change.before.races(me, placed, tick_s, k)
+                or not change.after.races(me, placed, tick_s, k)
+                else change.before.racers(placed, tick_s, k)
             )
         return windows[start_s]
 
@@ -327,8 +332,9 @@ class RacerShare:
         the rest of their racers left at a later change (a returning node that saw its two
         racers leave one read apart lost 8 of 81 ticks so, in a unit test)."""
         name, count = job.name, 0
+        placed = self.placed_as(name)
         while after_s < until_s:
-            end_s = min(until_s, placement_start_s(name, after_s + 1) + PLACEMENT_WINDOW_S - 1)
+            end_s = min(until_s, placement_start_s(placed, after_s + 1) + PLACEMENT_WINDOW_S - 1)
             racers = self._lost_racers(change, name, after_s + 1, windows)
             if racers is not None:
                 ticks = job.schedule.count_between(after_s, end_s, EXPIRED_COUNT_CAP)
@@ -376,13 +382,14 @@ class RacerShare:
             if name not in self.jobs:
                 continue
             races: dict[int, bool] = {}  # by placement window, as in recover()
+            placed = self.placed_as(name)
             mine = []
             for t, racers in left:
                 if t < since_s or not members.isdisjoint(racers):
                     continue
-                start_s = placement_start_s(name, t)
+                start_s = placement_start_s(placed, t)
                 if start_s not in races:
-                    races[start_s] = change.after.races(me, name, t, k)
+                    races[start_s] = change.after.races(me, placed, t, k)
                 if races[start_s]:
                     mine.append(t)
             if mine:
@@ -399,7 +406,7 @@ class RacerShare:
                 if not members.isdisjoint(racers):
                     kept.append((first_s, last_s, racers, count))
                     continue
-                if change.after.races(me, name, last_s, k):  # one placement window
+                if change.after.races(me, self.placed_as(name), last_s, k):  # one window
                     if first_s < since_s:
                         count = job.schedule.count_between(since_s - 1, last_s, count)
                     self.unlisted[name] = self.unlisted.get(name, 0) + count

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from cronrace.fleet.membership import late_fire_bound_s
-from cronrace.fleet.racers import Ring
+from cronrace.fleet.racers import Racers, Ring
 from tests.faults.witness import (
     Witness,
     judge,
@@ -60,13 +60,18 @@ def wait_live(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("groups", ["jobs", "1"])
 def test_both_racers_killed_at_once_their_ticks_fire_late_once_and_a_rolling_restart_loses_none(
-    redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path
+    redis_server: RedisServer, namespace: str, witness: Witness, tmp_path: Path, groups: str
 ) -> None:
+    """Placed per job, and with every job in one group (``racer_groups = 1``): there the
+    two racers killed were the racers of every job's ticks at once."""
     url = redis_server.url
+    env = {**ENV, "CRONRACE_RACER_GROUPS": groups}
+    placing = Racers.parse("2", groups)
 
     def start(node: str) -> subprocess.Popen[bytes]:
-        return start_node(url, namespace, node, witness, env=ENV, stderr_dir=tmp_path)
+        return start_node(url, namespace, node, witness, env=env, stderr_dir=tmp_path)
 
     procs = {node: start(node) for node in NODES}
     killed_ticks: list[tuple[str, int, float]] = []  # job, tick, when its racers died
@@ -77,13 +82,16 @@ def test_both_racers_killed_at_once_their_ticks_fire_late_once_and_a_rolling_res
         for round_ in range(2):  # 6 nodes, then 4: both racers of a tick die at once
             tick = int(time.time()) + 2
             job = JOBS[round_ % len(JOBS)]
-            racers = Ring.build(live_nodes).racers(job, tick, 2)
+            racers = Ring.build(live_nodes).racers(placing.placed_as(job), tick, 2)
             sleep_until_fraction(0.85)  # 150 ms before a tick: no claim of it is out yet
             if int(time.time()) + 1 != tick:
                 time.sleep(1.0)
             for node in racers:
                 procs[node].send_signal(signal.SIGKILL)
-            killed_ticks.append((job, tick, time.time()))
+            died_at = time.time()
+            # In one group, they raced every job's tick: each fires late, within the bound.
+            for each in JOBS if placing.groups == 1 else [job]:
+                killed_ticks.append((each, tick, died_at))
             for node in racers:
                 procs[node].wait()
                 live_nodes.remove(node)

@@ -247,6 +247,10 @@ async def test_operators_see_each_nodes_racers_and_how_many_race(
     assert racers_line([replace(row, racers="all") for row in rows]) == (
         "racers: all 3 live node(s) race for each tick"
     )
+    assert racers_line([replace(row, racers="2 in 8 groups") for row in rows]) == (
+        "racers: 2 of 3 live node(s) race for each tick, chosen per group of jobs (8 groups) "
+        "and hour-long window"
+    )
 
 
 @pytest.mark.timeout(60)
@@ -490,3 +494,59 @@ async def test_a_node_joining_a_fleet_reads_and_plans_only_the_jobs_it_races() -
     ticks = Counter((job, tick) for job, tick, _node in runs if first <= tick < last)
     assert set(ticks) == expected
     assert set(ticks.values()) == {1}
+
+
+@pytest.mark.timeout(60)
+async def test_grouped_jobs_are_raced_by_k_nodes_per_group_and_each_tick_fires_once() -> None:
+    """Issue 19: with ``racer_groups = G`` a group's jobs share their racers in a window,
+    so at most k·G nodes race (and run) anything; the others keep an empty heap and only
+    beat. Every tick still fires once, at k claims per job-tick."""
+    clock = FakeClock(start_s=START_S + 0.5)
+    runs: list[tuple[str, int, str]] = []
+    names = [f"g{i:02d}" for i in range(30)]
+    agents, observers = [], []
+    for index in range(10):
+        agent = memory_agent(
+            clock,
+            redis_url="memory://racers-grouped",
+            node_id=f"node-{index}",
+            racers="2",
+            racer_groups="2",
+            heartbeat_s=1.0,
+        )
+        observer = Claims()
+        agent.observer = observer
+
+        async def tick(ctx: RunContext) -> None:
+            runs.append((ctx.job, ctx.tick_s, ctx.node_id))
+
+        for name in names:
+            agent.add_job(tick, "@every 1s", name=name)
+        agents.append(agent)
+        observers.append(observer)
+    async with anyio.create_task_group() as tg:
+        for agent in agents:
+            await tg.start(agent.run)
+        await clock.advance(4)  # every node has read the others and what they run
+        sent_before = sum(o.sent for o in observers)
+        first = int(clock.time()) + 1
+        await clock.advance(30)
+        last = int(clock.time())
+        sent = sum(o.sent for o in observers) - sent_before
+        racing = {a.node_id for a in agents if a.scheduler and a.scheduler.next_tick}
+        settings = {str(a.settings.racer_setting) for a in agents}
+        for agent in agents:
+            agent.stop()
+        await clock.advance(3)
+    assert settings == {"2 in 2 groups"}
+    ticks = Counter((job, tick) for job, tick, _node in runs if first <= tick < last)
+    assert set(ticks) == {(n, t) for n in names for t in range(first, last)}
+    assert set(ticks.values()) == {1}
+    assert sent / (len(names) * 30) == pytest.approx(2, abs=0.1)
+    ran = {node for _job, tick, node in runs if first <= tick < last}
+    assert len(ran) <= 4
+    assert 2 <= len(racing) <= 4
+    ring = Ring.build(f"node-{i}" for i in range(10))
+    grouped = agents[0].settings.racer_setting
+    expected = {n for name in names for n in ring.racers(grouped.placed_as(name), last, 2)}
+    assert racing == expected

@@ -147,6 +147,9 @@ class SchedulerModel(RuleBasedStateMachine):
     heartbeat_s = 60.0
     #: ``racers``: every node races every tick; :class:`RacersModel` races k of them.
     racers = "all"
+    #: ``racer_groups``: each job placed alone; :class:`GroupedRacersModel` places both
+    #: jobs in one group.
+    racer_groups = "jobs"
 
     def __init__(self) -> None:
         super().__init__()
@@ -212,6 +215,7 @@ class SchedulerModel(RuleBasedStateMachine):
             clock="local",
             heartbeat_s=self.heartbeat_s,
             racers=self.racers,
+            racer_groups=self.racer_groups,
             # Stopping is driven by the fake clock: runs end, releases give up, on it.
             shutdown_grace_s=3600.0,
         )
@@ -553,6 +557,14 @@ class RacersModel(SchedulerModel):
 
     heartbeat_s = 2.0
     racers = "2"
+
+
+class GroupedRacersModel(RacersModel):
+    """The same fleet with both jobs in one racer group: one pair of nodes races both
+    jobs' ticks in a window, so a departure orphans the ticks of both at once, and the
+    third node races nothing until it does."""
+
+    racer_groups = "1"
 
 
 def _event(text: str) -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.model.profiles import model_settings
-from tests.model.scheduler import RacersModel, SchedulerModel
+from tests.model.scheduler import GroupedRacersModel, RacersModel, SchedulerModel
 
 pytestmark = pytest.mark.model
 
@@ -19,3 +19,8 @@ def test_scheduler_model() -> None:
 def test_scheduler_model_with_k_racers() -> None:
     settings = model_settings(examples=8, steps=12, deep_examples=150, deep_steps=40)
     run_state_machine_as_test(RacersModel, settings=settings)
+
+
+def test_scheduler_model_with_k_racers_in_one_group() -> None:
+    settings = model_settings(examples=6, steps=12, deep_examples=100, deep_steps=40)
+    run_state_machine_as_test(GroupedRacersModel, settings=settings)

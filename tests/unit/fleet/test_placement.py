@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from cronrace.fleet.placement import KeyIndex
 from cronrace.fleet.racers import (
     PLACEMENT_WINDOW_S,
+    Racers,
     Ring,
     key_point,
     placement_start_s,
@@ -20,10 +21,12 @@ JOBS = [f"job-{i}" for i in range(300)]
 NOW_S = 1_700_000_000
 
 
-def indexed(jobs: list[str], now_s: int = NOW_S) -> KeyIndex:
-    index = KeyIndex()
+def indexed(jobs: list[str], now_s: int = NOW_S, racers: Racers | None = None) -> KeyIndex:
+    """Each job indexed at its window, placed alone (or by its group: ``racers``)."""
+    placed_as = None if racers is None else racers.placed_as
+    index = KeyIndex(placed_as)
     for job in jobs:
-        index.put(job, placement_start_s(job, now_s))
+        index.put(job, placement_start_s(job if racers is None else racers.placed_as(job), now_s))
     return index
 
 
@@ -54,20 +57,27 @@ def test_the_racers_take_turns_being_first_within_a_window() -> None:
     members=st.sets(st.integers(min_value=0, max_value=30), min_size=1),
     gone=st.sets(st.integers(min_value=0, max_value=30)),
     k=st.integers(min_value=1, max_value=3),
+    groups=st.sampled_from([None, 1, 3, 40]),
 )
-def test_a_node_finds_exactly_the_jobs_it_races(members: set[int], gone: set[int], k: int) -> None:
+def test_a_node_finds_exactly_the_jobs_it_races(
+    members: set[int], gone: set[int], k: int, groups: int | None
+) -> None:
     nodes = [f"n{i}" for i in sorted(members)]
     ring = Ring.build(nodes)
     absent = {f"n{i}" for i in gone} & set(nodes[1:])
     if absent:  # members gone silent stay in the ring's chunks, skipped (racers.py)
         ring = ring.with_members(frozenset(nodes) - absent)
-    index = indexed(JOBS)
+    racers = Racers(k, groups)
+    index = indexed(JOBS, racers=racers)
     me = nodes[0]
     raced = index.raced_by(ring, me, k)
-    expected = {job for job in JOBS if me in ring.racers(job, NOW_S, k)}
+    placed = {job: racers.placed_as(job) for job in JOBS}
+    expected = {job for job in JOBS if me in ring.racers(placed[job], NOW_S, k)}
     # A window's turn asks the node's own arcs with the job's new key (a binary search).
     decided = {
-        job for job in JOBS if ring.decides(me, k, key_point(job, placement_start_s(job, NOW_S)))
+        job
+        for job in JOBS
+        if ring.decides(me, k, key_point(placed[job], placement_start_s(placed[job], NOW_S)))
     }
     assert decided == expected
     if raced is None:  # at most k others: it races every job
@@ -132,3 +142,30 @@ def test_an_index_grown_one_job_at_a_time_holds_what_one_placed_at_once_does() -
         raced = {j for j in JOBS if node in ring.racers(j, NOW_S, 2)}
         assert one_by_one.raced_by(ring, node, 2) == at_once.raced_by(ring, node, 2) == raced
     assert one_by_one.within([(5, 5)]) == set(JOBS)  # an arc of the whole ring wraps
+
+
+def test_a_grouped_index_finds_each_job_among_those_sharing_its_key() -> None:
+    # Grouped, a group's jobs share one key; a window's turn puts them one by one, and a
+    # job removed at runtime is dropped from among them by name.
+    racers = Racers(2, 3)
+    index = indexed(JOBS, racers=racers)
+    moved = JOBS[::7]
+    for job in moved:  # their window turned: the group's key in the next window
+        index.put(job, placement_start_s(racers.placed_as(job), NOW_S) + PLACEMENT_WINDOW_S)
+    for job in JOBS[1::7]:
+        index.drop(job)
+    kept = [j for j in JOBS if j not in JOBS[1::7]]
+    assert sorted(index.names()) == sorted(kept)
+    fresh = KeyIndex(racers.placed_as)
+    fresh.put_all(
+        (
+            job,
+            placement_start_s(racers.placed_as(job), NOW_S)
+            + (PLACEMENT_WINDOW_S if job in moved else 0),
+        )
+        for job in kept
+    )
+    assert index.names() == fresh.names()  # the same order: by key, then by name
+    ring = Ring.build(f"n{i}" for i in range(9))
+    for node in ("n0", "n4"):
+        assert index.raced_by(ring, node, 2) == fresh.raced_by(ring, node, 2)

@@ -198,6 +198,75 @@ def test_a_bad_racers_setting_is_one_line_naming_the_variable(
     )
 
 
+@pytest.mark.parametrize(("text", "groups"), [("jobs", None), (None, None), (" 8 ", 8), (1, 1)])
+def test_racer_groups_setting_reads_jobs_or_a_positive_integer(
+    text: object, groups: int | None
+) -> None:
+    racers = Racers.parse("2", text)
+    assert (racers.k, racers.groups) == (2, groups)
+    assert str(racers) == ("2" if groups is None else f"2 in {groups} groups")
+    placed = racers.placed_as("backup")
+    assert placed == "backup" if groups is None else placed.startswith("\x00group\x00")
+    if groups == 1:  # one group: every job is placed by it
+        assert racers.placed_as("another") == placed
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "some", 0, True, 2.5])
+def test_racer_groups_setting_refuses_anything_else_in_one_line(text: object) -> None:
+    with pytest.raises(ValueError, match=r"^racer_groups must be 'jobs' or an integer >= 1, got"):
+        Racers.parse("2", text)
+
+
+def test_racer_groups_need_k_racers_and_say_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ValueError, match="racer_groups needs racers = k"):
+        Racers(None, 4)
+    table = SidecarSettings.from_table({"redis_url": "memory://", "racers": 3, "racer_groups": 4})
+    assert table.racer_setting == Racers(3, 4)
+    assert load_settings().racer_setting == Racers()
+    monkeypatch.setenv("CRONRACE_RACERS", "2")
+    monkeypatch.setenv("CRONRACE_RACER_GROUPS", "16")
+    assert load_settings().racer_setting == Racers(2, 16)
+    monkeypatch.setenv("CRONRACE_RACERS", "all")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        "agent: racer_groups '16' (from CRONRACE_RACER_GROUPS): groups place k racers: set "
+        "racers to an integer k too"
+    )
+    monkeypatch.setenv("CRONRACE_RACER_GROUPS", "many")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        "agent: racer_groups 'many' (from CRONRACE_RACER_GROUPS): use 'jobs' or an integer >= 1"
+    )
+
+
+def test_grouped_jobs_share_their_groups_racers_and_at_most_k_times_groups_nodes_race() -> None:
+    ring = Ring.build(f"n{i}" for i in range(60))
+    jobs = [f"job-{i}" for i in range(400)]
+    grouped = Racers(2, 5)
+    assert len({grouped.placed_as(job) for job in jobs}) == 5
+    # Every group holds a share of the jobs near 1/5 (a stable hash of each name).
+    sizes = Counter(grouped.placed_as(job) for job in jobs)
+    assert min(sizes.values()) > 400 / 5 / 2
+    for tick_s in (1_700_000_000, 1_700_003_600, 1_700_007_200):
+        racing = set()
+        for job in jobs:
+            racers = ring.racers(grouped.placed_as(job), tick_s, 2)
+            racing.update(racers)
+        assert len(racing) <= 2 * 5
+    alone = {n for job in jobs for n in ring.racers(job, 1_700_000_000, 2)}
+    assert len(alone) > 50  # each job alone: nearly every node races something
+    # Membership asks by the group: a node races a job iff it is among its group's racers.
+    view = Membership("n0", grouped, heartbeat_s=2.0)
+    view.ring = ring
+    for job in jobs[:50]:
+        expected = "n0" in ring.racers(grouped.placed_as(job), 1_700_000_000, 2)
+        assert view.races(job, 1_700_000_000) == expected
+
+
 def test_membership_counts_members_heard_lately_itself_always_and_reports_departures() -> None:
     left: list[tuple[frozenset[str], frozenset[str], int]] = []
     view = Membership("me", Racers(2), heartbeat_s=2.0)
