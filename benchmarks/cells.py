@@ -67,6 +67,8 @@ class CellSpec:
     losers_only: bool = False
     #: The agents' ``racers`` setting: "all" or k.
     racers: str = "all"
+    #: The agents' ``racer_groups`` setting: "jobs" (each job placed alone) or G.
+    racer_groups: str = "jobs"
     #: Stop one agent and start it again, in turn, this often (0: never): the churn cell.
     churn_every_s: float = 0.0
     #: The jobs' catch-up policy (the churn cell fires every late tick: "all").
@@ -93,6 +95,8 @@ class CellSpec:
         suffix = " staggered+paused" if self.chaos else " losers only" if self.losers_only else ""
         if self.racers != "all":
             suffix += f" racers={self.racers}"
+        if self.racer_groups != "jobs":
+            suffix += f" groups={self.racer_groups}"
         if self.churn_every_s:
             suffix += f" churn every {self.churn_every_s:g}s"
         return f"{self.system} {self.nodes}x{self.jobs}{suffix}"
@@ -160,6 +164,7 @@ def run_cell(spec: CellSpec, ctx: Context, status: Status) -> dict[str, Any]:
         else "sweep",
         "loop": ctx.loop,
         "racers": spec.racers,
+        "racer_groups": spec.racer_groups,
         "store": ctx.store,
         "heartbeat_s": spec.heartbeat_s,
     }
@@ -173,6 +178,7 @@ def run_cell(spec: CellSpec, ctx: Context, status: Status) -> dict[str, Any]:
         "loop": ctx.loop,
         "startup_timeout_s": spec.startup_budget_s,
         "racers": spec.racers,
+        "racer_groups": spec.racer_groups,
         "churn_every_s": spec.churn_every_s,
         "start_spread_s": spec.start_spread_s,
         "replace_share": spec.replace_share,

@@ -177,12 +177,21 @@ CELL_FIGURES = (
 
 def _cell(name: str) -> tuple[int, int, str, str, int]:
     """A cell not in LARGE_CELLS, spelled alike: ``NxJ:k`` (one-second jobs, 10 s) or
-    ``NxJ:k:H`` (minutely jobs spread by ``H``, 120 s: each job fires twice)."""
-    shape, racers, *spread = name.split(":")
+    ``NxJ:k:H`` (minutely jobs spread by ``H``, 120 s: each job fires twice); a ``:gG``
+    at the end (racer groups) is read by :func:`_groups`."""
+    shape, racers, *spread = _groups(name)[0].split(":")
     nodes, _, jobs = shape.partition("x")
     if spread:
         return int(nodes), int(jobs), racers, LARGE_CELLS["1000x10000:2:H"][3], 120
     return int(nodes), int(jobs), racers, SCHEDULE, 10
+
+
+def _groups(name: str) -> tuple[str, str]:
+    """A cell's name without its ``:gG`` suffix, and its racer_groups ("jobs" without)."""
+    base, _, last = name.rpartition(":")
+    if base and last.startswith("g") and last[1:].isdigit():
+        return base, last[1:]
+    return name, "jobs"
 
 
 def cells(args: argparse.Namespace) -> dict[str, Any]:
@@ -202,7 +211,8 @@ def cells(args: argparse.Namespace) -> dict[str, Any]:
                 nodes, jobs, racers = CHURN["nodes"], CHURN["jobs"], CHURN["racers"]
                 schedule, seconds = SCHEDULE, 20
             else:
-                nodes, jobs, racers, schedule, seconds = LARGE_CELLS.get(name) or _cell(name)
+                base, groups = _groups(name)
+                nodes, jobs, racers, schedule, seconds = LARGE_CELLS.get(base) or _cell(name)
                 seconds = args.window_s or seconds
             spec = CellSpec(
                 "cronrace",
@@ -211,6 +221,7 @@ def cells(args: argparse.Namespace) -> dict[str, Any]:
                 ticks=seconds,
                 procs=procs_for(nodes, jobs),
                 racers=racers,
+                racer_groups="jobs" if churn else groups,
                 warmup_ticks=args.warmup_s,
                 measure_saturated=True,
                 startup_budget_s=args.startup_budget_s,
@@ -399,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     lc = sub.add_parser("cells", help="the large cells: 200 x 1,000, 1,000 x 100, 1,000 x 10,000")
     lc.add_argument(
         "--only",
-        help=f"comma-separated, of {', '.join(LARGE_CELLS)}, churn, or any NxJ:k[:H]",
+        help=f"comma-separated, of {', '.join(LARGE_CELLS)}, churn, or any NxJ:k[:H]; a "
+        "':gG' at the end places the jobs' racers in G groups (racer_groups)",
     )
     lc.add_argument("--startup-budget-s", type=float, default=300.0)
     lc.add_argument(

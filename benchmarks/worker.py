@@ -86,6 +86,7 @@ def build_agent(config: dict[str, Any], node_index: int) -> Agent:
         shutdown_grace_s=5.0,
         startup_timeout_s=float(config.get("startup_timeout_s", 60.0)),
         racers=str(config.get("racers", "all")),
+        racer_groups=str(config.get("racer_groups", "jobs")),
         heartbeat_s=float(config.get("heartbeat_s", 2.0)),
     )
     agent = Agent(settings=settings)
