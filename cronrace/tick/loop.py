@@ -146,9 +146,9 @@ class Scheduler:
             if self._orphans:
                 await self._race_orphans(runs, now)
                 continue
-            self._turn_windows(now)
+            turning = self._turn_windows(now)
             due = bool(self._heap) and self._heap[0][0] <= now
-            if self.share.pending:
+            if self.share.pending or turning:
                 self._rehome(now)
                 if not due:
                     await anyio.lowlevel.checkpoint()  # the rest of the change next turn
@@ -418,15 +418,17 @@ class Scheduler:
         if self.share.pending or self._orphans:
             self._wake_up()
 
-    def _turn_windows(self, now: float) -> None:
-        """Place the jobs whose window began: those this node races now enter the heap
-        (the others' windows turn too, and are raced elsewhere: a first tick past this
+    def _turn_windows(self, now: float) -> bool:
+        """Place a chunk of the jobs whose window began (True: more are due): those this
+        node races enter the heap (the others are raced elsewhere: a first tick past this
         window is that window's, and its turn looks again)."""
-        for start_s, name in self.share.due_turns(now):
+        turned, more = self.share.due_turns(now)
+        for start_s, name in turned:
             job = self.jobs.get(name)
             if job is None or name in self.next_tick or name in self._broken:
                 continue  # in the heap already: its next pop sees whom the window chose
             self._take_over(job, start_s - 1, now)
+        return more
 
     def _rehome(self, now: float) -> None:
         """Re-home one chunk of the jobs a membership change moved (tick/share.py)."""

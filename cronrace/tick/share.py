@@ -175,9 +175,14 @@ class RacerShare:
     def next_turn_s(self) -> float:
         return self._turns[0][0] if self._turns else math.inf
 
-    def due_turns(self, now: float) -> list[tuple[int, str]]:
-        """Turn every window that has begun: (its start, job) for each job this node races
-        in its new window.
+    def due_turns(
+        self, now: float, limit: int = CHANGE_CHUNK
+    ) -> tuple[list[tuple[int, str]], bool]:
+        """Turn the windows that have begun, at most ``limit``: (its start, job) for each
+        job this node races in its new window, and whether more have begun.
+
+        At most ``limit`` a call, as a change's re-homing is: with ``racer_groups`` a
+        group's jobs turn at one second (10,000 jobs in 4 groups: 37 ms at once).
 
         Every node turns every job once a window; whether it races the new one is asked of
         its own arcs on its view with the key just indexed (:meth:`Ring.decides`, a binary
@@ -190,7 +195,9 @@ class RacerShare:
         # races every job: the walk says so (Membership.races).
         arcs_k = k if k is not None and me in ring.members and k < len(ring.members) else None
         cache = self.membership.point_cache
-        while self._turns and self._turns[0][0] <= now:
+        count = 0
+        while self._turns and self._turns[0][0] <= now and count < limit:
+            count += 1
             start_s, name = heapq.heappop(self._turns)
             if self._window.get(name) != start_s - PLACEMENT_WINDOW_S:
                 continue  # a job removed or placed again meanwhile: its own entry counts
@@ -207,7 +214,7 @@ class RacerShare:
         oldest_s = now - self.orphan_window_s
         while self._recent and self._recent[0][0] < oldest_s:
             self._recent.popleft()
-        return turned
+        return turned, bool(self._turns) and self._turns[0][0] <= now
 
     # -- membership changes --------------------------------------------------------------
 

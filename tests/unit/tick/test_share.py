@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cronrace.fleet.membership import Membership
-from cronrace.fleet.racers import Racers, Ring
+from cronrace.fleet.racers import Racers, Ring, placement_start_s
 from cronrace.model.job import Job, RunContext
 from cronrace.model.policies import TickPlan
 from cronrace.tick.decisions import Proposal
@@ -166,3 +166,45 @@ def test_ticks_past_the_cap_whose_racers_leave_one_read_apart_are_all_counted() 
     assert share.left_unlisted == {}  # counted once
     share._members_left(Change(after_first, Ring.build(["n1"]), NOW_S - 80))
     assert share.unlisted["b"] == 81 - len(listed)
+
+
+def test_a_groups_turn_is_taken_a_chunk_at_a_time_and_finds_what_one_pass_would() -> None:
+    """With racer_groups a group's jobs turn at one second: at most ``limit`` a call, so
+    the loop goes on between chunks; together the chunks turn every job once and return
+    the jobs this node races in the new window, as one call over all of them would."""
+    names = [f"job-{i:04d}" for i in range(1200)]
+    ring = Ring.build(f"n{i}" for i in range(8))
+
+    def share() -> RacerShare:
+        membership = Membership("n1", Racers.parse("2", 2), 2.0)
+        membership.ring = ring
+        out = RacerShare("n1", membership, {}, ORPHAN_WINDOW_S)
+        out.track_all(names, NOW_S)
+        return out
+
+    chunked, whole = share(), share()
+    turn_s = chunked.next_turn_s()
+    assert whole.next_turn_s() == turn_s
+    assert chunked.due_turns(turn_s - 1, limit=100) == ([], False)
+    # Turn a whole window: every group's turn comes in it once.
+    window_end = turn_s + 3599
+    expected, more = whole.due_turns(window_end, limit=10**6)
+    assert not more
+    got, calls = [], 0
+    more = True
+    while more:
+        turned, more = chunked.due_turns(window_end, limit=100)
+        assert len(turned) <= 100
+        got += turned
+        calls += 1
+    assert sorted(got) == sorted(expected)
+    assert calls >= len(names) // 100  # each job's turn counted against the limit
+    membership = Membership("n1", Racers.parse("2", 2), 2.0)
+    membership.ring = ring
+    placed = membership.racers.placed_as
+    starts = {n: placement_start_s(placed(n), window_end) for n in names}
+    assert set(starts.values()) <= set(range(turn_s, window_end + 1))
+    assert sorted(expected) == sorted(
+        (starts[n], n) for n in names if membership.races(n, starts[n])
+    )
+    assert 0 < len(expected) < len(names)
