@@ -274,10 +274,10 @@ def medians(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, float, floa
     return out
 
 
-def plot(rows_path: Path, out_path: Path) -> Path:
+def plot(rows_path: Path, out_path: Path, ideal: str | None = None) -> Path:
     """Each node's CPU and the fleet's against N, one line per tag (before, after): the
-    medians of the repeats of each cell; 1/N from the first point of the tag that starts
-    with ``after`` (or of the last tag)."""
+    medians of the repeats of each cell; 1/N (and a flat total) from the first point of
+    the tag ``ideal``, or else of the first that starts with ``after`` (or of the last)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -287,14 +287,15 @@ def plot(rows_path: Path, out_path: Path) -> Path:
     fig, (per_node, fleet) = plt.subplots(1, 2, figsize=(11, 4.5))
     by_tag = medians(rows)
     afters = [tag for tag in by_tag if tag.startswith("after")]
-    ideal_tag = afters[0] if afters else max(by_tag, default="")
+    ideal_tag = ideal or (afters[0] if afters else max(by_tag, default=""))
     for tag, sel in by_tag.items():
         xs = [n for n, *_ in sel]
         per_node.plot(xs, [ms for _n, ms, _c, _r in sel], "o-", label=tag)
         fleet.plot(xs, [cores for _n, _ms, cores, _r in sel], "o-", label=tag)
         if tag == ideal_tag and sel:
-            ideal = [sel[0][1] * sel[0][0] / n for n in xs]
-            per_node.plot(xs, ideal, "k:", label="1/N from the first point")
+            falling = [sel[0][1] * sel[0][0] / n for n in xs]
+            per_node.plot(xs, falling, "k:", label=f"1/N from {tag}'s first point")
+            fleet.plot(xs, [sel[0][2]] * len(xs), "k:", label=f"flat from {tag}'s first point")
     jobs = rows[0]["jobs"] if rows else 0
     for ax, title, label in (
         (per_node, f"Each node's CPU ({jobs} one-second jobs, k = 2)", "ms per second"),
@@ -339,9 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plot", nargs=2, type=Path, metavar=("ROWS_JSONL", "PNG"), help="only draw the rows"
     )
+    parser.add_argument("--ideal", help="with --plot: the tag the 1/N and flat lines start from")
     args = parser.parse_args(argv)
     if args.plot:
-        sys.stdout.write(f"wrote {plot(*args.plot)}\n")
+        sys.stdout.write(f"wrote {plot(*args.plot, args.ideal)}\n")
         return 0
     import cronrace
 
