@@ -33,6 +33,12 @@ runs still spread over its racers; across the fleet, runs spread because jobs do
 :meth:`Ring.arcs` tells which keys a node's points decide, so a membership change finds
 the jobs it moves without placing every job again (fleet/placement.py).
 
+Racer groups. Placed one by one, the jobs cover every node once k·J/period exceeds N, and
+each node then pays a tick's round trips every period for its few jobs. With
+``racer_groups = G`` a job is placed by its group's name (:meth:`Racers.placed_as`), so
+the jobs of a group share their racers and windows, and at most k·G nodes race in an
+hour. Everything downstream takes that name where it took the job's.
+
 Hashes are blake2b (never Python's ``hash()``, which is salted per process).
 """
 
