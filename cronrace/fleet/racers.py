@@ -196,9 +196,7 @@ class Racers:
         A group's name holds a NUL, which no job name does (``JOB_NAME_PATTERN``), so the two
         never meet; its number is a stable hash of the job's name, the same on every node.
         """
-        if self.groups is None:
-            return job
-        return f"\x00group\x00{group_of(job, self.groups)}"
+        return job if self.groups is None else _group_name(job, self.groups)
 
     def __str__(self) -> str:
         if self.k is None:
@@ -210,6 +208,13 @@ class Racers:
 def group_of(job: str, groups: int) -> int:
     """Which of ``groups`` groups a job is placed in: a stable hash of its name."""
     return _hash64(f"{job}\x00group".encode()) % groups
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _group_name(job: str, groups: int) -> str:
+    # Asked for every tick a node races (three times): one dict look-up, not a hash and a
+    # new string each time.
+    return f"\x00group\x00{group_of(job, groups)}"
 
 
 class _Pool(Protocol):
