@@ -550,3 +550,55 @@ async def test_grouped_jobs_are_raced_by_k_nodes_per_group_and_each_tick_fires_o
     grouped = agents[0].settings.racer_setting
     expected = {n for name in names for n in ring.racers(grouped.placed_as(name), last, 2)}
     assert racing == expected
+
+
+@pytest.mark.timeout(60)
+async def test_a_stored_schedule_added_to_a_grouped_fleet_is_raced_by_its_groups_racers() -> None:
+    """A schedule stored at runtime is placed by its group as the code's jobs are
+    (RacerShare.track): with one group, the same two nodes race every job, and it fires
+    once a tick from them."""
+    clock = FakeClock(start_s=START_S + 0.5)
+    url = "memory://racers-grouped-stored"
+    runs: list[tuple[str, int, str]] = []
+    agents = []
+    for index in range(6):
+        agent = memory_agent(
+            clock,
+            redis_url=url,
+            node_id=f"node-{index}",
+            racers="2",
+            racer_groups="1",
+            heartbeat_s=1.0,
+        )
+
+        @agent.handler("note")
+        async def note(ctx: RunContext) -> None:
+            runs.append((ctx.job, ctx.tick_s, ctx.node_id))
+
+        agent.add_job(note, "@every 1s", name="in-code")
+        agents.append(agent)
+    ops = Agent(redis_url=url, node_id="operator")
+    async with anyio.create_task_group() as tg:
+        for agent in agents:
+            await tg.start(agent.run)
+        await clock.advance(4)
+        await ops.schedules.add("stored", "* * * * * *", handler="note")
+        await clock.advance(3)  # every node has read it (heartbeat 1 s)
+        first = int(clock.time()) + 1
+        await clock.advance(20)
+        last = int(clock.time())
+        for agent in agents:
+            agent.stop()
+        await clock.advance(3)
+    await ops.aclose()
+    window = range(first, last)
+    for job in ("in-code", "stored"):
+        ticks = Counter(t for j, t, _n in runs if j == job and t in window)
+        assert set(ticks) == set(window), job
+        assert set(ticks.values()) == {1}, job
+    ran = {n for j, t, n in runs if t in window}
+    grouped = agents[0].settings.racer_setting
+    ring = Ring.build(f"node-{i}" for i in range(6))
+    racers = set(ring.racers(grouped.placed_as("stored"), last, 2))
+    assert grouped.placed_as("stored") == grouped.placed_as("in-code")
+    assert ran == racers
