@@ -22,7 +22,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cronrace.errors import ConfigError
-from cronrace.fleet.racers import Racers
+from cronrace.fleet.racer_setting import Racers
 from cronrace.stores.urls import check_store_url
 from cronrace.stores.urls import is_embedded as is_embedded  # re-exported: agent, cli
 from cronrace.stores.urls import redact_url as redact_url  # re-exported: cli, targets
