@@ -121,7 +121,7 @@ def test_cluster_failover_on_a_replica_loses_no_tick(
         began = time.time()
         admin(replica.port).execute_command("CLUSTER", "FAILOVER")
         wait_until(
-            lambda: cluster.primary_of(f"{{{JOBS[0]}}}").port == replica.port and cluster.healthy(),
+            lambda: cluster.serving(f"{{{JOBS[0]}}}") is replica and cluster.healthy(),
             timeout_s=20,
             what="the replica promoted",
         )
