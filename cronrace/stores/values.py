@@ -197,6 +197,11 @@ class AcquireRequest:
     on it is undecided, the script notes it passed, so that node may still decide it."""
     late_ok: bool = False
     """A passed tick decided late runs (catchup = all) rather than being answered missed."""
+    keep_ms: int = 0
+    """How long after the decision its remembered answer must still be there for a retry
+    (the claim's lifetime; 0: as long as the claim lives). A decision made as its claim
+    runs out, or after (a node frozen past it), keeps the claim this long, so a retry after
+    a lost answer reads it back rather than finding the tick decided by nobody it knows."""
 
     @property
     def request_id(self) -> str:

@@ -52,7 +52,10 @@ async def acquire_retrying(
         requests: one per won claim, all sent in one pipeline per attempt.
         give_up_at_s: per request, the shared-clock time after which it is not sent
             again: its tick's catch-up window ends there, and the claim holding the
-            remembered answer outlives it.
+            remembered answer outlives it. A request that keeps its answer longer
+            (``keep_ms``: a plan that runs nothing, decided past that window already) is
+            sent again until ``keep_ms`` after its first failure: the answer, if one was
+            lost, was remembered before then (:func:`retry_deadline_s`).
         observer: told about every failed attempt.
         set_ready: readiness follows whether the store answers.
         backoff: the waits between attempts (default the project's one policy).
@@ -71,6 +74,8 @@ async def acquire_retrying(
     """
     first_sent = clock.monotonic()
     answers: list[Answer] = [(RedisUnavailableError("not sent"), first_sent)] * len(requests)
+    deadlines_s = list(give_up_at_s)
+    failed = [False] * len(requests)
     todo = list(range(len(requests)))
     attempts = Retry(clock, backoff)
     if wait_first:
@@ -97,8 +102,12 @@ async def acquire_retrying(
         # healthy and the decision passes once the slot has moved.
         outage = any(not isinstance(answers[i][0], JobBusyError) for i in retry)
         now_s = clock.time()
+        for index in retry:
+            if not failed[index]:
+                failed[index] = True
+                deadlines_s[index] = retry_deadline_s(requests[index], deadlines_s[index], now_s)
         sent_now = todo
-        todo = [index for index in retry if now_s < give_up_at_s[index]]
+        todo = [index for index in retry if now_s < deadlines_s[index]]
         gave_up = sorted(set(retry) - set(todo))
         busy = [i for i in todo if isinstance(answers[i][0], JobBusyError)]
         if hand_off is not None and busy:
@@ -116,19 +125,20 @@ async def acquire_retrying(
             settle([index for index in sent_now if index not in todo], answers)
         for index in gave_up:  # not those handed off: they are retried apart
             log.error(
-                "acquire kept failing until the tick left its catch-up window; it will not run",
+                "acquire kept failing until its deadline (the tick's catch-up window, or "
+                "as long as its answer is kept); it will not run",
                 extra={
                     "job": requests[index].job,
                     "tick": requests[index].decide_tick_s,
                     "attempts": attempt + 1,
                 },
             )
-        failed = f"decisions failed: {answers[retry[0]][0]}" if retry else None
+        why = f"decisions failed: {answers[retry[0]][0]}" if retry else None
         if not todo:
-            set_ready(not outage, why=failed, source="decisions")
+            set_ready(not outage, why=why, source="decisions")
             return answers
         if outage:
-            set_ready(False, why=failed, source="decisions")
+            set_ready(False, why=why, source="decisions")
         log.log(
             logging.WARNING if outage else logging.INFO,
             "acquire failed after winning claims; retrying"
@@ -141,6 +151,24 @@ async def acquire_retrying(
             },
         )
         await attempts.wait()
+
+
+def retry_deadline_s(request: AcquireRequest, give_up_at_s: float, failed_s: float) -> float:
+    """Until when a request that failed first at ``failed_s`` is sent again.
+
+    A request that keeps its answer ``keep_ms`` (a plan that runs nothing, decided past its
+    catch-up window) is sent again that long after its first failure was seen, less a
+    margin. An attempt that ran had its answer remembered a moment before its failure was
+    seen (the lost answer's way back), and one that ran later, later still. Counted from
+    the send instead, a node frozen between reading its clock and sending (the scheduler
+    model's freeze) would give up before its answer was even remembered. Given up at once
+    before, the missed count the answer called for was written by no one (the scheduler
+    model with racers = 2: a node thawed past a tick's window, and the connection dropped).
+    """
+    if request.keep_ms <= 0:
+        return give_up_at_s
+    keep_s = request.keep_ms / 1000
+    return max(give_up_at_s, failed_s + keep_s - min(1.0, keep_s / 4))
 
 
 def _log_answer(request: AcquireRequest, reply: AcquireReply | Exception, attempt: int) -> None:

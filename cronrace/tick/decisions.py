@@ -101,8 +101,14 @@ def first_decided_s(p: Proposal) -> int:
     return first_s
 
 
-def acquire_request(proposal: Proposal, owner: Owner) -> AcquireRequest:
-    """The ``acquire.lua`` call that decides a won claim."""
+def acquire_request(proposal: Proposal, owner: Owner, *, claim_ttl_ms: int = 0) -> AcquireRequest:
+    """The ``acquire.lua`` call that decides a won claim.
+
+    A plan that runs nothing (mode mark) is decided past its tick's catch-up window, as its
+    claim runs out or after: its answer is kept ``claim_ttl_ms`` from the decision
+    (``keep_ms``), and :func:`~cronrace.tick.acquire.acquire_retrying` sends it again for
+    that long after its answer was lost.
+    """
     job, plan, trigger_id = proposal.job, proposal.plan, proposal.trigger_id
     fire = plan.fire_ticks_s
     mode = AcquireMode.RUN if fire else AcquireMode.MARK
@@ -122,6 +128,7 @@ def acquire_request(proposal: Proposal, owner: Owner) -> AcquireRequest:
         trigger_id=trigger_id,
         prior_tick_s=proposal.prior_tick_s,
         late_ok=job.catchup is Catchup.ALL,
+        keep_ms=claim_ttl_ms if mode is AcquireMode.MARK else 0,
     )
 
 

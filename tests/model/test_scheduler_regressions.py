@@ -358,3 +358,25 @@ def test_a_late_takers_backlog_answered_missed_counts_every_tick(racers_state: S
     racers_state.node_thaws(name="n3")
     racers_state.time_passes(seconds=38)
     racers_state.node_thaws(name="n2")
+
+
+@pytest.mark.parametrize("frozen_s", [46, 90])
+def test_a_late_mark_whose_answer_was_lost_is_read_back_and_recorded(
+    racers_state: Steps, frozen_s: int
+) -> None:
+    """racers = 2 of 3: n1 won j1's tick 60 and froze, n2 and n3 took its claim over in
+    turn and froze too. n3 thawed past the tick's catch-up window (at 101 s; 145 s) and decided
+    it in mode mark (it runs nothing); the store marked it, but the answer was lost, and
+    n3 gave it up at once, the window being over already. The missed record the answer
+    called for was written by no one, and the next decision found 60 decided (the
+    scheduler model with racers = 2; its tick 60 neither fired nor counted). Fixed: a
+    mark's answer is kept a claim's lifetime from the decision (keep_ms: the claim is
+    kept, or made anew when it had run out, as after 90 s frozen), and the decision is
+    sent again that long after its first failure (acquire_retrying)."""
+    racers_state.define_fleet(jobs=jobs(), nodes=3)
+    racers_state.node_freezes_after_its_next_win(name="n1")
+    racers_state.node_freezes_after_its_next_win(name="n2")
+    racers_state.node_freezes_after_its_next_win(name="n3")
+    racers_state.time_passes(seconds=frozen_s)
+    racers_state.redis_becomes_unreachable(kind="answers_lost")
+    racers_state.node_thaws(name="n3")

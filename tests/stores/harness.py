@@ -64,6 +64,9 @@ class Faults(Protocol):
     async def expire_claim(self, claim: Claim) -> None:
         """Let ``claim`` run out, its answer with it (its winner frozen past its TTL)."""
 
+    async def age_claim(self, claim: Claim, left_ms: int) -> None:
+        """Let time pass since ``claim`` was won: ``left_ms`` of its lifetime remain."""
+
     async def wipe_schedules(self) -> None:
         """Erase the stored schedules (their set and version), as a wipe does."""
 

@@ -46,6 +46,7 @@ FUNCTION_DIGESTS = {
     16: "3e958d16da03d719",
     17: "83ece974ce460b23",
     18: "d06210e15fa3edfc",
+    19: "6722a49d3ced2c8c",
 }
 
 

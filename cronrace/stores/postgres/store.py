@@ -253,6 +253,7 @@ class PostgresStore(RunSide, Store):
                 "trigger_id": req.trigger_id or "",
                 "prior_tick": req.prior_tick_s,
                 "late_ok": req.late_ok,
+                "keep_ms": req.keep_ms,
             }
             for req in requests
         ]

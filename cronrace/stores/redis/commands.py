@@ -349,6 +349,7 @@ class Store(TakeoverCommands, MemberCommands):
                 req.trigger_id or "",
                 req.prior_tick_s,
                 "1" if req.late_ok else "0",
+                req.keep_ms,
             )
             calls.append((keys, args))
         replies = await self.scripts.eval_many("acquire", calls)

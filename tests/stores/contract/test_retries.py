@@ -7,6 +7,9 @@ granted the run.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import anyio
 import pytest
 
 from cronrace.model.policies import Overlap
@@ -108,4 +111,66 @@ async def test_nothing_is_remembered_without_a_won_claim(store: Store) -> None:
     again = await acquire(store, request(200))
     assert (again.decision, again.replayed) == (AcquireDecision.STALE, False)
     assert await store.read_claims([claim], N2) == [True]
+    assert await store.read_claims([claim], N1) == [False]
+
+
+#: How long a decision asks its answer to be kept (the claim's lifetime, for the agent).
+KEEP_MS = 30_000
+
+
+async def test_a_mark_decided_as_its_claim_runs_out_keeps_its_answer(
+    store: Store, backend: Backend
+) -> None:
+    # A node thawed past the tick's catch-up window decides it as its claim runs out; the
+    # answer is lost. Its retry, past the claim's first lifetime, reads it back: the
+    # missed count it calls for is written once. Before, the claim ran out with the answer
+    # and the retry found the tick decided by nobody it knew (stale).
+    claim = Claim("j", 100, CLAIM_TTL_MS)
+    assert await store.claim([claim], N1) == [True]
+    await backend.faults.age_claim(claim, 300)
+    mark = replace(request(100, mode=AcquireMode.MARK), keep_ms=KEEP_MS)
+    first = await acquire(store, mark)
+    assert first.decision is AcquireDecision.MARKED
+    await anyio.sleep(0.6)  # the claim's first lifetime is over
+    again = await acquire(store, mark)
+    assert (again.decision, again.prev_watermark_s, again.replayed) == (
+        AcquireDecision.MARKED,
+        None,
+        True,
+    )
+    assert await store.read_claims([claim], N1) == [True], "still this owner's"
+
+
+@pytest.mark.parametrize("keep_ms", [KEEP_MS, 0])
+async def test_a_mark_decided_after_its_claim_ran_out_is_remembered_in_a_claim_made_anew(
+    store: Store, backend: Backend, keep_ms: int
+) -> None:
+    # Frozen past the claim's lifetime, the node decides the tick it won (the watermark is
+    # below it: no one else decided it). Asked to keep its answer, the store makes the
+    # claim anew with it; without keep_ms, nothing is remembered (as before).
+    claim = Claim("j", 100, CLAIM_TTL_MS)
+    assert await store.claim([claim], N1) == [True]
+    await backend.faults.expire_claim(claim)
+    mark = replace(request(100, mode=AcquireMode.MARK), keep_ms=keep_ms)
+    first = await acquire(store, mark)
+    assert first.decision is AcquireDecision.MARKED
+    again = await acquire(store, mark)
+    if keep_ms:
+        assert (again.decision, again.replayed) == (AcquireDecision.MARKED, True)
+        assert await store.read_claims([claim], N1) == [True]
+        # Another node racing the tick now loses: it is decided.
+        assert await store.claim([claim], N2) == [False]
+    else:
+        assert (again.decision, again.replayed) == (AcquireDecision.STALE, False)
+
+
+async def test_a_stale_answer_makes_no_claim_anew(store: Store, backend: Backend) -> None:
+    # A later tick was decided and this one was not passed while undecided: stale, and
+    # nothing is remembered for a claim that ran out (the tick stays free of claims).
+    claim = Claim("j", 100, CLAIM_TTL_MS)
+    assert await store.claim([claim], N1) == [True]
+    await won(store, request(110, owner=N2))
+    await backend.faults.expire_claim(claim)
+    stale = await acquire(store, replace(request(100, mode=AcquireMode.MARK), keep_ms=KEEP_MS))
+    assert (stale.decision, stale.replayed) == (AcquireDecision.STALE, False)
     assert await store.read_claims([claim], N1) == [False]

@@ -106,6 +106,15 @@ class PostgresFaults:
             tick=claim.tick_s,
         )
 
+    async def age_claim(self, claim: Claim, left_ms: int) -> None:
+        await self._sql(
+            "UPDATE @schema@.claims SET expires_us = @schema@.now_us() + %(left)s * 1000 "
+            "WHERE ns = %(ns)s AND job = %(job)s AND tick = %(tick)s AND trigger_id = ''",
+            job=claim.job,
+            tick=claim.tick_s,
+            left=left_ms,
+        )
+
     async def wipe_schedules(self) -> None:
         await self._sql("DELETE FROM @schema@.schedules WHERE ns = %(ns)s")
         await self._sql("DELETE FROM @schema@.schedule_versions WHERE ns = %(ns)s")

@@ -67,6 +67,9 @@ class RedisFaults:
     async def expire_claim(self, claim: Claim) -> None:
         await self.client.delete(self.keys.claim(claim.job, claim.tick_s))
 
+    async def age_claim(self, claim: Claim, left_ms: int) -> None:
+        await self.client.pexpire(self.keys.claim(claim.job, claim.tick_s), left_ms)
+
     async def wipe_schedules(self) -> None:
         await self.client.delete(self.keys.schedules)
 

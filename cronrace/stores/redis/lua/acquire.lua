@@ -32,6 +32,13 @@
 -- ARGV[13] late_ok     '1' (catchup = all): a passed tick decided late runs, under the
 --                      overlap policy; otherwise (and always in mode mark) it is answered
 --                      'missed'
+-- ARGV[14] keep_ms     the answer remembered under the claim is kept at least this long
+--                      from now (0: as long as the claim lives): a decision made as its
+--                      claim runs out, or after it ran out (its winner frozen past the
+--                      claim's lifetime), can still be read back by a retry after a lost
+--                      answer. Without it the retry found the tick decided and its answer
+--                      gone, and what the answer called for (a missed count, a skipped
+--                      record) was written by no one (the scheduler model, racers = 2)
 --
 -- Reply: {decision, fence, prev_watermark, holder_fence, holder_owner,
 --         abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick,
@@ -82,6 +89,7 @@ quarantine_prefix = ARGV[10]
 local trigger_id = ARGV[11] or ''
 local prior_tick = tonumber(ARGV[12]) or 0
 local late_ok = ARGV[13] == '1'
+local keep_ms = tonumber(ARGV[14]) or 0
 
 check(hold_key, 'string', 'hold')
 if check_lease(lease_key) then
@@ -108,9 +116,12 @@ local late_from = 0
 local memo_head = owner .. '\n' .. request_id .. '\n'
 local claim = false
 local remember = false
+-- The claim ran out before this decision: its answer is kept in a claim made anew.
+local revive = false
 if request_id ~= '' then
   claim = redis.call('GET', claim_key)
   remember = claim == owner
+  revive = not claim and keep_ms > 0
   if claim and string.sub(claim, 1, #memo_head) == memo_head then
     local memo = {}
     for part in string.gmatch(string.sub(claim, #memo_head + 1) .. '\n', '(.-)\n') do
@@ -154,13 +165,23 @@ end
 local function reply(decision, fence)
   local out = {decision, fence, prev, holder_fence, holder_owner, ab_tick, ab_fence, ab_owner,
     table.concat(warnings, ','), superseded, hold_ms, data_lost, superseded_trigger, late_from}
-  if remember then
-    -- Remember the answer under the claim (its TTL outlives every retry of the tick).
+  local revived = revive and decision ~= 'stale'
+  if remember or revived then
+    -- Remember the answer under the claim (its TTL outlives every retry of the tick; kept
+    -- keep_ms from now at least, in a claim made anew if it had run out).
     local parts = {}
     for i, v in ipairs(out) do
       if type(v) == 'number' then parts[i] = int_text(v) else parts[i] = v end
     end
-    redis.call('SET', claim_key, memo_head .. table.concat(parts, '\n'), 'KEEPTTL')
+    local memo = memo_head .. table.concat(parts, '\n')
+    if revived then
+      redis.call('SET', claim_key, memo, 'PX', keep_ms)
+    else
+      redis.call('SET', claim_key, memo, 'KEEPTTL')
+      if keep_ms > 0 and redis.call('PTTL', claim_key) < keep_ms then
+        redis.call('PEXPIRE', claim_key, keep_ms)
+      end
+    end
   end
   out[#out + 1] = 0
   out[#out + 1] = 0

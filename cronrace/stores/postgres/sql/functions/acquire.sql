@@ -3,7 +3,7 @@
 --
 -- acquire(p_ns, p_job, p_decide_tick, p_mark_tick, p_run_tick, p_owner, p_ttl_ms,
 --         p_overlap, p_mode, p_request_id, p_known_fence, p_trigger_id, p_prior_tick,
---         p_late_ok) -> jsonb
+--         p_late_ok, p_keep_ms) -> jsonb
 --
 -- Inputs:
 --   p_decide_tick  refused as stale when <= watermark (ignored for triggers)
@@ -26,6 +26,9 @@
 --                  winners, whose decisions may be on the way in any order
 --   p_late_ok      a passed tick decided late runs (catchup = all), under the overlap
 --                  policy; otherwise (and always in mode mark) it is answered 'missed'
+--   p_keep_ms      the answer remembered under the claim is kept at least this long from
+--                  now (0: as long as the claim lives), in a claim row made anew if it had
+--                  run out: a retry after a lost answer reads it back (as acquire.lua)
 --
 -- Reply: a JSON object {decision, fence, prev_watermark, holder_fence, holder_owner,
 --   abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick, hold_ms,
@@ -54,7 +57,8 @@
 CREATE OR REPLACE FUNCTION @schema@.acquire(
   p_ns text, p_job text, p_decide_tick bigint, p_mark_tick bigint, p_run_tick bigint,
   p_owner text, p_ttl_ms bigint, p_overlap text, p_mode text, p_request_id text,
-  p_known_fence bigint, p_trigger_id text, p_prior_tick bigint, p_late_ok boolean
+  p_known_fence bigint, p_trigger_id text, p_prior_tick bigint, p_late_ok boolean,
+  p_keep_ms bigint DEFAULT 0
 ) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -77,6 +81,7 @@ DECLARE
   fence_garbled boolean := false;
   remember boolean := false;
   expired boolean := false;
+  revive boolean := false;
   late boolean := false;
   behind boolean := false;
   alive boolean;
@@ -176,6 +181,8 @@ BEGIN
     ELSE
       expired := true;  -- no claim: see a passed tick below
     END IF;
+    -- The claim ran out before this decision: its answer is kept in a claim made anew.
+    revive := expired AND p_keep_ms > 0;
   END IF;
 
   <<decide>>
@@ -419,9 +426,18 @@ BEGIN
     'hold_ms', hold_ms, 'data_lost', data_lost, 'superseded_trigger', superseded_trigger,
     'late_from', late_from);
   IF remember THEN
-    -- Remembered under the claim (kept until its tick is below the watermark and expired).
-    UPDATE @schema@.claims SET request_id = p_request_id, memo = reply
+    -- Remembered under the claim (kept until its tick is below the watermark and expired;
+    -- p_keep_ms from now at least).
+    UPDATE @schema@.claims SET request_id = p_request_id, memo = reply,
+      expires_us = greatest(expires_us, t_now + p_keep_ms * 1000)
     WHERE ns = p_ns AND job = p_job AND tick = claim_tick AND trigger_id = p_trigger_id;
+  ELSIF revive AND decision <> 'stale' THEN
+    INSERT INTO @schema@.claims AS cl (ns, job, tick, trigger_id, owner, expires_us,
+                                       request_id, memo)
+    VALUES (p_ns, p_job, claim_tick, p_trigger_id, p_owner, t_now + p_keep_ms * 1000,
+            p_request_id, reply)
+    ON CONFLICT (ns, job, tick, trigger_id) DO UPDATE SET owner = EXCLUDED.owner,
+      expires_us = EXCLUDED.expires_us, request_id = EXCLUDED.request_id, memo = EXCLUDED.memo;
   END IF;
   RETURN reply || jsonb_build_object('replayed', false, 'renewed', false);
 END
