@@ -202,6 +202,9 @@ class AcquireRequest:
     (the claim's lifetime; 0: as long as the claim lives). A decision made as its claim
     runs out, or after (a node frozen past it), keeps the claim this long, so a retry after
     a lost answer reads it back rather than finding the tick decided by nobody it knows."""
+    first_tick_s: int = 0
+    """The oldest tick the decision covers: its backlog's, fired or counted missed (0:
+    ``run_tick_s``). A passed tick decided late takes its backlog from there."""
 
     @property
     def request_id(self) -> str:

@@ -121,6 +121,9 @@ def acquire_request(proposal: Proposal, owner: Owner, *, claim_ttl_ms: int = 0) 
         # A plan that runs nothing names its backlog's oldest tick: decided late, the script
         # takes the backlog's ticks left to this claim and answers from which (late_from).
         run_tick_s=fire[0] if fire else first_decided_s(proposal),
+        # A run names it too: its backlog's older ticks (catch-up latest, or all beyond
+        # max_catchup) are taken with a late decision and counted missed.
+        first_tick_s=0 if trigger_id else first_decided_s(proposal),
         owner=owner,
         lease_ttl_ms=job.lease_ttl_ms,
         overlap=job.overlap,
@@ -196,6 +199,15 @@ def decide(
                 reply.late_from_s - 1, plan.claim_tick_s - 1, EXPIRED_COUNT_CAP
             ),
         )
+    elif reply.decision is AcquireDecision.RUN and reply.late_from_s and not proposal.trigger_id:
+        # A passed tick run late runs its fired ticks from late_from; the others the
+        # script took with it (older than the fired ones) are missed. Counted by no one
+        # before: only their run's tick was taken (the scheduler model with racers = 2).
+        fired = sum(1 for t in plan.fire_ticks_s if reply.late_from_s <= t <= plan.claim_tick_s)
+        covered = proposal.job.schedule.count_between(
+            reply.late_from_s - 1, plan.claim_tick_s, EXPIRED_COUNT_CAP
+        )
+        plan = dataclasses.replace(plan, missed=max(0, covered - max(1, fired)))
     records = _met_on_the_way(job, plan, reply, node_id=node_id, now_ms=now_ms)
     events = [(record.outcome, 1) for record in records]
     if reply.decision is AcquireDecision.STALE:

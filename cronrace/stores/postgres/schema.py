@@ -47,6 +47,7 @@ FUNCTION_DIGESTS = {
     17: "83ece974ce460b23",
     18: "d06210e15fa3edfc",
     19: "6722a49d3ced2c8c",
+    20: "1859de2d6b2e3e5e",
 }
 
 

@@ -254,6 +254,7 @@ class PostgresStore(RunSide, Store):
                 "prior_tick": req.prior_tick_s,
                 "late_ok": req.late_ok,
                 "keep_ms": req.keep_ms,
+                "first_tick": req.first_tick_s,
             }
             for req in requests
         ]

@@ -350,6 +350,7 @@ class Store(TakeoverCommands, MemberCommands):
                 req.prior_tick_s,
                 "1" if req.late_ok else "0",
                 req.keep_ms,
+                req.first_tick_s,
             )
             calls.append((keys, args))
         replies = await self.scripts.eval_many("acquire", calls)

@@ -230,6 +230,34 @@ async def test_a_late_backlog_answered_missed_takes_the_ticks_left_to_its_claim_
     assert (again.decision, again.late_from_s) == (AcquireDecision.MISSED, 101)
 
 
+@pytest.mark.parametrize("late_ok", [False, True])
+async def test_a_late_run_takes_its_backlog_from_the_oldest_tick_it_covers(
+    store: Store, late_ok: bool
+) -> None:
+    """As above, but C's plan runs its newest tick alone (103: catch-up latest, or all with
+    101-102 past the window): its run is for 103, and it names its backlog's oldest tick
+    apart (first_tick 101). Decided late, it takes 101-102 out of the passed range with
+    103: answered missed (latest) or run (all), from 101, its run still for 103. Before,
+    the backlog was taken from the run's tick, and 101-102 stayed in the range, left to
+    no one (the scheduler model with racers = 2 and catch-up latest)."""
+    await claim(store, 100, A)
+    await acquire(store, request(100, A, overlap=Overlap.ALLOW))
+    await claim(store, 102, D)
+    await claim(store, 103, C)
+    await claim(store, 104, B)
+    await acquire(store, request(104, B, prior=103, overlap=Overlap.ALLOW))
+    run = dataclasses.replace(request(103, C, late_ok=late_ok), first_tick_s=101)
+    late = await acquire(store, run)
+    decision = AcquireDecision.RUN if late_ok else AcquireDecision.MISSED
+    assert (late.decision, late.late_from_s) == (decision, 101)
+    if late_ok:
+        held = await lease(store)
+        assert held is not None
+        assert held.tick_s == 103, "the run is for the tick it fires, not the oldest taken"
+    single = dataclasses.replace(request(102, D, overlap=Overlap.ALLOW), run_tick_s=101)
+    assert (await acquire(store, single)).decision is AcquireDecision.STALE
+
+
 async def test_a_tick_the_newer_decision_covered_is_not_left_to_anyone(store: Store) -> None:
     """Ticks after the caller's prior are the caller's plan (a catch-up): it decided them."""
     await claim(store, 100, A)

@@ -487,3 +487,27 @@ def test_a_shared_plan_counts_only_the_ticks_no_other_racer_decided(
         [(Outcome.MISSED, missed)] if missed else []
     )
     assert verdict.start == RunStart((105,), 7)
+
+
+def test_a_late_run_counts_the_older_ticks_it_took_missed() -> None:
+    """Catch-up latest: the plan covers 101-103 and fires 103 alone. Passed while its
+    answer was on the way, it is run late (the script took 101-103: late_from 101); 101
+    and 102 are missed. Before, really_missed counted them decided (the watermark was
+    past them) and nothing recorded them (the scheduler model with racers = 2)."""
+    plan = TickPlan(103, 103, (103,), 2)
+    proposal = Proposal(job(Overlap.ALLOW), plan, shared_from_s=101)
+    verdict = decide(proposal, answer(prev_watermark_s=104, late_from_s=101), node_id=ME, now_ms=0)
+    assert outcomes(verdict) == [("missed", 103, 2)]
+    assert verdict.start == RunStart((103,), 7)
+    # Its older ticks taken by another claim's decision: its own tick alone, none missed.
+    verdict = decide(proposal, answer(prev_watermark_s=104, late_from_s=103), node_id=ME, now_ms=0)
+    assert (outcomes(verdict), verdict.start) == ([], RunStart((103,), 7))
+
+
+def test_acquire_request_names_the_oldest_tick_the_plan_covers() -> None:
+    backlog = Proposal(job(), TickPlan(104, 104, (104,), 3), shared_from_s=101)
+    request = acquire_request(backlog, OWNER)
+    assert (request.run_tick_s, request.first_tick_s) == (104, 101)
+    assert acquire_request(Proposal(job(), steady()), OWNER).first_tick_s == 100
+    trigger = acquire_request(Proposal(job(), steady(), "t1"), OWNER)
+    assert trigger.first_tick_s == 0

@@ -39,6 +39,11 @@
 --                      answer. Without it the retry found the tick decided and its answer
 --                      gone, and what the answer called for (a missed count, a skipped
 --                      record) was written by no one (the scheduler model, racers = 2)
+-- ARGV[15] first_tick  the oldest tick the decision covers (its backlog's, fired or
+--                      counted missed; 0: run_tick). A passed tick decided late takes its
+--                      backlog out of the passed range from there: from run_tick, a run's
+--                      backlog under catch-up latest (its one fired tick is its newest)
+--                      left its older ticks in the range, run or counted by no one
 --
 -- Reply: {decision, fence, prev_watermark, holder_fence, holder_owner,
 --         abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick,
@@ -52,7 +57,7 @@
 --   superseded_trigger: its trigger id when it was a manual trigger ('' otherwise)
 --   hold_ms: a granted run must wait this long before its handler starts (0: at once)
 --   late_from: a passed tick decided late and run (catchup = all): the oldest tick of
---     its backlog (run_tick up to decide_tick, which its one claim covers) decided with
+--     its backlog (first_tick up to decide_tick, which its one claim covers) decided with
 --     it, taken out of a passed range (the decision that passed them raced them and left
 --     them to their claim's holder: this one). Runs cover the ticks from it. 0 otherwise
 --   data_lost: 1 when this call found Redis had lost the job's fence counter (and
@@ -90,6 +95,8 @@ local trigger_id = ARGV[11] or ''
 local prior_tick = tonumber(ARGV[12]) or 0
 local late_ok = ARGV[13] == '1'
 local keep_ms = tonumber(ARGV[14]) or 0
+local first_tick = tonumber(ARGV[15]) or 0
+if first_tick <= 0 or first_tick > run_tick then first_tick = run_tick end
 
 check(hold_key, 'string', 'hold')
 if check_lease(lease_key) then
@@ -340,14 +347,15 @@ if mode ~= 'trigger' then
     end
     -- Its backlog's older ticks in the passed range just below it were left to this claim
     -- too: decided with it (run, or counted missed from late_from), taken out of the range.
-    late_from = take_backlog(decide_tick, run_tick)
+    late_from = take_backlog(decide_tick, first_tick)
     if not late_ok or mode == 'mark' or expired then
       return reply('missed', 0)
     end
     late, mode = true, 'trigger'  -- decided like a trigger: the watermark stays where it is
-    -- The run is for the oldest tick this decision took, not the plan's first: older
-    -- ticks of the plan were another decision's (queued, run or recorded there).
-    run_tick = late_from
+    -- The run is for the oldest tick this decision took and fires, not the plan's first:
+    -- older ticks of the plan were another decision's (queued, run or recorded there), or
+    -- are counted missed by the caller (beyond max_catchup).
+    run_tick = math.max(run_tick, late_from)
   else
     note_prior_passed()
     redis.call('SET', last_key, int_text(mark_tick))

@@ -3,7 +3,7 @@
 --
 -- acquire(p_ns, p_job, p_decide_tick, p_mark_tick, p_run_tick, p_owner, p_ttl_ms,
 --         p_overlap, p_mode, p_request_id, p_known_fence, p_trigger_id, p_prior_tick,
---         p_late_ok, p_keep_ms) -> jsonb
+--         p_late_ok, p_keep_ms, p_first_tick) -> jsonb
 --
 -- Inputs:
 --   p_decide_tick  refused as stale when <= watermark (ignored for triggers)
@@ -29,6 +29,9 @@
 --   p_keep_ms      the answer remembered under the claim is kept at least this long from
 --                  now (0: as long as the claim lives), in a claim row made anew if it had
 --                  run out: a retry after a lost answer reads it back (as acquire.lua)
+--   p_first_tick   the oldest tick the decision covers (its backlog's; 0: p_run_tick): a
+--                  passed tick decided late takes its backlog out of the passed range from
+--                  there (as acquire.lua)
 --
 -- Reply: a JSON object {decision, fence, prev_watermark, holder_fence, holder_owner,
 --   abandoned_tick, abandoned_fence, abandoned_owner, warnings, superseded_tick, hold_ms,
@@ -42,7 +45,7 @@
 --   hold_ms: a granted run must wait this long before its handler starts (the wipe hold)
 --   data_lost: this call found the job's fence counter lost (and started the hold)
 --   late_from: a passed tick decided late and run (late_ok): the oldest tick of its
---     backlog (p_run_tick up to it) taken with it out of the passed range below it (the
+--     backlog (p_first_tick up to it) taken with it out of the passed range below it (the
 --     decision that passed them left them to this claim's holder); 0 otherwise
 --   replayed: the remembered answer of an earlier call with this owner and request_id
 --   renewed: a replayed run's lease still held its fence and was extended by this call;
@@ -58,7 +61,7 @@ CREATE OR REPLACE FUNCTION @schema@.acquire(
   p_ns text, p_job text, p_decide_tick bigint, p_mark_tick bigint, p_run_tick bigint,
   p_owner text, p_ttl_ms bigint, p_overlap text, p_mode text, p_request_id text,
   p_known_fence bigint, p_trigger_id text, p_prior_tick bigint, p_late_ok boolean,
-  p_keep_ms bigint DEFAULT 0
+  p_keep_ms bigint DEFAULT 0, p_first_tick bigint DEFAULT 0
 ) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -97,6 +100,8 @@ DECLARE
   in_range boolean := false;
   late_from bigint := 0;
   lo bigint;
+  first_tick bigint := CASE WHEN p_first_tick <= 0 OR p_first_tick > p_run_tick
+                            THEN p_run_tick ELSE p_first_tick END;
 BEGIN
   INSERT INTO @schema@.jobs (ns, job) VALUES (p_ns, p_job) ON CONFLICT DO NOTHING;
   SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = p_job FOR UPDATE;
@@ -233,11 +238,11 @@ BEGIN
         -- claim too: decided with it (run, or counted missed from late_from), taken out of
         -- the range (no later decision runs them).
         late_from := p_decide_tick;
-        IF p_run_tick < p_decide_tick THEN
+        IF first_tick < p_decide_tick THEN
           FOR k IN 1 .. coalesce(array_length(j.passed_ranges, 1), 0) / 2 LOOP
             IF j.passed_ranges[2 * k - 1] < p_decide_tick - 1
                AND p_decide_tick - 1 <= j.passed_ranges[2 * k] THEN
-              lo := greatest(p_run_tick - 1, j.passed_ranges[2 * k - 1]);
+              lo := greatest(first_tick - 1, j.passed_ranges[2 * k - 1]);
               ranges := j.passed_ranges[1 : 2 * k - 2];
               IF j.passed_ranges[2 * k - 1] < lo THEN
                 ranges := ranges || ARRAY[j.passed_ranges[2 * k - 1], lo];
@@ -257,9 +262,10 @@ BEGIN
         END IF;
         late := true;
         v_mode := 'trigger';  -- decided like a trigger: the watermark stays where it is
-        -- The run is for the oldest tick this decision took, not the plan's first: older
-        -- ticks of the plan were another decision's (queued, run or recorded there).
-        p_run_tick := late_from;
+        -- The run is for the oldest tick this decision took and fires, not the plan's
+        -- first: older ticks of the plan were another decision's (queued, run or recorded
+        -- there), or are counted missed by the caller (beyond max_catchup).
+        p_run_tick := greatest(p_run_tick, late_from);
       ELSE
         -- The claim of the tick before this decision's is won and undecided, or gone (run
         -- out and swept before this decision came: its holder frozen past its lifetime),

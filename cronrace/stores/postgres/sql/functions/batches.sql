@@ -47,7 +47,7 @@ BEGIN
           (r.req->>'ttl_ms')::bigint, r.req->>'overlap', r.req->>'mode',
           r.req->>'request_id', (r.req->>'known_fence')::bigint, r.req->>'trigger_id',
           (r.req->>'prior_tick')::bigint, (r.req->>'late_ok')::boolean,
-          coalesce((r.req->>'keep_ms')::bigint, 0));
+          coalesce((r.req->>'keep_ms')::bigint, 0), coalesce((r.req->>'first_tick')::bigint, 0));
       EXCEPTION
         WHEN lock_not_available THEN
           IF pass = 1 THEN
