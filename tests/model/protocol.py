@@ -480,6 +480,13 @@ class ProtocolModel(RuleBasedStateMachine):
             # it while its claim is undecided notes for its owner (acquire.lua, passed).
             "prior_tick_s": 0 if w.trigger else w.prior,
             "late_ok": self.catchup[w.job] is Catchup.ALL,
+            # As the scheduler does: the oldest tick the plan covers (ticks are
+            # consecutive here: those it fires and those it counts missed), and a mark's
+            # answer kept as long as a claim lives.
+            "first_tick_s": 0
+            if w.trigger
+            else plan.claim_tick_s - len(plan.fire_ticks_s) - plan.missed + 1,
+            "keep_ms": CLAIM_TTL_MS if mode == "mark" else 0,
         }
         names = {f.name for f in dataclasses.fields(AcquireRequest)}
         return AcquireRequest(**{k: v for k, v in values.items() if k in names})
