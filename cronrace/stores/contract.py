@@ -237,7 +237,10 @@ class Store(abc.ABC):
         Refuses a tick an earlier decision covered (``stale``), advances the watermark,
         applies the pause flag and the overlap policy against the lease, notes passed ticks,
         holds grants after a wipe, and remembers its answer under the claim, so that a retry
-        after a lost reply gets the same decision and fence. Fences only ever grow. A
+        after a lost reply gets the same decision and fence; the claim keeps that answer at
+        least ``keep_ms`` from the decision, made anew if it had run out. A passed tick
+        decided late takes its backlog (from ``first_tick_s``) out of the passed ticks and
+        says from which (``late_from``). Fences only ever grow. A
         claim another owner took over (:meth:`take_over`) is answered ``stale``. A replayed
         grant may start (``renewed``) only while its lease holds its fence and no fence
         above it is known (a lagging failover can put back a grant others followed).
