@@ -337,15 +337,29 @@ def test_a_taken_over_backlog_past_the_catch_up_window_is_counted(racers_state: 
     racers_state.time_passes(seconds=30)
 
 
-def test_a_late_takers_backlog_answered_missed_counts_every_tick(racers_state: Steps) -> None:
+@pytest.mark.parametrize("catchup", list(Catchup))
+def test_a_late_takers_backlog_is_taken_and_counted_whole(
+    racers_state: Steps, catchup: Catchup
+) -> None:
     """racers = 2 of 3: n2 claimed j1's backlog 90-150 (one claim on 150) and froze; n3
     took the claim over and froze too; n2, thawed, decided 180 and left 150 and the range
-    below it to their claims. n3, thawed at the end, decided 150 late (catch-up skip, mode
-    mark): answered missed, recorded 150 alone; 90-140 stayed in the passed range, with
-    no record (the scheduler model, deep profile, seed 41; it predates the session's
-    takeover fixes). Fixed: a late missed answer takes its backlog out of the range too
-    (late_from, acquire.lua and SQL), and the decision counts it."""
-    racers_state.define_fleet(jobs=jobs(), nodes=3)
+    below it to their claims. n3, thawed at the end, decided 150 late.
+
+    Catch-up skip (mode mark): answered missed, it recorded 150 alone; 90-140 stayed in
+    the passed range, with no record (the scheduler model, deep profile, seed 41; it
+    predates the session's takeover fixes). Fixed: a late missed answer takes its backlog
+    out of the range too (late_from, acquire.lua and SQL), and the decision counts it.
+
+    Catch-up latest or all (mode run; the scheduler model's example with the policies
+    varied): j2's taker n3 decided 145 late, its plan covering 85-145 and firing 145 alone
+    (latest), or 130 and 145 with 85-115 past the window (all). The script took the
+    backlog from the tick its run was for (145, or 130), so 85-130 (85-115) stayed in the
+    range, neither run nor counted. Fixed: the request names the oldest tick the plan
+    covers (first_tick), the script takes the backlog from there, and the decision counts
+    the ticks it took and does not fire missed."""
+    racers_state.define_fleet(
+        jobs=jobs(j1=(Overlap.SKIP, catchup, 0), j2=(Overlap.SKIP, catchup, 0)), nodes=3
+    )
     racers_state.node_freezes_after_its_next_win(name="n1")
     racers_state.time_passes(seconds=18)
     racers_state.node_freezes_after_its_next_win(name="n3")
@@ -358,42 +372,6 @@ def test_a_late_takers_backlog_answered_missed_counts_every_tick(racers_state: S
     racers_state.node_thaws(name="n3")
     racers_state.time_passes(seconds=38)
     racers_state.node_thaws(name="n2")
-
-
-@pytest.mark.parametrize("catchup", [Catchup.LATEST, Catchup.ALL])
-def test_a_late_run_takes_its_whole_backlog_out_of_the_passed_range(
-    catchup: Catchup,
-) -> None:
-    """The steps above with both jobs under catch-up latest or all, so the late taker's
-    plan runs (mode run) rather than marks: j2's taker n3, thawed, decided 145 late, its
-    plan covering 85-145 and firing 145 alone (latest), or 130 and 145 with 85-115 past
-    the window (all). The script took its backlog out of the passed range from the tick
-    its run was for (145, or 130), so 85-130 (85-115) stayed there, neither run nor counted
-    (the scheduler model's example with the catch-up policies varied). Fixed: the request
-    names the oldest tick the plan covers (first_tick), the script takes the backlog from
-    there, and the decision counts the ticks it took and does not fire missed."""
-    machine = RacersModel()
-    try:
-        racers_state = Steps(machine)
-        racers_state.define_fleet(
-            jobs=jobs(j1=(Overlap.SKIP, catchup, 0), j2=(Overlap.SKIP, catchup, 0)), nodes=3
-        )
-        racers_state.node_freezes_after_its_next_win(name="n1")
-        racers_state.time_passes(seconds=18)
-        racers_state.node_freezes_after_its_next_win(name="n3")
-        racers_state.node_freezes_after_its_next_win(name="n2")
-        racers_state.time_passes(seconds=50)
-        racers_state.time_passes(seconds=28)
-        racers_state.node_freezes_after_its_next_win(name="n2")
-        racers_state.node_thaws(name="n2")
-        racers_state.node_freezes_after_its_next_win(name="n3")
-        racers_state.node_thaws(name="n3")
-        racers_state.time_passes(seconds=38)
-        racers_state.node_thaws(name="n2")
-        machine.every_tick_is_accounted_for()
-    finally:
-        machine.failed = True
-        machine.teardown()
 
 
 @pytest.mark.parametrize("frozen_s", [46, 90])
