@@ -211,7 +211,14 @@ def decide(
     records = _met_on_the_way(job, plan, reply, node_id=node_id, now_ms=now_ms)
     events = [(record.outcome, 1) for record in records]
     if reply.decision is AcquireDecision.STALE:
-        stale = RunRecord(job, plan.claim_tick_s, node_id, Outcome.STALE, finished_ms=now_ms)
+        stale = RunRecord(
+            job,
+            plan.claim_tick_s,
+            node_id,
+            Outcome.STALE,
+            finished_ms=now_ms,
+            trigger_id=proposal.trigger_id,
+        )
         return Verdict((*records, stale), (*events, (Outcome.STALE, 1)))
     if plan.missed:
         records.append(

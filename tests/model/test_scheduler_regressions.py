@@ -394,3 +394,28 @@ def test_a_late_mark_whose_answer_was_lost_is_read_back_and_recorded(
     racers_state.time_passes(seconds=frozen_s)
     racers_state.redis_becomes_unreachable(kind="answers_lost")
     racers_state.node_thaws(name="n3")
+
+
+def test_a_trigger_claimed_after_its_claim_ran_out_does_not_run_again(
+    racers_state: Steps,
+) -> None:
+    """racers = 2 of 3: triggers of j1 were asked while nodes were frozen after wins.
+    Thawed, n1 ran one at 122 s; n2's claim of the same trigger went out only at 180 s,
+    past that claim's lifetime (42 s): it won the claim anew and ran the trigger a second
+    time (the scheduler model, deep profile, seed 41: n3 and n2, 84 s apart; the age
+    check when a trigger is read cannot see a pause after it). Fixed: the store keeps the
+    job's last 16 triggers decided and answers one among them stale (acquire.lua's
+    state.triggers, PostgreSQL's jobs.triggers)."""
+    racers_state.define_fleet(jobs=jobs(), nodes=3)
+    racers_state.node_freezes_after_its_next_win(name="n1")
+    racers_state.node_freezes_after_its_next_win(name="n2")
+    racers_state.time_passes(seconds=14)
+    racers_state.operator_triggers(job="j1")
+    racers_state.node_freezes_after_its_next_win(name="n3")
+    racers_state.node_freezes_after_its_next_win(name="n2")
+    racers_state.time_passes(seconds=53)
+    racers_state.operator_triggers(job="j1")
+    racers_state.operator_triggers(job="j1")
+    racers_state.node_thaws(name="n2")
+    racers_state.node_thaws(name="n1")
+    racers_state.time_passes(seconds=58)

@@ -48,6 +48,7 @@ FUNCTION_DIGESTS = {
     18: "d06210e15fa3edfc",
     19: "6722a49d3ced2c8c",
     20: "1859de2d6b2e3e5e",
+    21: "4ea7b066427871d0",
 }
 
 

@@ -31,8 +31,8 @@ _WIPED = {
     "fence": "fence = NULL",
     "watermark": "watermark = NULL",
     "state": "paused = false, run_fence = NULL, run_tick = NULL, run_owner = NULL, "
-    "passed = '{}', passed_ranges = '{}', skipped_overlap = NULL, skipped_paused = NULL, "
-    "missed = NULL, "
+    "passed = '{}', passed_ranges = '{}', triggers = '{}', skipped_overlap = NULL, "
+    "skipped_paused = NULL, missed = NULL, "
     "queued = NULL, abandoned = NULL, pending_trigger = NULL, spec = '{}', registered = false",
     "pending": "pending_tick = NULL",
 }
@@ -101,9 +101,10 @@ class PostgresFaults:
         # Run out, not yet swept: a new claim of the tick would take the row over.
         await self._sql(
             "UPDATE @schema@.claims SET expires_us = 0 "
-            "WHERE ns = %(ns)s AND job = %(job)s AND tick = %(tick)s AND trigger_id = ''",
+            "WHERE ns = %(ns)s AND job = %(job)s AND tick = %(tick)s AND trigger_id = %(tid)s",
             job=claim.job,
-            tick=claim.tick_s,
+            tick=0 if claim.trigger_id else claim.tick_s,
+            tid=claim.trigger_id or "",
         )
 
     async def age_claim(self, claim: Claim, left_ms: int) -> None:

@@ -65,7 +65,10 @@ class RedisFaults:
         await self.client.set(key, str(owner), keepttl=True)
 
     async def expire_claim(self, claim: Claim) -> None:
-        await self.client.delete(self.keys.claim(claim.job, claim.tick_s))
+        if claim.trigger_id is not None:
+            await self.client.delete(self.keys.trigger_claim(claim.job, claim.trigger_id))
+        else:
+            await self.client.delete(self.keys.claim(claim.job, claim.tick_s))
 
     async def age_claim(self, claim: Claim, left_ms: int) -> None:
         await self.client.pexpire(self.keys.claim(claim.job, claim.tick_s), left_ms)

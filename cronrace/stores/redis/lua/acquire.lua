@@ -72,6 +72,9 @@
 --     lagged restored the grant and its lease, but fences above it were handed out on the
 --     primary it replaced (the deep model's second finding). A run whose lease is gone
 --     is decided again (a fresh answer, a new fence: the first one never ran).
+--   A manual trigger already decided (its id among state.triggers, the job's last 16)
+--   is answered 'stale': its claim may have run out, and a node paused between reading
+--   it and claiming it won the claim anew.
 --   A claim that another owner holds now (a live node took it over from this one, whose
 --   heartbeat had expired: takeover.lua) is answered 'stale' and decides nothing: its
 --   tick is the taker's to decide.
@@ -125,6 +128,8 @@ local claim = false
 local remember = false
 -- The claim ran out before this decision: its answer is kept in a claim made anew.
 local revive = false
+-- A grant of this request whose lease ran out unstarted, decided again.
+local redecided = false
 if request_id ~= '' then
   claim = redis.call('GET', claim_key)
   remember = claim == owner
@@ -159,6 +164,7 @@ if request_id ~= '' then
     mode = 'trigger'
     prev = tonumber(memo[3])
     remember = true
+    redecided = true
   elseif claim and string.match(claim, '^[^\n]*') ~= owner then
     -- Another owner holds the claim: a live node took it over (takeover.lua) while this
     -- one was frozen or cut off. The tick is the taker's to decide; deciding it here too
@@ -325,6 +331,25 @@ local function take_passed(tick)
     end
   end
   return false
+end
+
+-- A manual trigger is decided once. Its claim runs out (catch-up window and skew), and a
+-- node that read the trigger in time but was paused before claiming it won the claim
+-- anew and ran it again (the scheduler model with racers = 2: a minute's freeze): the
+-- job's last triggers decided are kept, newest last, and one among them is stale.
+local TRIGGERS_KEPT = 16
+if trigger_id ~= '' then
+  local done = {}
+  for id in string.gmatch(redis.call('HGET', state_key, 'triggers') or '', '%S+') do
+    if id == trigger_id then
+      if not redecided then return reply('stale', 0) end
+    else
+      done[#done + 1] = id
+    end
+  end
+  done[#done + 1] = trigger_id
+  while #done > TRIGGERS_KEPT do table.remove(done, 1) end
+  redis.call('HSET', state_key, 'triggers', table.concat(done, ' '))
 end
 
 local late = false

@@ -52,7 +52,8 @@
 --     never when the job's counter or the caller knows a fence above the replayed one (a
 --     failover to a lagging replica put back a grant that others followed)
 --   A claim another owner holds now (taken over from this one: take_over.sql) is answered
---   'stale' and decides nothing.
+--   'stale' and decides nothing; so is a manual trigger already decided (its id among
+--   jobs.triggers, the job's last 16).
 --
 -- Atomic: the job's row is locked first (every decision, renewal and release of the job
 -- waits for it), and the function runs in its caller's one transaction.
@@ -85,6 +86,7 @@ DECLARE
   remember boolean := false;
   expired boolean := false;
   revive boolean := false;
+  redecided boolean := false;
   late boolean := false;
   behind boolean := false;
   alive boolean;
@@ -178,6 +180,7 @@ BEGIN
         v_mode := 'trigger';
         prev := (c.memo->>'prev_watermark')::bigint;
         remember := true;
+        redecided := true;
       END IF;
     ELSIF FOUND THEN
       -- Another owner holds the claim: a live node took it over (take_over.sql) while
@@ -196,6 +199,17 @@ BEGIN
       prev := coalesce(j.watermark, -1);
       decision := 'stale';
       EXIT decide;
+    END IF;
+    -- A manual trigger is decided once: its id is kept among the job's last 16 decided,
+    -- and one among them is stale (its claim may have run out, and a node paused between
+    -- reading it and claiming it won the claim anew: as acquire.lua).
+    IF p_trigger_id <> '' THEN
+      IF p_trigger_id = ANY (j.triggers) AND NOT redecided THEN
+        decision := 'stale';
+        EXIT decide;
+      END IF;
+      j.triggers := array_remove(j.triggers, p_trigger_id) || p_trigger_id;
+      j.triggers := j.triggers[greatest(1, cardinality(j.triggers) - 15) :];
     END IF;
     IF v_mode <> 'trigger' THEN
       prev := coalesce(j.watermark, -1);
@@ -414,7 +428,7 @@ BEGIN
     run_fence = j.run_fence, run_tick = j.run_tick, run_owner = j.run_owner,
     passed = j.passed, passed_ranges = j.passed_ranges, hold_until_us = j.hold_until_us,
     skipped_overlap = j.skipped_overlap, skipped_paused = j.skipped_paused,
-    queued = j.queued, abandoned = j.abandoned
+    queued = j.queued, abandoned = j.abandoned, triggers = j.triggers
   WHERE ns = p_ns AND job = p_job;
 
   IF take_lease THEN
