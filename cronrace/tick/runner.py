@@ -16,13 +16,14 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
-from cronrace.errors import StoreError, error_text
+from cronrace.errors import StoreError, StoreUnavailableError, error_text
 from cronrace.model.job import FencedWriter, Job, RunContext
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
 from cronrace.runtime import tracing
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
+from cronrace.runtime.retry import BACKOFF, Retry
 from cronrace.stores.contract import Store
 from cronrace.stores.values import (
     AcquireDecision,
@@ -237,15 +238,32 @@ class Runner(UnrunRuns):
         return True, None
 
     async def _fence_for_allowed_run(self, job: Job, tick_s: int) -> int | None:
+        """The fence of a catch-up's next tick under ``allow``, asked again while the store
+        is unreachable, until the tick leaves its catch-up window. Asked once, a failover
+        under way stopped the catch-up and its further ticks never ran (the Cluster fault
+        test, a primary killed: a tick of a healthy shard's job missed). Not remembered by
+        the store, a call whose answer was lost only burns a fence (no lease to hold)."""
         request = further_tick_request(job, tick_s, self.owner)
-        try:
-            (reply,) = await self.store.acquire([request])
-        except StoreError as exc:
-            log.error("catch-up stopped: Redis failed", extra={"job": job.name, "error": str(exc)})
-            return None
-        if isinstance(reply, AcquireReply) and reply.decision is AcquireDecision.RUN:
-            return reply.fence
-        return None
+        attempts = Retry(self.clock, BACKOFF)
+        while True:
+            try:
+                (reply,) = await self.store.acquire([request])
+            except StoreError as exc:
+                reply = exc
+            if isinstance(reply, AcquireReply):
+                return reply.fence if reply.decision is AcquireDecision.RUN else None
+            more = self.clock.time() < tick_s + job.catchup_window_s
+            if not (more and isinstance(reply, StoreUnavailableError)):
+                log.error(
+                    "catch-up stopped: Redis failed",
+                    extra={"job": job.name, "tick": tick_s, "error": str(reply)},
+                )
+                return None
+            log.warning(
+                "catch-up's next fence failed; retrying",
+                extra={"job": job.name, "tick": tick_s, "error": str(reply)},
+            )
+            await attempts.wait()
 
     async def _run_once(
         self, job: Job, tick_s: int, lease: Lease, trigger_id: str | None, *, renew: bool
