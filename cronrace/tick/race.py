@@ -206,11 +206,8 @@ class TickRace:
     ) -> None:
         """Race for a manual trigger: its own claim key, the same lease and overlap policy.
 
-        A trigger read more than ``catchup_window`` after it was requested (``age_s``, on
-        Redis's clock) is dropped: a node back from an outage or a pause reads old
-        requests, whose claim may have expired; racing for it again ran it a second time
-        (the scheduler model found it). The claim lives ``catchup_window`` plus the skew
-        tolerance, so every node that reads it in time still meets it.
+        One read over ``catchup_window`` after it was asked (``age_s``, Redis's clock) is
+        dropped; one claimed later still (a pause after reading) the store finds decided.
         """
         if age_s > job.catchup_window_s:
             log.warning(
@@ -423,10 +420,10 @@ class TickRace:
         that already), so that the loop claims every other job's ticks meanwhile.
 
         Returns:
-            The jobs whose decision the store never answered until the tick left its
-            catch-up window: the loop plans the tick again, as the oldest of a backlog
-            whose acquire tells whether it was decided or is missed (dropped, it was lost
-            unrecorded: the scheduler model found it).
+            The jobs whose decision the store never answered in time: the loop claims
+            the tick again, read back (pinned), and decides it late or finds it decided.
+            Planned in a backlog instead, a claim lost to another racer left it to no one
+            (the scheduler model, racers = 2, deep seed 41).
         """
         winners = list(wakeup.winners or [])
         unrun: list[tuple[Proposal, RunStart]] = []
@@ -451,7 +448,9 @@ class TickRace:
                 p, (reply, granted_mono) = winners[index], answers[index]
                 if isinstance(reply, Exception):
                     if isinstance(reply, StoreUnavailableError):
+                        # Claimed again, read back (pinned): see TickRace._decide.
                         undecided.add(p.job.name)
+                        self._ambiguous.add((p.job.name, p.plan.claim_tick_s, p.trigger_id))
                     continue
                 deadline_mono = granted_mono + p.job.lease_ttl_s * (1 - SAFETY_MARGIN)
                 late = now_mono >= deadline_mono

@@ -8,6 +8,7 @@ matter. Each failed, as its docstring says, before the fix it names.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 
 import pytest
@@ -419,3 +420,32 @@ def test_a_trigger_claimed_after_its_claim_ran_out_does_not_run_again(
     racers_state.node_thaws(name="n2")
     racers_state.node_thaws(name="n1")
     racers_state.time_passes(seconds=58)
+
+
+def test_a_tick_whose_decision_was_given_up_is_claimed_again_and_read_back(
+    racers_state: Steps,
+) -> None:
+    """racers = 2 of 3: Redis went down while n1 and n2 were frozen after wins; thawed, a
+    node's decision of a won tick of j1 got no answer until the tick left its catch-up
+    window, and was given up. The loop planned the job again as a backlog from that tick,
+    but another racer won the backlog's claim, and its plan began after the tick (left to
+    this node): nobody decided it (the scheduler model, deep profile, seed 41; the backoff
+    jitter decides which node, so the test seeds it). Fixed: a decision given up leaves
+    its claim unanswered, so the loop pins the job to it and claims it again, read back
+    (TickRace._decide)."""
+    saved = random.getstate()
+    random.seed(2)
+    try:
+        racers_state.define_fleet(jobs=jobs(), nodes=3)
+        racers_state.node_freezes_after_its_next_win(name="n1")
+        racers_state.time_passes(seconds=13)
+        racers_state.node_freezes_after_its_next_win(name="n2")
+        racers_state.time_passes(seconds=14)
+        racers_state.redis_becomes_unreachable(kind="down")
+        racers_state.time_passes(seconds=23)
+        racers_state.node_thaws(name="n1")
+        racers_state.node_thaws(name="n2")
+        racers_state.time_passes(seconds=44)
+        racers_state.time_passes(seconds=53)
+    finally:
+        random.setstate(saved)
