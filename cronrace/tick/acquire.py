@@ -52,10 +52,10 @@ async def acquire_retrying(
         requests: one per won claim, all sent in one pipeline per attempt.
         give_up_at_s: per request, the shared-clock time after which it is not sent
             again: its tick's catch-up window ends there, and the claim holding the
-            remembered answer outlives it. A request that keeps its answer longer
-            (``keep_ms``: a plan that runs nothing, decided past that window already) is
-            sent again until ``keep_ms`` after its first failure: the answer, if one was
-            lost, was remembered before then (:func:`retry_deadline_s`).
+            remembered answer outlives it. A request that keeps its answer (``keep_ms``)
+            and failed first past that window (decided late) is sent again until
+            ``keep_ms`` after that failure: the answer, if one was lost, was remembered
+            before then (:func:`retry_deadline_s`).
         observer: told about every failed attempt.
         set_ready: readiness follows whether the store answers.
         backoff: the waits between attempts (default the project's one policy).
@@ -156,17 +156,19 @@ async def acquire_retrying(
 def retry_deadline_s(request: AcquireRequest, give_up_at_s: float, failed_s: float) -> float:
     """Until when a request that failed first at ``failed_s`` is sent again.
 
-    A request that keeps its answer ``keep_ms`` (a plan that runs nothing, decided past its
-    catch-up window) is sent again that long after its first failure was seen, less a
-    margin. An attempt that ran had its answer remembered a moment before its failure was
-    seen (the lost answer's way back), and one that ran later, later still. Counted from
-    the send instead, a node frozen between reading its clock and sending (the scheduler
-    model's freeze) would give up before its answer was even remembered. Given up at once
-    before, the missed count the answer called for was written by no one (the scheduler
-    model with racers = 2: a node thawed past a tick's window, and the connection dropped).
+    A request that keeps its answer ``keep_ms`` and failed first past its catch-up window
+    (a plan that runs nothing, decided past it; a run's decision sent late, by a node
+    frozen since its win) is sent again that long after that failure, less a margin. An
+    attempt that ran had its answer remembered a moment before its failure was seen (the
+    lost answer's way back), and one that ran later, later still. Counted from the send
+    instead, a node frozen between reading its clock and sending (the scheduler model's
+    freeze) would give up before its answer was even remembered. Given up at once before,
+    the records the answer called for were written by no one (the scheduler model: a node
+    thawed past a tick's window, and the connection dropped). One that failed in time is
+    given up with the window, as before: a run never starts past it.
     """
-    if request.keep_ms <= 0:
-        return give_up_at_s
+    if request.keep_ms <= 0 or failed_s < give_up_at_s:
+        return give_up_at_s  # failed in time: a run is never started past its window
     keep_s = request.keep_ms / 1000
     return max(give_up_at_s, failed_s + keep_s - min(1.0, keep_s / 4))
 

@@ -101,13 +101,15 @@ def first_decided_s(p: Proposal) -> int:
     return first_s
 
 
-def acquire_request(proposal: Proposal, owner: Owner, *, claim_ttl_ms: int = 0) -> AcquireRequest:
+def acquire_request(proposal: Proposal, owner: Owner, claim_ttl_ms: int = 0) -> AcquireRequest:
     """The ``acquire.lua`` call that decides a won claim.
 
-    A plan that runs nothing (mode mark) is decided past its tick's catch-up window, as its
-    claim runs out or after: its answer is kept ``claim_ttl_ms`` from the decision
-    (``keep_ms``), and :func:`~cronrace.tick.acquire.acquire_retrying` sends it again for
-    that long after its answer was lost.
+    A decision made late (a plan that runs nothing, decided past its tick's catch-up
+    window; a run's, sent by a node frozen between its win and its decision) comes as its
+    claim runs out, or after: its answer is kept ``keep_ms`` from the decision, a second
+    less than the claim's lifetime (one decided in time keeps its claim as it is), and
+    :func:`~cronrace.tick.acquire.acquire_retrying` sends it again for that long after a
+    first failure seen past the window.
     """
     job, plan, trigger_id = proposal.job, proposal.plan, proposal.trigger_id
     fire = plan.fire_ticks_s
@@ -131,7 +133,7 @@ def acquire_request(proposal: Proposal, owner: Owner, *, claim_ttl_ms: int = 0) 
         trigger_id=trigger_id,
         prior_tick_s=proposal.prior_tick_s,
         late_ok=job.catchup is Catchup.ALL,
-        keep_ms=claim_ttl_ms if mode is AcquireMode.MARK else 0,
+        keep_ms=max(0, claim_ttl_ms - 1000) if mode is not AcquireMode.TRIGGER else 0,
     )
 
 

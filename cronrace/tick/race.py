@@ -462,11 +462,11 @@ class TickRace:
                 if verdict.start is not None:
                     self._start(p, verdict.start, granted_mono, runs)
 
-        ttl_ms = self.claim_ttl_ms  # a mark's answer is kept as long as a claim lives
+        ttl_ms = self.claim_ttl_ms  # a late decision's answer is kept about as long
         await acquire_retrying(
             self.store,
             self.clock,
-            [acquire_request(p, self.owner, claim_ttl_ms=ttl_ms(p.job)) for p in winners],
+            [acquire_request(p, self.owner, ttl_ms(p.job)) for p in winners],
             [p.plan.claim_tick_s + p.job.catchup_window_s for p in winners],
             observer=self.observer,
             set_ready=self._set_ready,

@@ -449,3 +449,21 @@ def test_a_tick_whose_decision_was_given_up_is_claimed_again_and_read_back(
         racers_state.time_passes(seconds=53)
     finally:
         random.setstate(saved)
+
+
+def test_a_run_decided_by_a_node_thawed_at_its_window_end_is_read_back(state: Steps) -> None:
+    """Two nodes, racers = all: n2 won j1's tick 120 and froze before deciding it; n1
+    decided 130 and noted 120 passed. n2, thawed at 160 (the tick's window end), sent its
+    decision (mode run, planned in time): the store answered it missed, late, but the
+    answer was lost, and n2 gave it up at once, its window being over. Claimed again and
+    read back, the claim held that decision, so it counted lost, and the missed record was
+    written by no one (the scheduler model, deep profile, seed 7). Fixed: every decision
+    asks its answer kept a second less than its claim lives (a late one extends the
+    claim), and one whose first failure comes past its window is sent again that long."""
+    state.define_fleet(jobs=jobs(), nodes=2)
+    state.node_freezes_after_its_next_win(name="n2")
+    state.time_passes(seconds=1)
+    state.time_passes(seconds=44)
+    state.time_passes(seconds=60)
+    state.redis_becomes_unreachable(kind="answers_lost")
+    state.node_thaws(name="n2")

@@ -509,5 +509,8 @@ def test_acquire_request_names_the_oldest_tick_the_plan_covers() -> None:
     request = acquire_request(backlog, OWNER)
     assert (request.run_tick_s, request.first_tick_s) == (104, 101)
     assert acquire_request(Proposal(job(), steady()), OWNER).first_tick_s == 100
-    trigger = acquire_request(Proposal(job(), steady(), "t1"), OWNER)
-    assert trigger.first_tick_s == 0
+    trigger = acquire_request(Proposal(job(), steady(), "t1"), OWNER, 42_000)
+    assert (trigger.first_tick_s, trigger.keep_ms) == (0, 0)
+    # A decision keeps its answer a second less than its claim lives (one in time keeps
+    # its claim as it is); a trigger's is not kept past its claim.
+    assert acquire_request(backlog, OWNER, 42_000).keep_ms == 41_000

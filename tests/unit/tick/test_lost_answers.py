@@ -1,11 +1,12 @@
 """A decision whose answer was lost is sent again while the store keeps that answer.
 
-A plan that runs nothing (mode ``mark``) is decided past its tick's catch-up window, so
-the window gave it no retry at all: a node thawed late whose answer was lost gave the
-tick up, although the store had marked it, and the missed count the answer called for
-was written by no one (the scheduler model with racers = 2). It keeps its answer
-``keep_ms`` from the decision (the claim's lifetime), and is sent again that long after
-its first failure. A run is still given up when its tick leaves the window.
+A plan that runs nothing (mode ``mark``) is decided past its tick's catch-up window, and
+so is a run's decision sent by a node frozen since its win: the window gave them no
+retry. A node thawed late whose answer was lost gave the tick up, although the store had
+decided it, and the records the answer called for were written by no one (the scheduler
+model). The answer is kept ``keep_ms`` from the decision, and a decision whose first
+failure comes past its window is sent again that long after it. One that failed in time
+is still given up when its tick leaves the window.
 """
 
 from __future__ import annotations
@@ -113,3 +114,8 @@ def test_the_deadline_counts_from_the_first_failure_seen() -> None:
     # A short keep keeps a quarter of itself for the trip.
     assert retry_deadline_s(request(AcquireMode.MARK, 2000), 0, START_S) == START_S + 1.5
     assert retry_deadline_s(request(AcquireMode.RUN, 0), WINDOW_END_S, START_S) == WINDOW_END_S
+    # A run's decision that failed first past its window (sent late, by a node frozen since
+    # its win) is sent again as long; one that failed in time is given up with the window.
+    run = request(AcquireMode.RUN, KEEP_MS)
+    assert retry_deadline_s(run, WINDOW_END_S, START_S) == START_S + 19
+    assert retry_deadline_s(run, START_S + 5, START_S) == START_S + 5
