@@ -467,3 +467,31 @@ def test_a_run_decided_by_a_node_thawed_at_its_window_end_is_read_back(state: St
     state.time_passes(seconds=60)
     state.redis_becomes_unreachable(kind="answers_lost")
     state.node_thaws(name="n2")
+
+
+def test_a_frozen_winners_claim_passed_by_a_takers_decision_is_left_to_it(
+    racers_state: Steps,
+) -> None:
+    """racers = 2 of 3: n3 won j2's tick 85 and froze; n2, thawed, took over another
+    frozen winner's claim of 100 and decided it (a mark): knowing no tick before it (a
+    taker's decision names none), it noted nothing passed, and moved the watermark past
+    85. n3, thawed, was answered stale for 85: neither run nor counted (the scheduler
+    model, deep profile, seed 41, after the session's other fixes; the backoff jitter
+    decides which node, so the test seeds it). Fixed: a decision that knows no tick
+    before its own notes every tick from the watermark to the oldest it covers as
+    passed, left to whoever holds its claim (acquire.lua, PostgreSQL acquire())."""
+    saved = random.getstate()
+    random.seed(1)
+    try:
+        racers_state.define_fleet(jobs=jobs(), nodes=3)
+        racers_state.node_freezes_after_its_next_win(name="n1")
+        racers_state.time_passes(seconds=19)
+        racers_state.node_freezes_after_its_next_win(name="n3")
+        racers_state.node_freezes_after_its_next_win(name="n2")
+        racers_state.node_thaws(name="n1")
+        racers_state.node_freezes_after_its_next_win(name="n1")
+        racers_state.time_passes(seconds=30)
+        racers_state.node_thaws(name="n2")
+        racers_state.time_passes(seconds=57)
+    finally:
+        random.setstate(saved)

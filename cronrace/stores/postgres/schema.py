@@ -49,6 +49,7 @@ FUNCTION_DIGESTS = {
     19: "6722a49d3ced2c8c",
     20: "1859de2d6b2e3e5e",
     21: "4ea7b066427871d0",
+    22: "e222d16f5d3abf69",
 }
 
 

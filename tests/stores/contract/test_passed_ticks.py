@@ -258,6 +258,32 @@ async def test_a_late_run_takes_its_backlog_from_the_oldest_tick_it_covers(
     assert (await acquire(store, single)).decision is AcquireDecision.STALE
 
 
+async def test_a_decision_knowing_no_tick_before_leaves_the_ticks_below_its_own(
+    store: Store,
+) -> None:
+    """A taker's decision (it names no prior tick) of 103, covering 103 alone, passes 101
+    and 102 above the watermark: C, frozen since it won 101, decides it late and is
+    answered missed, not stale. Before, nothing was noted, and 101 was neither run nor
+    counted (the scheduler model with racers = 2, seed 41)."""
+    await claim(store, 100, A)
+    await acquire(store, request(100, A))
+    await claim(store, 101, C)
+    await claim(store, 103, B)
+    taker = dataclasses.replace(
+        request(103, B, late_ok=False), mode=AcquireMode.MARK, first_tick_s=103
+    )
+    assert (await acquire(store, taker)).decision is AcquireDecision.MARKED
+    late = await acquire(store, request(101, C, late_ok=False))
+    assert late.decision is AcquireDecision.MISSED
+    # One that covers the ticks below its own leaves none of them (its plan decided them).
+    await claim(store, 104, D)
+    await claim(store, 106, D)
+    covering = dataclasses.replace(request(106, D), first_tick_s=104)
+    assert (await acquire(store, covering)).decision is AcquireDecision.SKIPPED_OVERLAP
+    stale = await acquire(store, request(104, D, late_ok=False))
+    assert stale.decision is AcquireDecision.STALE
+
+
 async def test_a_tick_the_newer_decision_covered_is_not_left_to_anyone(store: Store) -> None:
     """Ticks after the caller's prior are the caller's plan (a catch-up): it decided them."""
     await claim(store, 100, A)

@@ -268,6 +268,18 @@ end
 -- The claim of the tick before this decision's is won and undecided: note it passed;
 -- and note every tick between the watermark and it as passed too.
 local function note_prior_passed()
+  if prior_tick == 0 then
+    -- No tick before is known (a claim taken over, a node's first decision of the job):
+    -- every tick from the watermark to the oldest this decision covers is left to whoever
+    -- holds its claim. A taker passed a frozen winner's claim it had not taken over, and
+    -- that winner, thawed, was answered stale (the scheduler model, racers = 2, seed 41).
+    if prev >= 0 and first_tick - prev > 1 and first_tick <= decide_tick then
+      local ranges = passed_ranges()
+      ranges[#ranges + 1] = {prev, first_tick - 1}
+      save_ranges(ranges)
+    end
+    return
+  end
   if not prior_key or prior_tick <= prev or prior_tick >= decide_tick then return end
   local held = redis.call('GET', prior_key)
   -- Won and undecided, or gone: run out before this decision came (its holder frozen

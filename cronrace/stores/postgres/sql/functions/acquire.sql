@@ -300,12 +300,17 @@ BEGIN
           END IF;
         END IF;
         -- Every tick between the watermark and that one: left to whoever holds its claim.
+        -- With no tick before known (a claim taken over, a first decision), every tick
+        -- between the watermark and the oldest this decision covers (as acquire.lua).
         IF prev >= 0 AND p_prior_tick > prev AND p_prior_tick < p_decide_tick
            AND p_prior_tick - prev > 1 THEN
           j.passed_ranges := j.passed_ranges || ARRAY[prev, p_prior_tick - 1];
-          IF cardinality(j.passed_ranges) > 32 THEN  -- the newest 16 ranges
-            j.passed_ranges := j.passed_ranges[cardinality(j.passed_ranges) - 31:];
-          END IF;
+        ELSIF p_prior_tick = 0 AND prev >= 0 AND first_tick - prev > 1
+              AND first_tick <= p_decide_tick THEN
+          j.passed_ranges := j.passed_ranges || ARRAY[prev, first_tick - 1];
+        END IF;
+        IF cardinality(j.passed_ranges) > 32 THEN  -- the newest 16 ranges
+          j.passed_ranges := j.passed_ranges[cardinality(j.passed_ranges) - 31:];
         END IF;
         j.watermark := p_mark_tick;
         IF v_mode = 'mark' THEN

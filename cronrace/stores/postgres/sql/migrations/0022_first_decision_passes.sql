@@ -1,0 +1,11 @@
+-- 0022_first_decision_passes.sql: version 22 of the schema: no table changes.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none.
+--
+-- The functions change (replaced by every upgrade): a decision that knows no tick before
+-- its own (a claim taken over, a node's first decision of the job) notes every tick from
+-- the watermark to the oldest it covers as passed, left to whoever holds its claim. A
+-- taker passed a frozen winner's claim it had not taken over, and that winner, thawed,
+-- was answered stale: the tick was neither run nor counted (the scheduler model with
+-- racers = 2, deep seed 41).
