@@ -25,7 +25,7 @@ WORKDIR /src
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 COPY docker/build-requirements.lock ./docker/
 RUN pip install --require-hashes --no-deps -r docker/build-requirements.lock
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY cronrace ./cronrace
 RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
 

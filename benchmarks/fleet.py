@@ -784,7 +784,9 @@ def main(argv: list[str] | None = None) -> int:
             out = run(plan, workdir, display)
         plots = not args.smoke and report.can_plot()
         if not plots and not args.smoke:
-            display.console.log("matplotlib is not installed: no plots (pip install -e '.[bench]')")
+            display.console.log(
+                "matplotlib is not installed: no plots (pip install -e . --group bench)"
+            )
         written = write_outputs(out, out_dir, publish=args.publish, plots=plots)
     finally:
         if not plan.profile:

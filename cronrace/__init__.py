@@ -29,6 +29,7 @@ from cronrace.errors import (
 from cronrace.model.job import Job, JobOptions, RunContext
 from cronrace.model.policies import Catchup, Outcome, Overlap
 from cronrace.model.records import JobStatus, NodeInfo, RunRecord
+from cronrace.model.versions import __version__ as __version__
 from cronrace.timing.schedule import Schedule
 
 if TYPE_CHECKING:  # the names _LAZY imports on first use, for type checkers and editors
@@ -64,8 +65,6 @@ __all__ = [
     "TargetError",
     "UnknownJobError",
 ]
-
-__version__ = "0.1.0"
 
 #: Public name -> the module that defines it, for the names imported on first use: each
 #: brings pydantic-settings and the store's driver, which a handler module never needs.

@@ -9,7 +9,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null
-.venv/bin/python -m pip install --quiet -e '.[test]'
+# The test dependency group (PEP 735) needs pip >= 25.1: the line above upgrades it.
+.venv/bin/python -m pip install --quiet -e . --group test
 
 # Real-Redis tests need redis-server. Install Debian's package when we can (root, apt).
 if ! command -v redis-server >/dev/null 2>&1; then

@@ -31,7 +31,7 @@ HADOLINT = shutil.which("hadolint") or shutil.which(
 )
 
 
-@pytest.mark.skipif(HADOLINT is None, reason="hadolint not installed (the test extras bring it)")
+@pytest.mark.skipif(HADOLINT is None, reason="hadolint not installed (the test group brings it)")
 def test_dockerfile_passes_hadolint() -> None:
     assert HADOLINT is not None
     done = subprocess.run(
@@ -91,7 +91,7 @@ def test_kubernetes_example_meets_the_restricted_pod_security_standard() -> None
 
 def test_wheel_ships_the_scripts_the_typing_marker_and_the_entrypoint(tmp_path: Path) -> None:
     if importlib.util.find_spec("hatchling") is None:
-        pytest.skip("hatchling not installed (the test extras bring it)")
+        pytest.skip("hatchling not installed (the test group brings it)")
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
          "-w", str(tmp_path), str(ROOT)],

@@ -135,8 +135,36 @@ def _serve_metrics(agent: Agent, address: str, actions: bool) -> MetricsServer:
     return server
 
 
+def version_text() -> str:
+    """``cronrace --version``: the package, its protocol and its PostgreSQL schema."""
+    from cronrace.model.versions import PROTOCOL_VERSION, __version__
+    from cronrace.stores.urls import postgres_schema_version
+
+    return (
+        f"cronrace {__version__} (protocol {PROTOCOL_VERSION}, "
+        f"PostgreSQL schema {postgres_schema_version()})"
+    )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version, the protocol's and the PostgreSQL schema's, and exit.",
+        ),
+    ] = False,
+) -> None:
     """Fire recurring jobs exactly once per tick across a fleet, with no leader."""
 
 

@@ -187,3 +187,13 @@ def store_schema_sql(url: str | None, schema: str | None = None, from_version: i
     from cronrace.stores.postgres.ddl import upgrade_sql
 
     return upgrade_sql(name, from_version)
+
+
+def postgres_schema_version() -> int:
+    """The PostgreSQL schema version this cronrace creates and needs (``cronrace --version``).
+
+    Read from the migration files shipped in the package: no driver, no connection.
+    """
+    from cronrace.stores.postgres.queries import latest_version
+
+    return latest_version()
