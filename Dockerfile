@@ -2,7 +2,7 @@
 # cronrace as a sidecar container.
 #
 #   docker build -t cronrace:dev .
-#   docker run --rm -e CRONRACE_REDIS_URL=redis://redis:6379/0 \
+#   docker run --rm -e CRONRACE_STORE_URL=redis://redis:6379/0 \
 #     -v "$PWD/cronrace.toml:/etc/cronrace/cronrace.toml:ro" cronrace:dev
 #
 # The image bakes no config: without a file mounted on /etc/cronrace/cronrace.toml, `run`

@@ -176,7 +176,7 @@ async def one_cell(args: argparse.Namespace) -> dict[str, Any]:
     def agent_of(index: int) -> Any:
         agent = memory_agent(
             clock,
-            redis_url=url,
+            store_url=url,
             node_id=f"n{index:05d}",
             racers=args.racers,
             heartbeat_s=args.heartbeat_s,

@@ -53,7 +53,7 @@ class ClaimCounter(Observer):
 
 def agent(url: str, node: str, observer: Observer | None = None) -> Agent:
     settings = AgentSettings(
-        redis_url=url,
+        store_url=url,
         namespace=NAMESPACE,
         node_id=node,
         heartbeat_s=2.0,

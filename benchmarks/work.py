@@ -190,7 +190,7 @@ async def one_cell(
     for index in range(nodes):
         agent = memory_agent(
             clock,
-            redis_url=url,
+            store_url=url,
             node_id=f"n{index:04d}",
             racers=racers,
             heartbeat_s=2.0,

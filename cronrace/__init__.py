@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from cronrace.errors import (
     ConfigError,
+    CronraceDeprecationWarning,
     CronraceError,
     JobDefinitionError,
     RedisAmbiguousError,
@@ -42,6 +43,7 @@ __all__ = [
     "AgentSettings",
     "Catchup",
     "ConfigError",
+    "CronraceDeprecationWarning",
     "CronraceError",
     "Job",
     "JobDefinitionError",

@@ -7,6 +7,8 @@ can print it as one line without a traceback.
 
 from __future__ import annotations
 
+import warnings
+
 
 class CronraceError(Exception):
     """Base class of every error cronrace raises on purpose."""
@@ -193,6 +195,30 @@ class UnknownJobError(CronraceError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown job"
+
+
+class CronraceDeprecationWarning(DeprecationWarning):
+    """A name cronrace still reads but will drop: the message says what replaces it.
+
+    A subclass of :class:`DeprecationWarning`, so that the ``cronrace`` command can show
+    these (Python hides deprecation warnings outside ``__main__`` by default) and a test
+    suite can turn exactly these into errors.
+    """
+
+
+def warn_renamed(old: str, new: str, *, stacklevel: int = 2) -> None:
+    """Warn that ``old`` (a setting, a variable, a flag, an argument) is now ``new``.
+
+    Args:
+        old: the name still read, as the user wrote it.
+        new: the name to write instead.
+        stacklevel: as :func:`warnings.warn`'s, counted from the caller of this function.
+    """
+    warnings.warn(
+        f"{old} is deprecated and will be removed in a later release: use {new}",
+        CronraceDeprecationWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 def error_text(exc: BaseException) -> str:

@@ -21,7 +21,7 @@ from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from cronrace.errors import ConfigError
+from cronrace.errors import ConfigError, warn_renamed
 from cronrace.fleet.racer_setting import Racers
 from cronrace.stores.urls import check_store_url
 from cronrace.stores.urls import is_embedded as is_embedded  # re-exported: agent, cli
@@ -30,8 +30,9 @@ from cronrace.stores.urls import redact_url as redact_url  # re-exported: cli, t
 ENV_PREFIX = "CRONRACE_"
 HOST_PATTERN = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_-]{1,63})*$")
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-#: ``store_url`` is also read as ``redis_url`` (and ``CRONRACE_REDIS_URL``), its name
-#: before PostgreSQL; the new name wins where both are given to one source.
+#: ``store_url`` is also read under its name before PostgreSQL, ``redis_url`` (and
+#: ``CRONRACE_REDIS_URL``), with a :class:`CronraceDeprecationWarning`; the new name wins
+#: where both are given to one source.
 STORE_URL_NAMES = AliasChoices("store_url", "redis_url", "CRONRACE_STORE_URL", "CRONRACE_REDIS_URL")
 STORE_URL_HELP = (
     "redis://, rediss:// (TLS), unix://, redis+sentinel://, redis+cluster:// (and their "
@@ -49,7 +50,40 @@ def default_node_id() -> str:
 class _OneName(PydanticBaseSettingsSource):
     """A source whose ``redis_url`` is read as ``store_url`` (its own ``store_url`` wins), so
     that every source gives the store's URL under one key and the sources' priority holds:
-    a flag named ``--redis-url`` still beats ``CRONRACE_STORE_URL``, which beats the file."""
+    a flag named ``--redis-url`` still beats ``CRONRACE_STORE_URL``, which beats the file.
+
+    Args:
+        old: how the deprecation warning names ``redis_url`` in this source; None: no
+            warning here (keyword arguments are warned about by ``AgentSettings``).
+        new: how it names ``store_url`` there.
+    """
+
+    def __init__(
+        self,
+        settings_cls: type[BaseSettings],
+        inner: PydanticBaseSettingsSource,
+        old: str | None = None,
+        new: str = "store_url",
+    ):
+        super().__init__(settings_cls)
+        self.inner = inner
+        self.old, self.new = old, new
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        data = dict(self.inner())
+        if "redis_url" in data:
+            if self.old is not None:
+                warn_renamed(self.old, self.new, stacklevel=4)
+            older = data.pop("redis_url")
+            data.setdefault("store_url", older)
+        return data
+
+
+class _Environment(PydanticBaseSettingsSource):
+    """The ``CRONRACE_*`` variables, warning when ``CRONRACE_REDIS_URL`` is among them."""
 
     def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource):
         super().__init__(settings_cls)
@@ -59,11 +93,12 @@ class _OneName(PydanticBaseSettingsSource):
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        data = dict(self.inner())
-        if "redis_url" in data:
-            older = data.pop("redis_url")
-            data.setdefault("store_url", older)
-        return data
+        names = {name.upper() for name in os.environ}
+        if f"{ENV_PREFIX}REDIS_URL" in names:
+            new = f"{ENV_PREFIX}STORE_URL"
+            ignored = f" ({new} is set, and wins)" if new in names else ""
+            warn_renamed(f"{ENV_PREFIX}REDIS_URL{ignored}", new, stacklevel=4)
+        return dict(self.inner())
 
 
 class AgentSettings(BaseSettings):
@@ -73,6 +108,11 @@ class AgentSettings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+
+    def __init__(self, **values: Any) -> None:
+        if "redis_url" in values:
+            warn_renamed("redis_url", "store_url")
+        super().__init__(**values)
 
     store_url: str = Field(
         default="memory://", validation_alias=STORE_URL_NAMES, description=STORE_URL_HELP
@@ -116,7 +156,11 @@ class AgentSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (_OneName(settings_cls, init_settings), env_settings, file_secret_settings)
+        return (
+            _OneName(settings_cls, init_settings),
+            _Environment(settings_cls, env_settings),
+            file_secret_settings,
+        )
 
     @field_validator("namespace")
     @classmethod
@@ -169,15 +213,22 @@ class AgentSettings(BaseSettings):
 
     @property
     def redis_url(self) -> str:
-        """The store's URL under its older name (``store_url``; any backend's URL)."""
+        """Deprecated: the store's URL under its older name; read :attr:`store_url`."""
+        warn_renamed("AgentSettings.redis_url", "store_url")
         return self.store_url
 
 
 def load_settings(**overrides: object) -> AgentSettings:
-    """Build settings from the environment and ``overrides``; one ConfigError per problem."""
+    """Build settings from the environment and ``overrides``; one ConfigError per problem.
+
+    ``redis_url=`` is read as ``store_url=``, with a :class:`CronraceDeprecationWarning`.
+    """
     given = {key: value for key, value in overrides.items() if value is not None}
+    if "redis_url" in given:
+        warn_renamed("redis_url", "store_url")
+        given.setdefault("store_url", given.pop("redis_url"))
     try:
-        return AgentSettings(**given)  # type: ignore[arg-type]
+        return AgentSettings(**given)
     except ValidationError as exc:
         raise ConfigError(settings_problems(exc, prefix="agent")) from None
 
@@ -185,9 +236,9 @@ def load_settings(**overrides: object) -> AgentSettings:
 #: What to say about a required field that was not given, after "is required".
 MISSING_HINTS = {
     "store_url": (
-        ": set it in [agent] or as CRONRACE_STORE_URL (redis_url and CRONRACE_REDIS_URL "
-        "work too). The embedded store is not a default here (each replica would run every "
-        'job): for one process alone, write store_url = "memory://"'
+        ": set it in [agent] or as CRONRACE_STORE_URL. The embedded store is not a default "
+        "here (each replica would run every job): for one process alone, write "
+        'store_url = "memory://"'
     ),
 }
 
@@ -294,8 +345,8 @@ class SidecarSettings(AgentSettings):
     )
     stored_targets: list[str] = Field(
         default_factory=lambda: ["http", "stream"],
-        description="target kinds stored schedules (in Redis) may use here; 'command' lets "
-        "whoever writes to Redis run programs on this host, so it must be listed",
+        description="target kinds stored schedules (in the store) may use here; 'command' "
+        "lets whoever writes to the store run programs on this host, so it must be listed",
     )
 
     @field_validator("stored_targets")
@@ -317,8 +368,10 @@ class SidecarSettings(AgentSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (
             _OneName(settings_cls, init_settings),
-            env_settings,
-            _OneName(settings_cls, _FileTableSource(settings_cls)),
+            _Environment(settings_cls, env_settings),
+            _OneName(
+                settings_cls, _FileTableSource(settings_cls), "[agent] redis_url", "store_url"
+            ),
         )
 
     @classmethod

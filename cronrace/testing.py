@@ -194,7 +194,7 @@ def memory_agent(clock: FakeClock | None = None, **settings: Any) -> Agent:
     has nothing to measure, and every beat is a stop of :meth:`FakeClock.advance`.
     """
     options: dict[str, Any] = {
-        "redis_url": f"memory://test-{secrets.token_hex(4)}",
+        "store_url": f"memory://test-{secrets.token_hex(4)}",
         "node_id": "test-node",
         "clock": "local" if clock is not None else "redis",
         "shutdown_grace_s": 1.0,

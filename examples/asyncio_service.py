@@ -4,7 +4,7 @@ The service (here: a TCP echo server, standing for a queue consumer or any long-
 loop) runs inside ``async with agent:``; SIGTERM or Ctrl-C leaves the block, which stops
 the agent gracefully. Run it with::
 
-    CRONRACE_REDIS_URL=redis://127.0.0.1:6379/0 python examples/asyncio_service.py --port 8765
+    CRONRACE_STORE_URL=redis://127.0.0.1:6379/0 python examples/asyncio_service.py --port 8765
 
 in two or more terminals: each tick of ``compact`` prints on exactly one of them.
 """
@@ -17,7 +17,7 @@ import signal
 
 from cronrace import Agent, RunContext
 
-agent = Agent()  # settings from CRONRACE_* (redis_url, namespace, node_id, ...)
+agent = Agent()  # settings from CRONRACE_* (store_url, namespace, node_id, ...)
 
 
 @agent.job("@every 2s", name="compact")

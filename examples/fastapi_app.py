@@ -3,11 +3,11 @@
 Every replica of the app (every uvicorn worker, every pod) is a node: each tick runs on
 exactly one of them. Run it with::
 
-    CRONRACE_REDIS_URL=redis://127.0.0.1:6379/0 uvicorn examples.fastapi_app:app
+    CRONRACE_STORE_URL=redis://127.0.0.1:6379/0 uvicorn examples.fastapi_app:app
 
 ``GET /jobs`` shows the jobs of the fleet, ``GET /jobs/{name}/runs`` a job's newest
 runs, ``POST /jobs/{name}/trigger`` asks the fleet for one run now. Without
-``CRONRACE_REDIS_URL`` the agent uses the embedded store (this process only).
+``CRONRACE_STORE_URL`` the agent uses the embedded store (this process only).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from fastapi import FastAPI, HTTPException
 
 from cronrace import Agent, RunContext, UnknownJobError
 
-agent = Agent()  # settings from CRONRACE_* (redis_url, namespace, node_id, ...)
+agent = Agent()  # settings from CRONRACE_* (store_url, namespace, node_id, ...)
 
 
 @agent.job("*/15 * * * *", name="expire-sessions", lease_ttl=60)

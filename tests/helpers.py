@@ -57,7 +57,7 @@ class Recorder:
 
 def settings(url: str, namespace: str, node: str, **extra: object) -> AgentSettings:
     return AgentSettings(
-        redis_url=url,
+        store_url=url,
         namespace=namespace,
         node_id=node,
         heartbeat_s=0.5,
@@ -90,7 +90,7 @@ def memory_fleet(clock: FakeClock, size: int, *, prefix: str = "node", **extra: 
     view they started with, each seeing only those that joined before it, for a minute.
     """
     options: dict[str, Any] = {
-        "redis_url": f"memory://fleet-{secrets.token_hex(4)}",
+        "store_url": f"memory://fleet-{secrets.token_hex(4)}",
         "shutdown_grace_s": 0.0,
         "heartbeat_s": 2.0,
         **extra,

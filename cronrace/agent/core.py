@@ -24,7 +24,7 @@ from anyio.abc import TaskStatus
 from cronrace.agent import hosting
 from cronrace.agent.lifecycle import Lifecycle
 from cronrace.agent.schedule_sync import ScheduleSync
-from cronrace.errors import JobDefinitionError
+from cronrace.errors import JobDefinitionError, warn_renamed
 from cronrace.fleet.definitions import FleetDefinitions, NodeDetails
 from cronrace.fleet.heartbeat import Heartbeat
 from cronrace.fleet.membership import Membership
@@ -52,27 +52,36 @@ class Agent:
     """Fire recurring jobs exactly once per tick across every agent of a namespace.
 
     Args:
-        redis_url: where the fleet meets; default from ``CRONRACE_REDIS_URL``, else the
-            embedded in-process store ``memory://`` (one process only).
+        store_url: where the fleet meets: a Redis (``redis://``, ``rediss://``, Sentinel,
+            Cluster) or PostgreSQL (``postgresql://``) URL; default from
+            ``CRONRACE_STORE_URL``, else the embedded in-process store ``memory://`` (one
+            process only).
         node_id: this node's name in claims, leases and logs; default host-pid-random.
-        namespace: the key prefix; fleets with different namespaces ignore each other.
+        namespace: the fleet's name in the store; fleets with different namespaces ignore
+            each other.
         settings: complete settings (instead of the three above and the environment).
         clock: the base clock (tests pass a skewed or fake one).
         observer: receives events, e.g. ``cronrace.web.metrics.PrometheusObserver``.
+        redis_url: deprecated: the name ``store_url`` had before PostgreSQL (a
+            :class:`~cronrace.CronraceDeprecationWarning`).
     """
 
     def __init__(
         self,
         *,
-        redis_url: str | None = None,
+        store_url: str | None = None,
         node_id: str | None = None,
         namespace: str | None = None,
         settings: AgentSettings | None = None,
         clock: Clock | None = None,
         observer: Observer | None = None,
+        redis_url: str | None = None,
     ) -> None:
+        if redis_url is not None:
+            warn_renamed("Agent(redis_url=...)", "Agent(store_url=...)")
+            store_url = store_url if store_url is not None else redis_url
         self.settings = settings or load_settings(
-            redis_url=redis_url, node_id=node_id, namespace=namespace
+            store_url=store_url, node_id=node_id, namespace=namespace
         )
         base = clock if clock is not None else SystemClock()
         self.clock: Clock = ServerOffsetClock(base) if self.settings.clock == "redis" else base
@@ -212,7 +221,7 @@ class Agent:
         """Run ``service()`` in the agent's event loop while it runs (from connection on).
 
         Services run beside the heartbeat and are cancelled when the agent stops (after
-        its runs); the metrics and the status page use this to read Redis in the loop.
+        its runs); the metrics and the status page use this to read the store in the loop.
         """
         self._services.append(service)
 
@@ -220,8 +229,8 @@ class Agent:
 
     @property
     def ready(self) -> bool:
-        """Whether Redis answered the last heartbeat, the scripts are loaded, and Redis
-        refuses none of the commands this agent sends."""
+        """Whether the store answered the last heartbeat, its scripts or schema are ready,
+        and it refuses none of the calls this agent makes."""
         return self.readiness.ready
 
     def readiness_problem(self) -> str | None:
@@ -245,15 +254,15 @@ class Agent:
 
     @property
     def store(self) -> Store:
-        """The Redis access of this agent (created on first use)."""
+        """This agent's store (opened on first use; nothing is sent before its first call)."""
         if self._store is None:
-            if is_embedded(self.settings.redis_url):
+            if is_embedded(self.settings.store_url):
                 log.warning(
                     "using the embedded in-process store: it serves this process only; "
-                    "set CRONRACE_REDIS_URL to share ticks across a fleet"
+                    "set CRONRACE_STORE_URL to share ticks across a fleet"
                 )
             self._store = open_store(
-                self.settings.redis_url,
+                self.settings.store_url,
                 self.settings.namespace,
                 max_connections=self.settings.max_connections,
                 timeout_s=self.settings.redis_timeout_s,
@@ -263,7 +272,7 @@ class Agent:
         return self._store
 
     def hold_s(self) -> float:
-        """Seconds new runs must still wait after Redis was found to have lost its data."""
+        """Seconds new runs must still wait after the store was found to have lost its data."""
         return self.heartbeat.hold_s()
 
     def _next_tick(self, job: str) -> int | None:
@@ -312,7 +321,8 @@ class Agent:
                 the agent is connected and its loops are about to start.
 
         Raises:
-            RedisUnavailableError: Redis could not be reached within the start-up timeout.
+            StoreUnavailableError: the store could not be reached within the start-up
+                timeout.
         """
         await self.lifecycle.run(task_status=task_status)
 
@@ -325,8 +335,10 @@ class Agent:
                 ...  # serve; the agent claims, runs and renews meanwhile
 
         Raises:
-            RedisAccessError: Redis refused us (password, ACL permission, certificate): at once.
-            RedisUnavailableError: Redis could not be reached within ``startup_timeout_s``.
+            StoreAccessError: the store refused us (password, ACL permission or grant,
+                certificate, schema): at once.
+            StoreUnavailableError: the store could not be reached within
+                ``startup_timeout_s``.
             RuntimeError: the agent is running already.
         """
         if self._running is not None:
@@ -354,7 +366,8 @@ class Agent:
         logging itself: a script that only calls ``run_sync()`` still shows its ticks.
 
         Raises:
-            RedisUnavailableError: Redis could not be reached within the start-up timeout.
+            StoreUnavailableError: the store could not be reached within the start-up
+                timeout.
         """
         hosting.run_sync(self.lifecycle)
 
@@ -393,7 +406,7 @@ class Agent:
         return await self.operator.fleet_details()
 
     async def aclose(self) -> None:
-        """Close the Redis connections (for operator use outside :meth:`run`)."""
+        """Close the store's connections (for operator use outside :meth:`run`)."""
         if self._store is not None:
             await self._store.aclose()
             self._store = None

@@ -32,7 +32,7 @@ async def running(lifecycle: Lifecycle) -> AsyncIterator[None]:
 
     Entering returns once the agent is ready (anyio's ``task_status`` protocol, as
     ``await task_group.start(agent.run)``) and raises there what start-up raised: a
-    refusal at once, an unreachable Redis after ``startup_timeout_s``. Leaving stops
+    refusal at once, an unreachable store after ``startup_timeout_s``. Leaving stops
     gracefully (unless a stop was asked already: a second one would force it) and
     waits until the run is over, so no task outlives the block. A body cancelled
     (its host shutting down at once) cancels the run as a second stop would.
@@ -68,7 +68,7 @@ def run_sync(lifecycle: Lifecycle) -> None:
     agent (``await agent.run()``) keeps its collector as it set it.
 
     Raises:
-        RedisUnavailableError: Redis could not be reached within the start-up timeout.
+        StoreUnavailableError: the store could not be reached within the start-up timeout.
     """
     if not logging.getLogger().handlers and not logging.getLogger("cronrace").handlers:
         configure_logging(lifecycle.agent.settings.log_format, lifecycle.agent.settings.log_level)
@@ -76,7 +76,7 @@ def run_sync(lifecycle: Lifecycle) -> None:
         anyio.run(_run_with_signals, lifecycle)
     except BaseExceptionGroup as group:
         # The signal watcher's task group wraps what run() raised; callers (the CLI)
-        # expect the error itself, e.g. RedisUnavailableError, not a group of one.
+        # expect the error itself, e.g. StoreUnavailableError, not a group of one.
         if len(group.exceptions) == 1:
             raise group.exceptions[0] from None
         raise

@@ -1,7 +1,7 @@
 """An agent's lifecycle: connect, run the loops, stop gracefully or at once, shut down.
 
 :meth:`Lifecycle.run` owns every task it starts (anyio task groups): the heartbeat
-(:mod:`cronrace.fleet.heartbeat`), the outbox writer (records Redis could not take yet), the
+(:mod:`cronrace.fleet.heartbeat`), the outbox writer (records the store could not take yet), the
 agent's services, the loop watchdog, the control reader (:mod:`cronrace.agent.control`), the tick
 loop, and the runs.
 
@@ -144,7 +144,7 @@ class Lifecycle:
                 the agent is connected and its loops are about to start.
 
         Raises:
-            RedisUnavailableError: Redis could not be reached within the start-up timeout.
+            StoreUnavailableError: the store could not be reached within the start-up timeout.
         """
         self._stop_event = anyio.Event()
         if self.stop_requested:
@@ -243,7 +243,7 @@ class Lifecycle:
             # Only a forced stop leaves runs granted but never started.
             await runner.release_unstarted()
             await outbox.flush()
-        outbox.give_up("Redis did not take it before the agent exited")
+        outbox.give_up("the store did not take it before the agent exited")
         with (
             anyio.CancelScope(shield=True),
             anyio.move_on_after(2),
@@ -259,7 +259,7 @@ class Lifecycle:
         """Run the loops until a stop, finish the wake-up in hand, then the runs' grace.
 
         ``shutdown_grace_s`` bounds both: a wake-up still deciding when it is over (its
-        acquire retried while Redis is away) is cut short like a forced stop.
+        acquire retried while the store is away) is cut short like a forced stop.
         """
         assert self._stop_event is not None
         async with anyio.create_task_group() as runs:
@@ -309,7 +309,7 @@ class Lifecycle:
         # Real time, as the start-up timeout is: a fake clock must not stretch either.
         retry = Retry(SystemClock())
         last_error = "no answer"
-        where = redact_url(self.agent.settings.redis_url)
+        where = redact_url(self.agent.settings.store_url)
         server = self.agent.readiness.server
         with anyio.move_on_after(self.agent.settings.startup_timeout_s) as scope:
             while True:

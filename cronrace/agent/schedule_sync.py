@@ -37,7 +37,7 @@ APPLY_CHUNK = 200
 
 @dataclass(slots=True)
 class ScheduleSync:
-    """Keeps one running node's stored schedules in step with Redis.
+    """Keeps one running node's stored schedules in step with the store.
 
     Attributes:
         jobs: the stored schedules this node races for, by name.
@@ -146,7 +146,7 @@ class ScheduleSync:
         try:
             spec = ScheduleSpec.from_json(name, raw, parse_schedule=False)  # build_job parses
         except ValueError as exc:
-            return None, f"unreadable definition in Redis: {str(exc).splitlines()[0]}"
+            return None, f"unreadable definition in the store: {str(exc).splitlines()[0]}"
         if name in self.code_jobs:
             return None, "a job defined in code or a config file has this name"
         if spec.handler is not None:

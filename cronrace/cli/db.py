@@ -8,6 +8,7 @@ other nodes run); ``cronrace db sql`` prints the same script for a DBA who appli
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import anyio
@@ -16,33 +17,32 @@ import typer
 from cronrace.cli.options import (
     EXIT_CODES_HELP,
     EXIT_INVALID,
-    EXIT_REDIS,
     ConfigOption,
     RedisOption,
+    StoreOption,
     fail,
     fail_lines,
     refused,
+    unreachable,
 )
-from cronrace.errors import ConfigError, CronraceError, RedisAccessError, RedisUnavailableError
+from cronrace.errors import (
+    ConfigError,
+    CronraceError,
+    StoreAccessError,
+    StoreUnavailableError,
+    warn_renamed,
+)
 
 db_app = typer.Typer(
     help="The PostgreSQL store's schema: create or upgrade it, or print its SQL for a DBA.",
     no_args_is_help=True,
 )
 
-StoreOption = Annotated[
-    str | None,
-    typer.Option(
-        "--store-url",
-        help="The store's URL (beats the config file and CRONRACE_STORE_URL).",
-    ),
-]
 
-
-def _url(config: object, store_url: str | None, redis_url: str | None) -> str:
+def _url(config: Path | None, store_url: str | None, redis_url: str | None) -> str:
     from cronrace.cli.operate import operator_settings
 
-    return operator_settings(config, store_url or redis_url, None).store_url  # type: ignore[arg-type]
+    return operator_settings(config, store_url, None, redis_url).store_url
 
 
 @db_app.command(epilog=EXIT_CODES_HELP)
@@ -52,7 +52,6 @@ def upgrade(
     redis_url: RedisOption = None,
 ) -> None:
     """Create or upgrade cronrace's schema in the store's database (idempotent)."""
-    from cronrace.settings import redact_url
     from cronrace.stores.urls import upgrade_store_schema
 
     url = _url(config, store_url, redis_url)
@@ -60,10 +59,10 @@ def upgrade(
         typer.echo(anyio.run(upgrade_store_schema, url))
     except ConfigError as exc:
         raise fail_lines(exc) from None
-    except RedisAccessError as exc:
+    except StoreAccessError as exc:
         raise refused(url, exc) from None
-    except RedisUnavailableError as exc:
-        raise fail(f"store at {redact_url(url)} unreachable: {exc}", EXIT_REDIS) from None
+    except StoreUnavailableError as exc:
+        raise unreachable(url, exc) from None
     except CronraceError as exc:
         raise fail(str(exc), EXIT_INVALID) from None
 
@@ -83,7 +82,10 @@ def sql(
 
     from cronrace.stores.urls import store_schema_sql
 
-    url = store_url or os.environ.get("CRONRACE_STORE_URL") or os.environ.get("CRONRACE_REDIS_URL")
+    url = store_url or os.environ.get("CRONRACE_STORE_URL")
+    if url is None and os.environ.get("CRONRACE_REDIS_URL"):
+        warn_renamed("CRONRACE_REDIS_URL", "CRONRACE_STORE_URL")
+        url = os.environ["CRONRACE_REDIS_URL"]
     if url is not None and not url.lower().startswith(("postgresql://", "postgres://")):
         url = None if store_url is None else url
     try:

@@ -2,8 +2,9 @@
 
 Exit codes: 0 success; 1 invalid configuration or a failed operator command (unknown job,
 a triggered run that did not end ``ok``, a trigger no live node will see); 2 bad usage
-(unknown module, attribute or arguments, no Redis given); 3 Redis unreachable; 4 Redis
-refused us (authentication, ACL permission, TLS certificate).
+(unknown module, attribute or arguments, no store given); 3 the store (Redis or
+PostgreSQL) unreachable; 4 the store refused us (authentication, ACL permission or
+grant, TLS certificate, a missing or older PostgreSQL schema).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import importlib
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TextIO, TypeVar
 
 import typer
 
@@ -23,23 +25,26 @@ from cronrace.cli.operate import COMMANDS
 from cronrace.cli.options import (
     EXIT_CODES_HELP,
     EXIT_INVALID,
-    EXIT_REDIS,
+    EXIT_UNREACHABLE,
     EXIT_USAGE,
     ConfigOption,
     JsonOption,
     NamespaceOption,
     RedisOption,
+    StoreOption,
     WideOption,
     fail,
     fail_lines,
     refused,
+    store_url_flag,
 )
 from cronrace.cli.schedules import schedules_app
 from cronrace.errors import (
     ConfigError,
+    CronraceDeprecationWarning,
     CronraceError,
-    RedisAccessError,
-    RedisUnavailableError,
+    StoreAccessError,
+    StoreUnavailableError,
 )
 
 # `cronrace --help` declares every command; each command imports the stack it runs (the
@@ -101,10 +106,10 @@ def run_agent(agent: Agent) -> None:
     """Run ``agent`` until SIGTERM/SIGINT; map failures to one line and an exit code."""
     try:
         agent.run_sync()
-    except RedisAccessError as exc:
-        raise refused(agent.settings.redis_url, exc) from None
-    except RedisUnavailableError as exc:
-        raise fail(str(exc), EXIT_REDIS) from None
+    except StoreAccessError as exc:
+        raise refused(agent.settings.store_url, exc) from None
+    except StoreUnavailableError as exc:
+        raise fail(str(exc), EXIT_UNREACHABLE) from None
     except CronraceError as exc:
         raise fail(str(exc), EXIT_INVALID) from None
     except KeyboardInterrupt:
@@ -174,8 +179,9 @@ def run(
         str | None, typer.Argument(help="MODULE:ATTR of an Agent, e.g. app.jobs:agent")
     ] = None,
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     metrics_address: Annotated[
         str | None,
         typer.Option(
@@ -201,13 +207,14 @@ def run(
     from cronrace.sidecar.pid1 import supervise_if_pid1
 
     supervise_if_pid1()  # as a container's PID 1, reap orphans (before any thread starts)
+    store_url = store_url_flag(store_url, redis_url)
     if target is not None:
-        if redis_url is not None or namespace is not None:
+        if store_url is not None or namespace is not None:
             # The agent was built by the user's module, from its own arguments or the
             # environment: a flag cannot reach it without silently overriding that code.
             raise fail(
-                "--redis-url and --namespace go with --config; with MODULE:ATTR set "
-                "CRONRACE_REDIS_URL / CRONRACE_NAMESPACE or pass them to Agent(...)",
+                "--store-url and --namespace go with --config; with MODULE:ATTR set "
+                "CRONRACE_STORE_URL / CRONRACE_NAMESPACE or pass them to Agent(...)",
                 EXIT_USAGE,
             )
         agent = load_agent(target)
@@ -234,7 +241,7 @@ def run(
 
     try:
         sidecar = Sidecar.from_file(
-            config, metrics_address=metrics_address, redis_url=redis_url, namespace=namespace
+            config, metrics_address=metrics_address, store_url=store_url, namespace=namespace
         )
     except CronraceError as exc:
         raise fail_lines(exc) from None
@@ -242,10 +249,10 @@ def run(
     configure_logging(settings.log_format, settings.log_level)
     try:
         sidecar.run_sync()
-    except RedisAccessError as exc:
-        raise refused(settings.redis_url, exc) from None
-    except RedisUnavailableError as exc:
-        raise fail(str(exc), EXIT_REDIS) from None
+    except StoreAccessError as exc:
+        raise refused(settings.store_url, exc) from None
+    except StoreUnavailableError as exc:
+        raise fail(str(exc), EXIT_UNREACHABLE) from None
     except CronraceError as exc:
         raise fail_lines(exc) from None
     except KeyboardInterrupt:
@@ -287,8 +294,34 @@ app.add_typer(schedules_app, name="schedules", epilog=EXIT_CODES_HELP)
 app.add_typer(db_app, name="db", epilog=EXIT_CODES_HELP)
 
 
+def show_deprecations() -> None:
+    """Show cronrace's deprecation warnings as one ``cronrace: warning:`` line each.
+
+    Python hides deprecation warnings outside ``__main__``; a user of ``--redis-url`` or
+    ``CRONRACE_REDIS_URL`` must still be told (once per place) what replaces it.
+    """
+    warnings.simplefilter("default", CronraceDeprecationWarning)
+    shown = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, CronraceDeprecationWarning):
+            typer.echo(f"cronrace: warning: {message}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def main() -> None:
     """Entry point of the ``cronrace`` console script."""
+    show_deprecations()
     try:
         app()
     except CronraceError as exc:  # a last line of defence: never a traceback for bad input

@@ -17,23 +17,25 @@ import typer
 from cronrace.cli import output as out
 from cronrace.cli.options import (
     EXIT_INVALID,
-    EXIT_REDIS,
     EXIT_USAGE,
     ConfigOption,
     JobArgument,
     JsonOption,
     NamespaceOption,
     RedisOption,
+    StoreOption,
     WideOption,
     fail,
     fail_lines,
     refused,
+    store_url_flag,
+    unreachable,
 )
 from cronrace.errors import (
     CronraceError,
-    RedisAccessError,
-    RedisDataError,
-    RedisUnavailableError,
+    StoreAccessError,
+    StoreDataError,
+    StoreUnavailableError,
     UnknownJobError,
 )
 from cronrace.model.records import RunRecord
@@ -47,25 +49,36 @@ T = TypeVar("T")
 
 
 def operator_settings(
-    config: Path | None, redis_url: str | None, namespace: str | None
+    config: Path | None,
+    store_url: str | None,
+    namespace: str | None,
+    redis_url: str | None = None,
 ) -> AgentSettings:
-    """Settings for talking to a fleet: flags, then environment, then the config file."""
+    """Settings for talking to a fleet: flags, then environment, then the config file.
+
+    Args:
+        config: ``--config``.
+        store_url: ``--store-url``.
+        namespace: ``--namespace``.
+        redis_url: the deprecated ``--redis-url`` (warned; ``--store-url`` wins).
+    """
     # The settings (pydantic-settings) and the sidecar's config stacks load here, when a
     # command runs, not when `cronrace --help` declares it.
     from cronrace.settings import is_embedded, load_settings
     from cronrace.sidecar.service import load_config
 
+    url = store_url_flag(store_url, redis_url)
     try:
         settings: AgentSettings
         if config is not None:
-            settings = load_config(config, redis_url=redis_url, namespace=namespace).agent
+            settings = load_config(config, store_url=url, namespace=namespace).agent
         else:
-            settings = load_settings(redis_url=redis_url, namespace=namespace)
+            settings = load_settings(store_url=url, namespace=namespace)
     except CronraceError as exc:
         raise fail_lines(exc) from None
-    if is_embedded(settings.redis_url):
+    if is_embedded(settings.store_url):
         raise fail(
-            "no Redis to talk to: give --config FILE, --redis-url URL or CRONRACE_REDIS_URL",
+            "no store to talk to: give --config FILE, --store-url URL or CRONRACE_STORE_URL",
             EXIT_USAGE,
         )
     return settings
@@ -74,7 +87,6 @@ def operator_settings(
 def with_client(settings: AgentSettings, operation: Callable[[OperatorClient], Awaitable[T]]) -> T:
     """Run ``operation`` with an operator client; one line and an exit code on failure."""
     from cronrace.operate.client import OperatorClient
-    from cronrace.settings import redact_url
 
     async def main() -> T:
         async with OperatorClient(settings) as client:
@@ -84,19 +96,19 @@ def with_client(settings: AgentSettings, operation: Callable[[OperatorClient], A
         return anyio.run(main)
     except UnknownJobError as exc:
         raise fail(str(exc), EXIT_INVALID) from None
-    except RedisAccessError as exc:
-        raise refused(settings.redis_url, exc) from None
-    except (RedisUnavailableError, RedisDataError) as exc:
-        where = redact_url(settings.redis_url)
-        raise fail(f"Redis at {where} unreachable: {exc}", EXIT_REDIS) from None
+    except StoreAccessError as exc:
+        raise refused(settings.store_url, exc) from None
+    except (StoreUnavailableError, StoreDataError) as exc:
+        raise unreachable(settings.store_url, exc) from None
     except CronraceError as exc:
         raise fail(str(exc), EXIT_INVALID) from None
 
 
 def status(
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
     wide: WideOption = False,
 ) -> None:
@@ -104,15 +116,15 @@ def status(
 
     Exits 1 when no agent has registered in the namespace yet (no jobs, no live nodes).
     """
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     view = with_client(settings, look)
     if as_json:
         out.print_json([out.status_dict(row) for row in view.jobs])
     if not view.registered:
         raise fail(
             f"no agent has registered in namespace {settings.namespace!r} yet: agents "
-            "register their jobs when they first reach Redis (a few seconds after start); "
-            "if this lasts, check the namespace and the Redis URL",
+            "register their jobs when they first reach the store (a few seconds after "
+            "start); if this lasts, check the namespace and the store's URL",
             EXIT_INVALID,
         )
     if as_json:
@@ -130,13 +142,14 @@ def history(
     job: JobArgument,
     limit: Annotated[int, typer.Option("--limit", "-l", min=1, help="How many records.")] = 20,
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
     wide: WideOption = False,
 ) -> None:
     """Show a job's newest run records, newest tick first."""
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     records = with_client(settings, lambda client: client.history(job, limit))
     if as_json:
         out.print_json([out.record_dict(record) for record in records])
@@ -146,13 +159,14 @@ def history(
 
 def nodes(
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
     wide: WideOption = False,
 ) -> None:
     """Show the live nodes of the namespace and their last heartbeat."""
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     rows = with_client(settings, lambda client: client.nodes())
     if as_json:
         out.print_json([out.node_dict(row) for row in rows])
@@ -163,12 +177,13 @@ def nodes(
 def pause(
     job: JobArgument,
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Pause a job on every node: its ticks are recorded as skipped:paused."""
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     with_client(settings, lambda client: client.pause(job))
     if as_json:
         out.print_json({"job": job, "paused": True})
@@ -179,12 +194,13 @@ def pause(
 def resume(
     job: JobArgument,
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Resume a paused job on every node."""
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     with_client(settings, lambda client: client.resume(job))
     if as_json:
         out.print_json({"job": job, "paused": False})
@@ -206,8 +222,9 @@ def trigger(
         float, typer.Option("--timeout", min=0.1, help="With --wait: give up after seconds.")
     ] = 60.0,
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
     wide: WideOption = False,
 ) -> None:
@@ -215,7 +232,7 @@ def trigger(
 
     Exits 1 without asking when no node of the namespace is alive: nothing would run it.
     """
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
 
     async def operation(
         client: OperatorClient,

@@ -12,16 +12,18 @@ from typing import Annotated
 
 import typer
 
-from cronrace.errors import ConfigError, CronraceError, RedisAccessError
+from cronrace.errors import ConfigError, CronraceError, StoreAccessError, warn_renamed
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
-EXIT_REDIS = 3
+EXIT_UNREACHABLE = 3
+EXIT_REDIS = EXIT_UNREACHABLE  # its name before PostgreSQL
 EXIT_REFUSED = 4
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 success; 1 invalid configuration or failed operator command; "
-    "2 bad usage; 3 Redis unreachable; 4 Redis refused us (password, ACL, TLS)."
+    "2 bad usage; 3 the store (Redis or PostgreSQL) unreachable; 4 the store refused us "
+    "(password, ACL or grant, TLS, schema)."
 )
 
 ConfigOption = Annotated[
@@ -29,14 +31,23 @@ ConfigOption = Annotated[
     typer.Option(
         "--config",
         "-c",
-        help="Sidecar config file; its [agent] table says where Redis is.",
+        help="Sidecar config file; its [agent] table says where the store is.",
         envvar="CRONRACE_CONFIG",
         dir_okay=False,
     ),
 ]
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store-url",
+        help="The store's URL: redis://, rediss://, redis+sentinel://, redis+cluster://, "
+        "postgresql:// (beats the config file and CRONRACE_STORE_URL).",
+    ),
+]
+#: Deprecated: ``--store-url`` under its name before PostgreSQL (hidden from the help).
 RedisOption = Annotated[
     str | None,
-    typer.Option("--redis-url", help="Redis URL (beats the config file and CRONRACE_REDIS_URL)."),
+    typer.Option("--redis-url", hidden=True, help="Deprecated: use --store-url."),
 ]
 NamespaceOption = Annotated[
     str | None,
@@ -66,10 +77,25 @@ def fail_lines(error: CronraceError, code: int = EXIT_INVALID) -> typer.Exit:
     return typer.Exit(code)
 
 
-def refused(redis_url: str, error: RedisAccessError) -> typer.Exit:
-    """Print why the store refused us, naming the server; return the Exit to raise."""
-    from cronrace.settings import redact_url  # the settings stack, only once Redis refused
-    from cronrace.stores.urls import server_name
+def store_url_flag(store_url: str | None, redis_url: str | None) -> str | None:
+    """The store's URL from ``--store-url``, or from the deprecated ``--redis-url`` (warned)."""
+    if redis_url is None:
+        return store_url
+    warn_renamed("--redis-url", "--store-url")
+    return store_url if store_url is not None else redis_url
 
-    server = server_name(redis_url)
-    return fail(f"{server} at {redact_url(redis_url)} refused: {error}", EXIT_REFUSED)
+
+def refused(store_url: str, error: StoreAccessError) -> typer.Exit:
+    """Print why the store refused us, naming the server; return the Exit to raise."""
+    from cronrace.stores.urls import redact_url, server_name
+
+    server = server_name(store_url)
+    return fail(f"{server} at {redact_url(store_url)} refused: {error}", EXIT_REFUSED)
+
+
+def unreachable(store_url: str, error: CronraceError) -> typer.Exit:
+    """Print that the store cannot be reached, naming the server; return the Exit."""
+    from cronrace.stores.urls import redact_url, server_name
+
+    server = server_name(store_url)
+    return fail(f"{server} at {redact_url(store_url)} unreachable: {error}", EXIT_UNREACHABLE)

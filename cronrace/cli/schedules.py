@@ -1,7 +1,7 @@
 """``cronrace schedules``: add, change, remove, list, apply and export stored schedules.
 
-Every command talks to the fleet's Redis like the other operator commands (``--config``,
-``--redis-url``, ``CRONRACE_REDIS_URL``); with ``--config`` a target table is checked
+Every command talks to the fleet's store like the other operator commands (``--config``,
+``--store-url``, ``CRONRACE_STORE_URL``); with ``--config`` a target table is checked
 against that file's ``allow_hosts``, as the sidecars reading the same file will check it.
 A definition is checked fully before anything is written; ``apply`` writes the whole
 difference in one script, or nothing.
@@ -26,6 +26,7 @@ from cronrace.cli.options import (
     JsonOption,
     NamespaceOption,
     RedisOption,
+    StoreOption,
     WideOption,
     fail,
     fail_lines,
@@ -130,13 +131,14 @@ def add(
     catchup_window: CatchupWindowOption = None,
     strict: StrictOption = False,
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Store a new schedule; live nodes race for it from its next tick."""
     fields = _fields({**locals(), "schedule": None})  # an argument here, not a field
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     found = fields.pop("handler", None)
     arguments = fields.pop("args", None)
     spec = with_client(
@@ -164,15 +166,16 @@ def update(
     catchup_window: CatchupWindowOption = None,
     strict: StrictOption = False,
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Change fields of a stored schedule; the others keep their values (pause too)."""
     fields = _fields(locals())
     if not fields:
         raise fail("nothing to change: give --schedule, --handler, --timezone, ...", EXIT_USAGE)
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     spec = with_client(
         settings, lambda client: client.schedules.update(name, strict=strict or None, **fields)
     )
@@ -190,12 +193,13 @@ def _done(spec: ScheduleSpec, what: str, as_json: bool) -> None:
 def remove(
     name: NameArgument,
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Remove a stored schedule: no node fires it once the change reaches it."""
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     with_client(settings, lambda client: client.schedules.remove(name))
     if as_json:
         out.print_json({"name": name, "removed": True})
@@ -206,13 +210,14 @@ def remove(
 @schedules_app.command("ls", epilog=EXIT_CODES_HELP)
 def list_(
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
     wide: WideOption = False,
 ) -> None:
     """List the stored schedules: schedule, zone, what each runs, its next tick."""
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     specs = with_client(settings, lambda client: client.schedules.list())
     if as_json:
         out.print_json([{"name": spec.name, **spec.definition()} for spec in specs])
@@ -248,14 +253,15 @@ def list_(
 def show(
     name: NameArgument,
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Show one stored schedule as TOML, and its next ticks."""
     from cronrace.specs.stored import dump_schedules
 
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     spec = with_client(settings, lambda client: client.schedules.get(name))
     ticks = out.next_ticks(spec.name, spec.schedule, spec.timezone, time.time())
     if as_json:
@@ -271,13 +277,14 @@ def export(
         Path | None, typer.Argument(help="Write here instead of standard output.", dir_okay=False)
     ] = None,
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
 ) -> None:
     """Print every stored schedule as TOML: a backup, or a file to keep under version control."""
     from cronrace.specs.stored import dump_schedules
 
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     specs = with_client(settings, lambda client: client.schedules.list())
     text = dump_schedules(specs)
     if file is None:
@@ -304,14 +311,15 @@ def apply(
     ] = True,
     strict: StrictOption = False,
     config: ConfigOption = None,
-    redis_url: RedisOption = None,
+    store_url: StoreOption = None,
     namespace: NamespaceOption = None,
+    redis_url: RedisOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Make the stored schedules what FILE says: print the difference, then write it at once."""
     from cronrace.specs.stored import load_schedules
 
-    settings = operator_settings(config, redis_url, namespace)
+    settings = operator_settings(config, store_url, namespace, redis_url)
     try:
         wanted = load_schedules(file, allow_hosts=list(getattr(settings, "allow_hosts", [])))
     except CronraceError as exc:

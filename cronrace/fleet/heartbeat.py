@@ -289,7 +289,7 @@ class Heartbeat:
         self._wipe_seen_mono, self._released_mono = self.clock.monotonic(), None
         self._wipe_seen_beat = self._beats
         log.critical(
-            "Redis lost its data (epoch changed): fences were re-seeded from the server "
+            "the store lost its data (epoch changed): fences were re-seeded from the server "
             "clock; new runs wait until every node re-asserted the leases of its runs (at "
             "most one lease_ttl), because runs started before may be alive",
             extra={"node": self.node_id, "old_epoch": old_epoch, "epoch": epoch, "hold_s": hold},

@@ -1,4 +1,4 @@
-"""The operator client: read and control a fleet from any process on its Redis.
+"""The operator client: read and control a fleet from any process, through its store.
 
 ``cronrace status``, ``history``, ``pause``, ``trigger`` and the ``schedules`` commands use
 an :class:`OperatorClient` of their own, without building an :class:`~cronrace.Agent`; an
@@ -45,7 +45,7 @@ class OperatorClient:
     :meth:`aclose` when done.
 
     Args:
-        settings: where Redis is, the namespace, timeouts, ``heartbeat_s`` (which says
+        settings: where the store is, the namespace, timeouts, ``heartbeat_s`` (which says
             how long a node's heartbeat lives).
         store: returns the store to use (an agent's); default: a store of the client's
             own, opened on first use and closed by :meth:`aclose`.
@@ -77,12 +77,12 @@ class OperatorClient:
 
     @property
     def store(self) -> Store:
-        """The Redis access this client reads and writes through."""
+        """The store this client reads and writes through."""
         if self._store_of is not None:
             return self._store_of()
         if self._own_store is None:
             self._own_store = open_store(
-                self.settings.redis_url,
+                self.settings.store_url,
                 self.settings.namespace,
                 max_connections=self.settings.max_connections,
                 timeout_s=self.settings.redis_timeout_s,

@@ -39,16 +39,17 @@ class Observer:
         """A lease renewal was answered (or failed)."""
 
     def redis_error(self, operation: str) -> None:
-        """A Redis call failed."""
+        """A store call failed."""
 
     def record_dropped(self, job: str, outcome: Outcome) -> None:
         """A run record was given up unwritten (outbox full, or still unwritten at exit)."""
 
     def ready(self, ready: bool) -> None:
-        """Readiness changed (Redis reachable and scripts loaded)."""
+        """Readiness changed (the store reachable, its scripts or schema ready)."""
 
     def redis_refused(self, command: str, cause: str) -> None:
-        """Redis refused a command for good (``cause``: authentication, permission, tls)."""
+        """The store refused a call for good (``cause``: authentication, permission, tls,
+        schema)."""
 
     def loop_watched(self, lag_s: Callable[[], float]) -> None:
         """The loop watchdog started; ``lag_s()`` reads the current lag from any thread."""

@@ -5,7 +5,7 @@ any field can be overridden by a ``CRONRACE_<FIELD>`` environment variable) and 
 ``[[jobs]]`` table per job, each with exactly one target table::
 
     [agent]
-    redis_url = "redis://127.0.0.1:6379/0"
+    store_url = "redis://127.0.0.1:6379/0"
 
     [[jobs]]
     name = "cleanup"
@@ -150,7 +150,7 @@ def make_stored_target(
     if spec.target_kind not in settings.stored_targets:
         raise TargetError(
             f"{spec.target_kind} targets from stored schedules are off on this sidecar "
-            f"(whoever can write to Redis could use them); add {spec.target_kind!r} to "
+            f"(whoever can write to the store could use them); add {spec.target_kind!r} to "
             "[agent] stored_targets to allow them"
         )
     return make_target(spec, agent, settings, other_redis)

@@ -160,13 +160,13 @@ class PrometheusObserver(Observer):
         )
         self.redis_errors_total = Counter(
             "cronrace_redis_errors",
-            "Failed Redis calls, by operation.",
+            "Failed store calls (Redis or PostgreSQL), by operation.",
             ["operation"],
             registry=registry,
         )
         self.records_dropped_total = Counter(
             "cronrace_records_dropped",
-            "Run records given up unwritten (the outbox full, or Redis away at exit).",
+            "Run records given up unwritten (the outbox full, or the store away at exit).",
             ["job", "outcome"],
             registry=registry,
         )
@@ -175,13 +175,14 @@ class PrometheusObserver(Observer):
         )
         self.ready_gauge = Gauge(
             "cronrace_ready",
-            "1 when Redis is reachable and the scripts are loaded.",
+            "1 when the store is reachable and its scripts or schema are ready.",
             registry=registry,
         )
         self.redis_refusals_total = Counter(
             "cronrace_redis_refusals",
-            "Commands Redis refused for good, by command and cause (authentication, "
-            "permission, tls): not an outage; fix the ACL, the password or the CA.",
+            "Calls the store refused for good, by command and cause (authentication, "
+            "permission, tls, schema): not an outage; fix the ACL or grants, the password "
+            "or the CA.",
             ["command", "cause"],
             registry=registry,
         )

@@ -434,7 +434,7 @@ def render(
     if not view.registered:
         parts.append(
             '<p class="warn">No agent has registered in this namespace yet: agents register '
-            "their jobs when they first reach Redis.</p>"
+            "their jobs when they first reach the store.</p>"
         )
     elif not view.nodes:
         parts.append('<p class="warn">No live node: nothing fires these jobs.</p>')

@@ -24,7 +24,7 @@ def fleet_env(redis_url: str, namespace: str, node: str) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if not k.startswith("CRONRACE_")}
     return {
         **keep,
-        "CRONRACE_REDIS_URL": redis_url,
+        "CRONRACE_STORE_URL": redis_url,
         "CRONRACE_NAMESPACE": namespace,
         "CRONRACE_NODE_ID": node,
         "CRONRACE_HEARTBEAT_S": "0.5",
@@ -79,7 +79,7 @@ def started(
 @asynccontextmanager
 async def fleet(redis_url: str, namespace: str) -> AsyncIterator[OperatorClient]:
     """An operator client on the examples' fleet: what the test reads and triggers with."""
-    async with OperatorClient(AgentSettings(redis_url=redis_url, namespace=namespace)) as client:
+    async with OperatorClient(AgentSettings(store_url=redis_url, namespace=namespace)) as client:
         yield client
 
 

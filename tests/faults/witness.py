@@ -118,7 +118,7 @@ def start_node(
     """
     full_env = {
         **os.environ,
-        "CRONRACE_REDIS_URL": url,
+        "CRONRACE_STORE_URL": url,
         "CRONRACE_NAMESPACE": namespace,
         "CRONRACE_NODE_ID": node,
         "CRONRACE_HEARTBEAT_S": "0.5",

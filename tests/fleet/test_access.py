@@ -273,12 +273,12 @@ def test_cli_refused_by_redis_prints_one_line_and_exits_4(
     url = plain_url(secured, ":wrong@")
     config = tmp_path / "c.toml"
     config.write_text(
-        f'[agent]\nredis_url = "{url}"\nmetrics_address = "off"\nstartup_timeout_s = 3\n'
+        f'[agent]\nstore_url = "{url}"\nmetrics_address = "off"\nstartup_timeout_s = 3\n'
         "[[jobs]]\nname='x'\nschedule='@hourly'\n[jobs.stream]\nkey='q'\n"
     )
     where = f"Redis at redis://***@127.0.0.1:{secured.port}/0 refused: authentication failed"
     # status first: run configures logging onto the runner's stream, closed afterwards.
-    for args in (["status", "--redis-url", url], ["run", "--config", str(config)]):
+    for args in (["status", "--store-url", url], ["run", "--config", str(config)]):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == EXIT_REFUSED, result.output
         lines = result.stderr.strip().splitlines()

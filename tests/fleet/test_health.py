@@ -24,7 +24,7 @@ async def test_handler_blocking_the_loop_fails_healthz_until_the_loop_turns_agai
     observer = PrometheusObserver()
     agent = Agent(
         settings=AgentSettings(
-            redis_url=f"memory://{namespace}",
+            store_url=f"memory://{namespace}",
             node_id="stuck",
             loop_lag_threshold_s=0.5,
             shutdown_grace_s=1.0,

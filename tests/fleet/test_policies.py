@@ -189,7 +189,7 @@ async def restart_after_gap(
         ran.append(ctx.tick_s - T0)
 
     first = memory_fleet(clock, 2, live_grace_s=0.2)
-    url = first[0].settings.redis_url
+    url = first[0].settings.store_url
     for agent in first:
         agent.add_job(note, "* * * * * *", name="job", catchup=catchup, **job)
     async with running(*first):
@@ -197,7 +197,7 @@ async def restart_after_gap(
     assert ran == [0, 1]
     await clock.advance(down_s)  # nobody runs: the ticks pass unattempted
     assert clock.time() - T0 == pytest.approx(1.5 + down_s)
-    second = memory_fleet(clock, 2, prefix="new", redis_url=url, live_grace_s=0.2)
+    second = memory_fleet(clock, 2, prefix="new", store_url=url, live_grace_s=0.2)
     for agent in second:
         agent.add_job(note, "* * * * * *", name="job", catchup=catchup, **job)
     async with running(*second):
@@ -275,7 +275,7 @@ async def test_pause_resume_and_trigger_from_an_operator_reach_every_agent() -> 
         agent.add_job(lambda ctx: ran.append((-1, ctx.trigger_id)), "@yearly", name="yearly")
     # An operator: an agent that never runs, on the same store (the CLI's way; the CLI
     # itself, in other processes on a real server: tests/sidecar/test_cli.py).
-    operator = Agent(redis_url=agents[0].settings.redis_url, node_id="operator")
+    operator = Agent(store_url=agents[0].settings.store_url, node_id="operator")
     async with running(*agents):
         await clock.advance(2.0)  # ticks 0 and 1
         await operator.pause("job")

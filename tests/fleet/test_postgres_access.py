@@ -174,7 +174,7 @@ def test_the_cli_prints_one_line_and_exits_4(
         "startup_timeout_s = 5\n[[jobs]]\nname='x'\nschedule='@hourly'\n"
         "[jobs.command]\nargv=['true']\n"
     )
-    for args in (["status", "--redis-url", url], ["run", "--config", str(config)]):
+    for args in (["status", "--store-url", url], ["run", "--config", str(config)]):
         started = time.monotonic()
         result = CliRunner().invoke(app, args)
         took_s = time.monotonic() - started

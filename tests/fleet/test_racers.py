@@ -83,7 +83,7 @@ def fleet(
     for index in range(size):
         observer = Claims()
         agent = memory_agent(
-            clock, redis_url=url, node_id=f"node-{index}", racers=racers, heartbeat_s=1.0
+            clock, store_url=url, node_id=f"node-{index}", racers=racers, heartbeat_s=1.0
         )
         agent.observer = observer
 
@@ -108,7 +108,7 @@ def witnessed_fleet(
     agents = []
     for index in range(4):
         agent = memory_agent(
-            clock, redis_url=url, node_id=f"node-{index}", racers=racers, heartbeat_s=1.0
+            clock, store_url=url, node_id=f"node-{index}", racers=racers, heartbeat_s=1.0
         )
 
         async def tick(ctx: RunContext) -> None:
@@ -364,7 +364,7 @@ async def test_a_node_joining_a_running_fleet_claims_only_its_share_from_its_fir
         observer = Claims()
         agent = memory_agent(
             clock,
-            redis_url="memory://racers-join",
+            store_url="memory://racers-join",
             node_id=f"node-{index}",
             racers="2",
             heartbeat_s=2.0,
@@ -450,7 +450,7 @@ async def test_a_node_joining_a_fleet_reads_and_plans_only_the_jobs_it_races() -
 
     def node(index: int) -> Agent:
         agent = memory_agent(
-            clock, redis_url=url, node_id=f"node-{index}", racers="2", heartbeat_s=1.0
+            clock, store_url=url, node_id=f"node-{index}", racers="2", heartbeat_s=1.0
         )
 
         async def tick(ctx: RunContext) -> None:
@@ -508,7 +508,7 @@ async def test_grouped_jobs_are_raced_by_k_nodes_per_group_and_each_tick_fires_o
     for index in range(10):
         agent = memory_agent(
             clock,
-            redis_url="memory://racers-grouped",
+            store_url="memory://racers-grouped",
             node_id=f"node-{index}",
             racers="2",
             racer_groups="2",
@@ -564,7 +564,7 @@ async def test_a_stored_schedule_added_to_a_grouped_fleet_is_raced_by_its_groups
     for index in range(6):
         agent = memory_agent(
             clock,
-            redis_url=url,
+            store_url=url,
             node_id=f"node-{index}",
             racers="2",
             racer_groups="1",
@@ -577,7 +577,7 @@ async def test_a_stored_schedule_added_to_a_grouped_fleet_is_raced_by_its_groups
 
         agent.add_job(note, "@every 1s", name="in-code")
         agents.append(agent)
-    ops = Agent(redis_url=url, node_id="operator")
+    ops = Agent(store_url=url, node_id="operator")
     async with anyio.create_task_group() as tg:
         for agent in agents:
             await tg.start(agent.run)

@@ -44,7 +44,7 @@ async def test_stop_waits_for_runs_up_to_the_grace_then_cancels_and_releases(
 
     agent = Agent(
         settings=AgentSettings(
-            redis_url=redis_url, namespace=namespace, node_id="n0", shutdown_grace_s=1.0
+            store_url=redis_url, namespace=namespace, node_id="n0", shutdown_grace_s=1.0
         )
     )
     agent.add_job(work, "* * * * * *", name="work")
@@ -70,7 +70,7 @@ def test_sigterm_stops_the_cli_cleanly_and_leaves_the_node_set(
 ) -> None:
     env = {
         **os.environ,
-        "CRONRACE_REDIS_URL": redis_server.url,
+        "CRONRACE_STORE_URL": redis_server.url,
         "CRONRACE_NAMESPACE": namespace,
         "CRONRACE_NODE_ID": "sig",
         "CRONRACE_SHUTDOWN_GRACE_S": "2",
@@ -101,7 +101,7 @@ def test_sigterm_stops_the_cli_cleanly_and_leaves_the_node_set(
     assert b"shutting down gracefully" in err
 
     async def nodes() -> list[str]:
-        agent = Agent(redis_url=redis_server.url, namespace=namespace, node_id="probe")
+        agent = Agent(store_url=redis_server.url, namespace=namespace, node_id="probe")
         try:
             return [n.node_id for n in await agent.nodes()]
         finally:

@@ -25,7 +25,7 @@ def fake_node(clock: FakeClock, url: str, name: str, ran: list[tuple[str, int]])
     """A node on the fake clock; its handler "note" records (node, tick after ``T0``)."""
     # Beats at 0.4 s steps from -0.5: never on a tick, so a change made half-way between
     # two ticks is in every node before the next one, whatever the control stream does.
-    agent = memory_agent(clock, redis_url=url, node_id=name, heartbeat_s=HEARTBEAT_S)
+    agent = memory_agent(clock, store_url=url, node_id=name, heartbeat_s=HEARTBEAT_S)
 
     @agent.handler("note")
     async def note(ctx: RunContext) -> None:
@@ -41,7 +41,7 @@ async def test_stored_schedule_fires_once_per_tick_and_follows_update_pause_and_
     url = f"memory://stored-{secrets.token_hex(4)}"
     ran: list[tuple[str, int]] = []
     nodes = [fake_node(clock, url, f"node{i}", ran) for i in range(3)]
-    ops = Agent(redis_url=url, node_id="operator")
+    ops = Agent(store_url=url, node_id="operator")
 
     def ticks() -> list[int]:
         return [tick for _, tick in ran]
@@ -84,8 +84,8 @@ async def test_node_without_the_handler_does_not_race_and_says_so_once(
     url = f"memory://stored-{secrets.token_hex(4)}"
     ran: list[tuple[str, int]] = []
     with_handler = fake_node(clock, url, "worker", ran)
-    without = memory_agent(clock, redis_url=url, node_id="web", heartbeat_s=HEARTBEAT_S)
-    ops = Agent(redis_url=url, node_id="operator")
+    without = memory_agent(clock, store_url=url, node_id="web", heartbeat_s=HEARTBEAT_S)
+    ops = Agent(store_url=url, node_id="operator")
     with caplog.at_level(logging.WARNING, logger="cronrace.agent.schedule_sync"):
         async with running(with_handler, without):
             await ops.schedules.add(

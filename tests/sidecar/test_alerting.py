@@ -26,7 +26,7 @@ PROMTOOL = shutil.which("promtool")
 
 CONFIG = """
 [agent]
-redis_url = "memory://alerting-{port}"
+store_url = "memory://alerting-{port}"
 heartbeat_s = 0.3
 shutdown_grace_s = 1
 metrics_address = "127.0.0.1:{port}"

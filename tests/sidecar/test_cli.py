@@ -23,7 +23,7 @@ from tests.sidecar.conftest import ROOT, DemoApp, cronrace, wait_until
 
 CONFIG = """
 [agent]
-redis_url = "{url}"
+store_url = "{url}"
 namespace = "{namespace}"
 heartbeat_s = 0.3
 shutdown_grace_s = 2

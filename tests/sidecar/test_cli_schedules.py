@@ -19,7 +19,7 @@ pytestmark = pytest.mark.redis
 
 
 def cli(server: RedisServer, namespace: str, *args: str) -> tuple[int, str, str]:
-    env = {"CRONRACE_REDIS_URL": server.url, "CRONRACE_NAMESPACE": namespace}
+    env = {"CRONRACE_STORE_URL": server.url, "CRONRACE_NAMESPACE": namespace}
     result = CliRunner().invoke(app, ["schedules", *args], env=env)
     return result.exit_code, result.stdout, result.stderr
 
@@ -128,7 +128,7 @@ def test_command_targets_from_redis_need_the_sidecars_consent(
 ) -> None:
     config = tmp_path / "c.toml"
     config.write_text(
-        f"[agent]\nredis_url = '{redis_server.url}'\nnamespace = '{namespace}'\n"
+        f"[agent]\nstore_url = '{redis_server.url}'\nnamespace = '{namespace}'\n"
         "[[jobs]]\nname = 'j'\nschedule = '@hourly'\n[jobs.command]\nargv = ['true']\n"
     )
     argv = '["/bin/echo", "hi"]'

@@ -127,7 +127,7 @@ def test_validate_table_fits_80_columns_and_shows_argv_as_a_list(
         textwrap.dedent(
             f"""
             [agent]
-            redis_url = "redis://127.0.0.1:6399/0"
+            store_url = "redis://127.0.0.1:6399/0"
 
             [[jobs]]
             name = "{LONG_JOB}"
@@ -200,7 +200,7 @@ def test_log_lines_show_ticks_as_iso_times_and_leave_out_empty_fields() -> None:
 def test_validate_reports_a_bad_method_and_a_foreign_url_together(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
-        "[agent]\nredis_url = 'memory://'\n[[jobs]]\nname = 'report'\nschedule = '@hourly'\n"
+        "[agent]\nstore_url = 'memory://'\n[[jobs]]\nname = 'report'\nschedule = '@hourly'\n"
         "[jobs.http]\nurl = 'http://169.254.169.254/latest'\nmethod = 'FETCH'\n"
     )
     result = CliRunner().invoke(app, ["validate", str(path)])
@@ -217,7 +217,7 @@ def test_validate_reports_a_bad_method_and_a_foreign_url_together(tmp_path: Path
 def test_validate_json_lists_jobs_with_their_target(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
-        "[agent]\nredis_url = 'memory://'\n"
+        "[agent]\nstore_url = 'memory://'\n"
         "[[jobs]]\nname = 'backup'\nschedule = '@hourly'\n[jobs.command]\nargv = ['true']\n"
     )
     result = CliRunner().invoke(app, ["validate", str(path), "--json"])
@@ -246,13 +246,13 @@ def test_syntax_error_in_the_user_module_is_one_line_with_file_and_line(
 def test_status_before_any_agent_registers_says_so_and_exits_1(
     redis_server: RedisServer, namespace: str
 ) -> None:
-    result = CliRunner().invoke(app, ["status", "--redis-url", redis_server.url, "-n", namespace])
+    result = CliRunner().invoke(app, ["status", "--store-url", redis_server.url, "-n", namespace])
     assert result.exit_code == EXIT_INVALID
     assert result.stderr.startswith(
         f"cronrace: no agent has registered in namespace {namespace!r} yet"
     )
     result = CliRunner().invoke(
-        app, ["status", "--redis-url", redis_server.url, "-n", namespace, "--json"]
+        app, ["status", "--store-url", redis_server.url, "-n", namespace, "--json"]
     )
     assert (result.exit_code, json.loads(result.stdout)) == (EXIT_INVALID, [])
 
@@ -261,7 +261,7 @@ def test_status_before_any_agent_registers_says_so_and_exits_1(
 async def test_history_is_sorted_by_tick_newest_first(
     redis_server: RedisServer, namespace: str
 ) -> None:
-    agent = Agent(settings=AgentSettings(redis_url=redis_server.url, namespace=namespace))
+    agent = Agent(settings=AgentSettings(store_url=redis_server.url, namespace=namespace))
     agent.add_job(lambda ctx: None, "@every 1s", name="slow")
     try:
         await agent.store.register_jobs({"slow": agent.jobs["slow"].spec()})
@@ -283,7 +283,7 @@ def test_run_sync_logs_to_stderr_when_the_program_set_up_no_logging(tmp_path: Pa
             """
             from cronrace import Agent
 
-            agent = Agent(redis_url="memory://")
+            agent = Agent(store_url="memory://")
 
             @agent.job("@every 1s")
             async def hello(ctx):
@@ -306,7 +306,7 @@ def test_run_sync_logs_to_stderr_when_the_program_set_up_no_logging(tmp_path: Pa
 def test_validate_shows_the_next_three_ticks_of_each_job_in_its_zone(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
-        "[agent]\nredis_url = 'memory://'\n"
+        "[agent]\nstore_url = 'memory://'\n"
         "[[jobs]]\nname = 'payroll'\nschedule = '0 9 15W * *'\ntimezone = 'Europe/Berlin'\n"
         "[jobs.command]\nargv = ['true']\n"
         "[[jobs]]\nname = 'spread'\nschedule = 'H H * * *'\n[jobs.command]\nargv = ['true']\n"

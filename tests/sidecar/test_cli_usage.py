@@ -43,14 +43,14 @@ def test_bad_usage_exits_2(args: list[str], code: int, message: str) -> None:
 def test_validate_in_process_prints_every_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("CRONRACE_REDIS_URL", raising=False)
+    monkeypatch.delenv("CRONRACE_STORE_URL", raising=False)
     path = tmp_path / "bad.toml"
     path.write_text("[agent]\nnamespace = 'a b'\n[[jobs]]\nname = 'x'\nschedule = 'never'\n")
     exit_code, stderr = invoke("validate", str(path))
     assert exit_code == EXIT_INVALID
     assert stderr.splitlines() == [
-        f"{path}: agent: store_url: is required: set it in [agent] or as CRONRACE_STORE_URL "
-        "(redis_url and CRONRACE_REDIS_URL work too). The embedded store is not a default here "
+        f"{path}: agent: store_url: is required: set it in [agent] or as CRONRACE_STORE_URL. "
+        "The embedded store is not a default here "
         '(each replica would run every job): for one process alone, write store_url = "memory://"',
         f"{path}: agent: namespace 'a b': use 1-64 letters, digits, '_', '.', '-'",
         f"{path}: job 'x': target: is required; add one of [jobs.http], [jobs.command], "
@@ -62,7 +62,7 @@ def test_validate_in_process_prints_every_line(
 def test_sidecar_with_unreachable_redis_exits_3(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
-        f'[agent]\nredis_url = "redis://127.0.0.1:{free_port()}/0"\nstartup_timeout_s = 0.3\n'
+        f'[agent]\nstore_url = "redis://127.0.0.1:{free_port()}/0"\nstartup_timeout_s = 0.3\n'
         "[[jobs]]\nname='x'\nschedule='@hourly'\n[jobs.stream]\nkey='q'\n"
     )
     exit_code, stderr = invoke("run", "--config", str(path), "--metrics-address", "127.0.0.1:0")
@@ -81,7 +81,7 @@ def test_agent_module_with_unreachable_redis_exits_3_and_serves_metrics_meanwhil
             from cronrace import Agent, AgentSettings
 
             agent = Agent(settings=AgentSettings(
-                redis_url="redis://127.0.0.1:{free_port()}/0", startup_timeout_s=0.3
+                store_url="redis://127.0.0.1:{free_port()}/0", startup_timeout_s=0.3
             ))
 
             @agent.job("@hourly")
@@ -103,9 +103,20 @@ def test_agent_module_with_unreachable_redis_exits_3_and_serves_metrics_meanwhil
 def test_operator_command_against_unreachable_redis_exits_3() -> None:
     url = f"redis://user:secret@127.0.0.1:{free_port()}/0"
     for args in (["status"], ["nodes"], ["history", "x"], ["pause", "x"], ["trigger", "x"]):
-        exit_code, stderr = invoke(*args, "--redis-url", url)
+        exit_code, stderr = invoke(*args, "--store-url", url)
         assert exit_code == EXIT_REDIS, args
         assert stderr.startswith("cronrace: Redis at redis://***@127.0.0.1:")
+        assert "secret" not in stderr
+
+
+def test_operator_commands_against_unreachable_postgresql_name_postgresql_not_redis() -> None:
+    pytest.importorskip("psycopg")
+    url = f"postgresql://user:secret@127.0.0.1:{free_port()}/app"
+    for args in (["status"], ["db", "upgrade"]):
+        exit_code, stderr = invoke(*args, "--store-url", url)
+        assert exit_code == EXIT_REDIS, args
+        assert stderr.startswith("cronrace: PostgreSQL at postgresql://***@127.0.0.1:"), stderr
+        assert "Redis" not in stderr
         assert "secret" not in stderr
 
 

@@ -15,7 +15,7 @@ from tests.sidecar.conftest import EXAMPLES, cronrace
 
 TEN_MISTAKES = """
 [agent]
-redis_url = "http://127.0.0.1:6379"
+store_url = "http://127.0.0.1:6379"
 metrics_address = "everywhere"
 shutdown_grace = 5
 
@@ -115,7 +115,7 @@ def test_run_with_a_bad_file_prints_the_same_lines_and_exits_1(bad_file: Path) -
 def test_each_problem_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, line: str
 ) -> None:
-    monkeypatch.setenv("CRONRACE_REDIS_URL", "memory://")
+    monkeypatch.setenv("CRONRACE_STORE_URL", "memory://")
     path = tmp_path / "c.toml"
     path.write_text(text)
     with pytest.raises(ConfigError) as caught:
@@ -134,7 +134,7 @@ def test_missing_file_is_one_line(tmp_path: Path) -> None:
 
 GOOD = """
 [agent]
-redis_url = "redis://127.0.0.1:1/0"
+store_url = "redis://127.0.0.1:1/0"
 namespace = "from-file"
 allow_hosts = ["app"]
 
@@ -180,7 +180,7 @@ def test_bad_environment_value_is_named_with_its_variable(
 )
 def test_example_configs_are_valid(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # examples/sidecar.toml is the image's default config: Redis comes from the environment.
-    monkeypatch.setenv("CRONRACE_REDIS_URL", "redis://127.0.0.1:6379/0")
+    monkeypatch.setenv("CRONRACE_STORE_URL", "redis://127.0.0.1:6379/0")
     config = check_file(path)
     assert config.jobs
 
@@ -189,7 +189,7 @@ def test_validate_shows_the_jobs_of_a_good_file() -> None:
     result = CliRunner().invoke(
         app,
         ["validate", str(EXAMPLES / "sidecar.toml")],
-        env={"CRONRACE_REDIS_URL": "redis://127.0.0.1:6379/0"},
+        env={"CRONRACE_STORE_URL": "redis://127.0.0.1:6379/0"},
     )
     assert result.exit_code == 0, result.output
     assert "ok, 3 job(s)" in result.output
@@ -209,7 +209,7 @@ def test_every_command_has_help(command: str) -> None:
 def test_run_against_unreachable_redis_exits_3_with_one_line(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
-        f'[agent]\nredis_url = "redis://127.0.0.1:{free_port()}/0"\nstartup_timeout_s = 0.5\n'
+        f'[agent]\nstore_url = "redis://127.0.0.1:{free_port()}/0"\nstartup_timeout_s = 0.5\n'
         'metrics_address = "off"\n'
         "[[jobs]]\nname='x'\nschedule='@hourly'\n[jobs.stream]\nkey='q'\n"
     )
@@ -220,12 +220,12 @@ def test_run_against_unreachable_redis_exits_3_with_one_line(tmp_path: Path) -> 
     assert "Traceback" not in done.stderr
 
 
-def test_operator_command_without_redis_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CRONRACE_REDIS_URL", raising=False)
+def test_operator_command_without_a_store_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CRONRACE_STORE_URL", raising=False)
     monkeypatch.delenv("CRONRACE_CONFIG", raising=False)
     result = CliRunner().invoke(app, ["status"])
     assert result.exit_code == 2
-    assert "no Redis to talk to" in result.output
+    assert "no store to talk to" in result.output
 
 
 def test_a_bad_redis_url_is_shown_without_its_password(
@@ -233,7 +233,7 @@ def test_a_bad_redis_url_is_shown_without_its_password(
 ) -> None:
     path = tmp_path / "good.toml"
     path.write_text(GOOD)
-    monkeypatch.setenv("CRONRACE_REDIS_URL", "http://cron:s3cret@redis:6379/0")
+    monkeypatch.setenv("CRONRACE_STORE_URL", "http://cron:s3cret@redis:6379/0")
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     [line] = caught.value.problems
@@ -243,7 +243,7 @@ def test_a_bad_redis_url_is_shown_without_its_password(
 def test_validate_refuses_a_schedule_that_never_fires_in_its_zone(tmp_path: Path) -> None:
     path = tmp_path / "spring.toml"
     path.write_text(
-        "[agent]\nredis_url = 'memory://'\n"
+        "[agent]\nstore_url = 'memory://'\n"
         "[[jobs]]\nname = 'spring'\nschedule = '*/30 2 * 3 0#2'\ntimezone = 'America/New_York'\n"
         "[jobs.command]\nargv = ['true']\n"
         "[[jobs]]\nname = 'berlin'\nschedule = '*/30 2 * 3 0#2'\ntimezone = 'Europe/Berlin'\n"

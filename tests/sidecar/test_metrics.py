@@ -20,7 +20,7 @@ from tests.redis_server import RedisServer, free_port
 
 CONFIG = """
 [agent]
-redis_url = "{url}"
+store_url = "{url}"
 namespace = "metrics"
 node_id = "node-m"
 heartbeat_s = 0.2
@@ -178,7 +178,7 @@ def test_metrics_address_in_use_is_one_line(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         path = tmp_path / "c.toml"
         path.write_text(
-            f'[agent]\nredis_url = "memory://"\nmetrics_address = "127.0.0.1:{port}"\n'
+            f'[agent]\nstore_url = "memory://"\nmetrics_address = "127.0.0.1:{port}"\n'
             "[[jobs]]\nname='x'\nschedule='@hourly'\n[jobs.stream]\nkey='q'\n"
         )
         sidecar = Sidecar.from_file(path)

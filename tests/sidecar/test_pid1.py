@@ -54,7 +54,7 @@ def _zombies_of(parent: int) -> int:
 PYTHON_CRONRACE = (sys.executable, "-m", "cronrace", "run")
 CONFIG = """
 [agent]
-redis_url = "memory://"
+store_url = "memory://"
 metrics_address = "off"
 shutdown_grace_s = 2
 

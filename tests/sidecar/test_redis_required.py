@@ -18,7 +18,8 @@ JOB = "[[jobs]]\nname = 'x'\nschedule = '@hourly'\n[jobs.command]\nargv = ['true
 
 
 def without_redis_env() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if key != "CRONRACE_REDIS_URL"}
+    names = ("CRONRACE_STORE_URL", "CRONRACE_REDIS_URL")
+    return {key: value for key, value in os.environ.items() if key not in names}
 
 
 @pytest.mark.timeout(90)
@@ -44,14 +45,14 @@ def test_image_config_without_a_redis_url_exits_1_with_one_line() -> None:
 def test_memory_written_out_in_the_file_or_the_environment_is_accepted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("CRONRACE_REDIS_URL", raising=False)
+    monkeypatch.delenv("CRONRACE_STORE_URL", raising=False)
     in_file = tmp_path / "in-file.toml"
-    in_file.write_text(f"[agent]\nredis_url = 'memory://'\nmetrics_address = 'off'\n{JOB}")
-    assert Sidecar.from_file(in_file).agent.settings.redis_url == "memory://"
+    in_file.write_text(f"[agent]\nstore_url = 'memory://'\nmetrics_address = 'off'\n{JOB}")
+    assert Sidecar.from_file(in_file).agent.settings.store_url == "memory://"
     in_env = tmp_path / "in-env.toml"
     in_env.write_text(JOB)
-    monkeypatch.setenv("CRONRACE_REDIS_URL", "memory://")
-    assert load_config(in_env).agent.redis_url == "memory://"
+    monkeypatch.setenv("CRONRACE_STORE_URL", "memory://")
+    assert load_config(in_env).agent.store_url == "memory://"
 
 
 @pytest.mark.timeout(30)
@@ -82,7 +83,7 @@ def test_quick_start_agent_still_runs_on_the_embedded_store_by_default() -> None
 
 
 @pytest.mark.timeout(30)
-def test_redis_url_flag_beats_the_file_and_the_environment(tmp_path: Path) -> None:
+def test_store_url_flag_beats_the_file_and_the_environment(tmp_path: Path) -> None:
     config = tmp_path / "cronrace.toml"
     config.write_text(f"[agent]\nmetrics_address = 'off'\nstartup_timeout_s = 0.5\n{JOB}")
     port = free_port()
@@ -94,13 +95,13 @@ def test_redis_url_flag_beats_the_file_and_the_environment(tmp_path: Path) -> No
             "run",
             "--config",
             str(config),
-            "--redis-url",
+            "--store-url",
             f"redis://127.0.0.1:{port}/0",
             "--namespace",
             "flagged",
         ],
         cwd=ROOT,
-        env={**without_redis_env(), "CRONRACE_REDIS_URL": "redis://127.0.0.1:1/0"},
+        env={**without_redis_env(), "CRONRACE_STORE_URL": "redis://127.0.0.1:1/0"},
         capture_output=True,
         text=True,
         timeout=20,
@@ -112,9 +113,9 @@ def test_redis_url_flag_beats_the_file_and_the_environment(tmp_path: Path) -> No
     assert "Traceback" not in done.stderr
 
 
-def test_redis_url_flag_with_module_attr_is_a_usage_error() -> None:
+def test_store_url_flag_with_module_attr_is_a_usage_error() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "cronrace", "run", "examples.hello:agent", "--redis-url", "x"],
+        [sys.executable, "-m", "cronrace", "run", "examples.hello:agent", "--store-url", "x"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -122,4 +123,4 @@ def test_redis_url_flag_with_module_attr_is_a_usage_error() -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert "CRONRACE_REDIS_URL" in done.stderr
+    assert "CRONRACE_STORE_URL" in done.stderr

@@ -28,7 +28,7 @@ HOSTILE = '<img src=x onerror="alert(1)">'
 
 CONFIG = """
 [agent]
-redis_url = "{url}"
+store_url = "{url}"
 namespace = "{namespace}"
 # 6 s in the live set per beat: a page rendered while chromium starts and the loop
 # that runs all three sidecars is starved still lists all three (CI on aa57622, four
@@ -153,7 +153,7 @@ async def _serving(config: Path, **overrides: object) -> AsyncIterator[tuple[Sid
 def _memory_config(tmp_path: Path, actions: bool) -> Path:
     path = tmp_path / "c.toml"
     path.write_text(
-        f'[agent]\nredis_url = "memory://page-{secrets.token_hex(4)}"\n'
+        f'[agent]\nstore_url = "memory://page-{secrets.token_hex(4)}"\n'
         f"status_page_actions = {str(actions).lower()}\n"
         "heartbeat_s = 0.3\nshutdown_grace_s = 1\n"
         "[[jobs]]\nname = 'cleanup'\nschedule = '@hourly'\n[jobs.command]\nargv = ['true']\n"

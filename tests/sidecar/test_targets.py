@@ -128,8 +128,8 @@ def test_http_spec_refuses_to_override_cronrace_headers() -> None:
 async def test_command_gets_job_tick_fence_in_its_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CRONRACE_REDIS_URL", "redis://:secret@127.0.0.1:1/0")
-    names = ["CRONRACE_JOB", "CRONRACE_TICK", "CRONRACE_FENCE", "CRONRACE_REDIS_URL", "COLOR"]
+    monkeypatch.setenv("CRONRACE_STORE_URL", "redis://:secret@127.0.0.1:1/0")
+    names = ["CRONRACE_JOB", "CRONRACE_TICK", "CRONRACE_FENCE", "CRONRACE_STORE_URL", "COLOR"]
     script = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {names!r}}}))"
     target = CommandTarget(CommandSpec(argv=[PY, "-c", script], env={"COLOR": "blue"}))
     detail = await target(make_ctx(job="report", tick_s=1_700_000_060, fence=42))
@@ -138,7 +138,7 @@ async def test_command_gets_job_tick_fence_in_its_environment(
         "CRONRACE_JOB": "report",
         "CRONRACE_TICK": "1700000060",
         "CRONRACE_FENCE": "42",
-        "CRONRACE_REDIS_URL": None,  # the agent's settings (and passwords) stay with the agent
+        "CRONRACE_STORE_URL": None,  # the agent's settings (and passwords) stay with the agent
         "COLOR": "blue",
     }
     assert detail["exit_code"] == 0

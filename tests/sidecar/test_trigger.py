@@ -36,7 +36,7 @@ def test_trigger_with_no_live_node_exits_1_and_sends_nothing(
     redis_server: RedisServer, namespace: str, known_job: redis.Redis
 ) -> None:
     code, stdout, stderr = invoke(
-        "trigger", "report", "--redis-url", redis_server.url, "-n", namespace
+        "trigger", "report", "--store-url", redis_server.url, "-n", namespace
     )
     assert code == EXIT_INVALID
     assert stdout == ""
@@ -56,7 +56,7 @@ def test_trigger_wait_timeout_names_the_live_nodes_and_that_none_claimed_it(
     known_job.zadd(Keys(namespace).nodes, {"ghost": seconds * 1000 + micros // 1000 + 60_000})
     code, stdout, stderr = invoke(
         "trigger", "report", "--wait", "--timeout", "0.5", "--json",
-        "--redis-url", redis_server.url, "-n", namespace,
+        "--store-url", redis_server.url, "-n", namespace,
     )  # fmt: skip
     assert code == EXIT_INVALID
     result = json.loads(stdout)

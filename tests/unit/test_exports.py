@@ -13,6 +13,7 @@ PUBLIC = (
     "AgentSettings",
     "Catchup",
     "ConfigError",
+    "CronraceDeprecationWarning",
     "CronraceError",
     "Job",
     "JobDefinitionError",

@@ -8,7 +8,7 @@ from django.db import close_old_connections
 
 from cronrace import Agent, RunContext
 
-agent = Agent()  # settings from CRONRACE_* (redis_url, namespace, node_id, ...)
+agent = Agent()  # settings from CRONRACE_* (store_url, namespace, node_id, ...)
 
 
 @agent.job("0 7 * * *", name="send-digest", timezone="Europe/Paris")

@@ -100,7 +100,7 @@ async def test_an_error_in_the_block_is_raised_as_itself_after_a_graceful_stop()
 
 async def test_an_unreachable_redis_is_raised_on_entry() -> None:
     settings = AgentSettings(
-        redis_url="redis://127.0.0.1:1", node_id="n", startup_timeout_s=0.3, redis_timeout_s=0.2
+        store_url="redis://127.0.0.1:1", node_id="n", startup_timeout_s=0.3, redis_timeout_s=0.2
     )
     agent = Agent(settings=settings)
     before = other_tasks()
@@ -124,7 +124,7 @@ async def test_a_refusing_redis_is_raised_on_entry_at_once(tmp_path: Path) -> No
         pytest.skip("redis-server not installed")
     with RedisServer(tmp_path / "redis", password="right") as server:  # noqa: S106
         url = f"redis://:wrong@127.0.0.1:{server.port}/0"
-        agent = Agent(settings=AgentSettings(redis_url=url, node_id="n", startup_timeout_s=30))
+        agent = Agent(settings=AgentSettings(store_url=url, node_id="n", startup_timeout_s=30))
         began = time.monotonic()
         with pytest.raises(RedisAuthError, match="authentication failed"):
             async with agent:

@@ -31,7 +31,7 @@ async def test_started_agent_is_ready_and_sees_a_trigger_made_at_once() -> None:
 
 async def test_start_raises_when_redis_is_unreachable_at_start_up() -> None:
     settings = AgentSettings(
-        redis_url="redis://127.0.0.1:1", node_id="n", startup_timeout_s=0.3, redis_timeout_s=0.2
+        store_url="redis://127.0.0.1:1", node_id="n", startup_timeout_s=0.3, redis_timeout_s=0.2
     )
     agent = Agent(settings=settings)
     async with anyio.create_task_group() as tg:
@@ -43,7 +43,7 @@ async def test_start_raises_when_redis_is_unreachable_at_start_up() -> None:
 def test_an_observer_set_after_construction_reaches_every_part() -> None:
     from cronrace.runtime.observer import Observer
 
-    agent = Agent(redis_url="memory://observer-swap", node_id="n")
+    agent = Agent(store_url="memory://observer-swap", node_id="n")
     observer = Observer()  # what `cronrace run --metrics-address` does with its own
     agent.observer = observer
     assert agent.readiness.observer is observer
@@ -55,7 +55,7 @@ async def test_a_started_sidecar_is_ready(tmp_path: Path) -> None:
 
     path = tmp_path / "cronrace.toml"
     path.write_text(
-        '[agent]\nredis_url = "memory://started-sidecar"\nmetrics_address = "off"\n'
+        '[agent]\nstore_url = "memory://started-sidecar"\nmetrics_address = "off"\n'
         "shutdown_grace_s = 1\n\n"
         '[[jobs]]\nname = "daily"\nschedule = "@daily"\n[jobs.command]\nargv = ["true"]\n'
     )
@@ -105,7 +105,7 @@ import gc, sys
 import anyio
 from cronrace import Agent
 
-agent = Agent(redis_url="memory://")
+agent = Agent(store_url="memory://")
 frozen = []
 
 @agent.job("@every 1s")

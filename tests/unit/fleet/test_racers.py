@@ -183,7 +183,7 @@ def test_racers_setting_from_the_environment_and_from_a_config_table(
     assert load_settings().racer_count is None
     monkeypatch.delenv("CRONRACE_RACERS")
     assert load_settings().racers == "all"
-    table = SidecarSettings.from_table({"redis_url": "memory://", "racers": 3})
+    table = SidecarSettings.from_table({"store_url": "memory://", "racers": 3})
     assert table.racer_count == 3
 
 
@@ -222,7 +222,7 @@ def test_racer_groups_need_k_racers_and_say_so_in_one_line(
 ) -> None:
     with pytest.raises(ValueError, match="racer_groups needs racers = k"):
         Racers(None, 4)
-    table = SidecarSettings.from_table({"redis_url": "memory://", "racers": 3, "racer_groups": 4})
+    table = SidecarSettings.from_table({"store_url": "memory://", "racers": 3, "racer_groups": 4})
     assert table.racer_setting == Racers(3, 4)
     assert load_settings().racer_setting == Racers()
     monkeypatch.setenv("CRONRACE_RACERS", "2")

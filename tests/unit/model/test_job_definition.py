@@ -33,7 +33,7 @@ def handler(ctx: object) -> None:
 def test_invalid_job_field_raises_error_naming_job_and_value(
     options: dict[str, object], error: type[CronraceError], mentions: list[str]
 ) -> None:
-    agent = Agent(redis_url="memory://defs", node_id="n")
+    agent = Agent(store_url="memory://defs", node_id="n")
     kwargs: dict[str, object] = {"name": "job1", "schedule": "* * * * *", **options}
     schedule = kwargs.pop("schedule")
     with pytest.raises(error) as caught:
@@ -45,14 +45,14 @@ def test_invalid_job_field_raises_error_naming_job_and_value(
 
 
 def test_duplicate_job_name_is_refused() -> None:
-    agent = Agent(redis_url="memory://defs", node_id="n")
+    agent = Agent(store_url="memory://defs", node_id="n")
     agent.add_job(handler, "@hourly", name="nightly")
     with pytest.raises(JobDefinitionError, match=r"'nightly'.*already defined"):
         agent.add_job(handler, "@daily", name="nightly")
 
 
 def test_decorator_names_job_after_function_and_accepts_enum_or_string_policies() -> None:
-    agent = Agent(redis_url="memory://defs", node_id="n")
+    agent = Agent(store_url="memory://defs", node_id="n")
 
     @agent.job("*/5 * * * * *", overlap="queue_one", catchup="all", lease_ttl=2.5)
     async def cleanup(ctx: object) -> None:
@@ -65,9 +65,9 @@ def test_decorator_names_job_after_function_and_accepts_enum_or_string_policies(
 
 def test_invalid_agent_settings_name_the_field() -> None:
     with pytest.raises(CronraceError, match="namespace"):
-        Agent(redis_url="memory://", namespace="has space")
-    with pytest.raises(CronraceError, match="redis_url"):
-        Agent(redis_url="http://example.com")
+        Agent(store_url="memory://", namespace="has space")
+    with pytest.raises(CronraceError, match="store_url"):
+        Agent(store_url="http://example.com")
 
 
 def test_job_options_are_one_list_with_one_set_of_defaults() -> None:
@@ -78,14 +78,14 @@ def test_job_options_are_one_list_with_one_set_of_defaults() -> None:
     options = spec.job_options()
     assert tuple(options) == JOB_OPTION_NAMES
     assert {key: options[key] for key in JOB_DEFAULTS} == JOB_DEFAULTS  # type: ignore[literal-required]
-    job = Agent(redis_url="memory://defs", node_id="n").add_job(handler, "* * * * *", **options)
+    job = Agent(store_url="memory://defs", node_id="n").add_job(handler, "* * * * *", **options)
     assert (job.overlap, job.catchup) == (JOB_DEFAULTS["overlap"], JOB_DEFAULTS["catchup"])
     assert (job.lease_ttl_s, job.catchup_window_s) == (30.0, 300.0)
     assert (job.max_catchup, job.history, job.overrun_ratio) == (100, 1000, 0.8)
 
 
 def test_an_unknown_job_option_is_refused_naming_it() -> None:
-    agent = Agent(redis_url="memory://defs", node_id="n")
+    agent = Agent(store_url="memory://defs", node_id="n")
     options: dict[str, object] = {"name": "j", "lease_ttl_s": 5}
     with pytest.raises(JobDefinitionError, match="lease_ttl_s"):
         agent.add_job(handler, "* * * * *", **options)  # type: ignore[arg-type]

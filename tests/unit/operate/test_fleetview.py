@@ -12,7 +12,7 @@ from cronrace.operate.fleetview import look
 
 
 async def test_each_job_s_history_comes_with_the_view_and_the_latest_runs_stay_mixed() -> None:
-    settings = AgentSettings(redis_url=f"memory://view-{secrets.token_hex(4)}", namespace="v")
+    settings = AgentSettings(store_url=f"memory://view-{secrets.token_hex(4)}", namespace="v")
     async with OperatorClient(settings) as client:
         spec = {"schedule": "@every 1s", "timezone": "UTC", "overlap": "skip", "catchup": "latest"}
         await client.store.register_jobs({"busy": spec, "quiet": spec})

@@ -51,7 +51,7 @@ async def seed(store: Store, jobs: int) -> None:
 
 
 async def status_round_trips(jobs: int) -> tuple[int, int]:
-    settings = AgentSettings(redis_url=f"memory://ops-{secrets.token_hex(4)}", namespace="ops")
+    settings = AgentSettings(store_url=f"memory://ops-{secrets.token_hex(4)}", namespace="ops")
     async with OperatorClient(settings) as client:
         await seed(client.store, jobs)
         trips = RoundTrips(client.store)
@@ -73,7 +73,7 @@ async def test_status_costs_the_same_round_trips_for_2_jobs_as_for_600() -> None
 
 
 async def test_client_pauses_and_reads_history_without_an_agent() -> None:
-    settings = AgentSettings(redis_url=f"memory://ops-{secrets.token_hex(4)}", namespace="ops")
+    settings = AgentSettings(store_url=f"memory://ops-{secrets.token_hex(4)}", namespace="ops")
     async with OperatorClient(settings) as client:
         await seed(client.store, 1)
         await client.pause("job00000")

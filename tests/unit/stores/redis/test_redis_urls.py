@@ -115,19 +115,19 @@ def test_redaction_hides_user_password_and_sentinel_password() -> None:
 def test_a_bad_url_in_the_settings_is_one_line_naming_the_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CRONRACE_REDIS_URL", "redis+sentinel://:s3cret@a:1,b:2")
+    monkeypatch.setenv("CRONRACE_STORE_URL", "redis+sentinel://:s3cret@a:1,b:2")
     with pytest.raises(ConfigError) as caught:
         load_settings()
     [line] = caught.value.problems
     assert line == (
-        "agent: store_url 'redis+sentinel://***@a:1,b:2' (from CRONRACE_REDIS_URL): names no "
+        "agent: store_url 'redis+sentinel://***@a:1,b:2' (from CRONRACE_STORE_URL): names no "
         "master: use redis+sentinel://host:port[,host:port...]/<master-name>[/<db>]"
     )
 
 
 def test_every_deployment_form_is_accepted_by_the_settings_and_the_stream_target() -> None:
     for url, *_ in GOOD:
-        assert load_settings(redis_url=url).redis_url == url
+        assert load_settings(store_url=url).store_url == url
         assert StreamSpec(key="q", redis_url=url).redis_url == url
     with pytest.raises(ValidationError, match="names no master"):
         StreamSpec(key="q", redis_url="redis+sentinel://a:1")
