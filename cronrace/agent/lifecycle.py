@@ -115,6 +115,8 @@ class Lifecycle:
         self._alike_live: frozenset[str] | None = None
         self._definitions: dict[str, JobDefinition] = {}
         self._details: NodeDetails | None = None
+        #: Whether a heartbeat put this node in the live set (else it has none to leave).
+        self._joined = False
 
     def stop(self) -> None:
         """Ask :meth:`run` to stop: the first call gracefully, a second one at once.
@@ -147,6 +149,7 @@ class Lifecycle:
             StoreUnavailableError: the store could not be reached within the start-up timeout.
         """
         self._stop_event = anyio.Event()
+        self._joined = False
         if self.stop_requested:
             self._stop_event.set()
         store = self.agent.store
@@ -244,12 +247,13 @@ class Lifecycle:
             await runner.release_unstarted()
             await outbox.flush()
         outbox.give_up("the store did not take it before the agent exited")
-        with (
-            anyio.CancelScope(shield=True),
-            anyio.move_on_after(2),
-            contextlib.suppress(StoreError),
-        ):
-            await store.leave(self.agent.node_id)
+        if self._joined:  # a node that never reached the store has no entry to take back
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(2),
+                contextlib.suppress(StoreError),
+            ):
+                await store.leave(self.agent.node_id)
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
             await self.agent.aclose()
         self.agent.readiness.stopped()
@@ -317,6 +321,7 @@ class Lifecycle:
                     await store.prepare()
                     await control.check()
                     await self.agent.heartbeat.beat(store)
+                    self._joined = True
                     await store.register_jobs({n: job.spec() for n, job in self.agent.jobs.items()})
                     if self.sync is not None:
                         await self.sync.reload("start-up")

@@ -10,8 +10,19 @@ background, retrying). So every connection the pool makes goes through
 :class:`Database`'s own connection class, which keeps the last refusal (a wrong password, a
 missing database, a certificate that does not verify) until a connection is made again; a
 call waiting for a connection looks at it every :data:`REFUSAL_CHECK_S` and raises it, so
-that a refusal is named at once, not retried as an outage until the pool's timeout. A
-call that times out without one connects once itself to learn why (down, or exhausted).
+that a refusal is named at once, not retried as an outage until the pool's timeout. The
+same class keeps the last failure of any kind: while the pool holds no connection at all
+and its last attempt failed (the server down: "Connection refused"), a call fails at once
+naming that cause, as a Redis call does, rather than waiting ``timeout_s`` to say "timed
+out". A call that times out otherwise connects once itself to learn why (down, or
+exhausted).
+
+psycopg-pool logs every failed attempt as a WARNING of its own ("error connecting in
+'cronrace': ...", three lines each) on the ``psycopg.pool`` logger, which no handler of
+cronrace's formats. What the pool logs while it works for cronrace (its tasks, and
+cronrace's calls into it) goes to ``cronrace.stores.postgres`` at DEBUG instead: the
+agent names the cause itself, once, in its own format. The pools of the host program are
+left alone.
 """
 
 from __future__ import annotations
@@ -19,8 +30,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from typing import Any, Self
 
 import anyio
@@ -29,7 +41,7 @@ import psycopg_pool
 
 from cronrace.errors import StoreAccessError, StoreAmbiguousError, StoreUnavailableError
 from cronrace.stores.postgres.access import AccessWatch, classify
-from cronrace.stores.postgres.errors import translate
+from cronrace.stores.postgres.errors import one_line, translate
 from cronrace.stores.postgres.queries import Statements
 from cronrace.stores.postgres.urls import PostgresTarget
 
@@ -44,6 +56,32 @@ REFUSAL_CHECK_S = 0.1
 #: How long (s) a statement past its deadline has for the server to confirm its
 #: cancellation before the connection is dropped instead.
 CANCEL_GRACE_S = 1.0
+
+#: True in the pool's own tasks (they copy it from :meth:`Database._open`) and in
+#: cronrace's calls into the pool: what psycopg-pool logs there is cronrace's to report.
+_IN_OUR_POOL: ContextVar[bool] = ContextVar("cronrace_postgres_pool", default=False)
+
+
+class _PoolLogs(logging.Filter):
+    """Re-log what psycopg-pool says for cronrace's pools at DEBUG, in cronrace's format."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _IN_OUR_POOL.get():
+            return True  # another pool of the program: its logging is the program's
+        log.debug("connection pool: %s", " ".join(record.getMessage().split()))
+        return False
+
+
+_POOL_LOGS = _PoolLogs()
+
+
+@contextmanager
+def _our_pool() -> Iterator[None]:
+    token = _IN_OUR_POOL.set(True)
+    try:
+        yield
+    finally:
+        _IN_OUR_POOL.reset(token)
 
 
 class Database:
@@ -64,6 +102,13 @@ class Database:
         self.access = AccessWatch(target.schema)
         #: The pool's last attempt to connect was refused (None: it was not, or it made one).
         self.connect_refused: psycopg.Error | None = None
+        #: The pool's last attempt to connect failed, for any reason (None: it made one).
+        self.connect_failed: psycopg.Error | None = None
+        #: Connections made and not closed yet (in the pool or lent out).
+        self.live_connections = 0
+        pool_logger = logging.getLogger("psycopg.pool")
+        if _POOL_LOGS not in pool_logger.filters:
+            pool_logger.addFilter(_POOL_LOGS)
         self.pool = psycopg_pool.AsyncConnectionPool(
             target.conninfo,
             connection_class=self._connection_class(),
@@ -82,6 +127,8 @@ class Database:
         db = self
 
         class Connection(psycopg.AsyncConnection[Row]):
+            counted = False
+
             @classmethod
             async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
                 try:
@@ -89,9 +136,18 @@ class Database:
                 except psycopg.Error as exc:
                     refused = classify(exc, db.target.schema, "connect") is not None
                     db.connect_refused = exc if refused else None
+                    db.connect_failed = exc
                     raise
-                db.connect_refused = None
+                db.connect_refused = db.connect_failed = None
+                conn.counted = True
+                db.live_connections += 1
                 return conn
+
+            async def close(self) -> None:
+                if self.counted:
+                    self.counted = False
+                    db.live_connections -= 1
+                await super().close()
 
         return Connection
 
@@ -105,24 +161,28 @@ class Database:
     async def _open(self) -> None:
         async with self._open_lock:
             if not self._opened:
-                await self.pool.open(wait=False)
+                with _our_pool():  # the pool's tasks, started here, keep the mark
+                    await self.pool.open(wait=False)
                 self._opened = True
 
     async def aclose(self) -> None:
         """Close every connection."""
         if self._opened:
-            await self.pool.close()
+            with _our_pool():
+                await self.pool.close()
             self._opened = False
 
     @asynccontextmanager
     async def connection(self, statement: str) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
         """A pooled connection; refusals and an exhausted pool translated and named."""
-        conn = await self._getconn(statement)
+        with _our_pool():
+            conn = await self._getconn(statement)
         try:
             async with conn:  # as the pool's own connection(): commit or roll back
                 yield conn
         finally:
-            await self.pool.putconn(conn)
+            with _our_pool():
+                await self.pool.putconn(conn)
 
     async def _getconn(self, statement: str) -> psycopg.AsyncConnection[Row]:
         """Wait up to ``timeout_s`` for a connection, raising the pool's refusal at once."""
@@ -137,6 +197,13 @@ class Database:
                 refused = self.connect_refused
                 if refused is not None:
                     raise self.access.translate(refused, statement) from refused
+                failed = self.connect_failed
+                if failed is not None and self.live_connections == 0:
+                    # No connection at all, and the last attempt failed: the server is
+                    # down or unreachable now; say why at once (the pool keeps trying).
+                    raise StoreUnavailableError(
+                        f"cannot connect to PostgreSQL: {one_line(failed)}"
+                    ) from failed
                 if left_s <= REFUSAL_CHECK_S:
                     raise await self._why_no_connection(exc, statement) from exc
 
@@ -154,9 +221,9 @@ class Database:
             translated = self.access.translate(refused, statement)
             if isinstance(translated, StoreAccessError):
                 return translated
-            return StoreUnavailableError(f"cannot connect to PostgreSQL: {refused}")
+            return StoreUnavailableError(f"cannot connect to PostgreSQL: {one_line(refused)}")
         except (OSError, TimeoutError) as failed:
-            return StoreUnavailableError(f"cannot connect to PostgreSQL: {failed}")
+            return StoreUnavailableError(f"cannot connect to PostgreSQL: {one_line(failed)}")
         stats = self.pool.get_stats()
         return StoreUnavailableError(
             f"the PostgreSQL connection pool is exhausted ({stats.get('pool_size', '?')} of "
