@@ -8,6 +8,11 @@ exactly one of them. Run it with::
 ``GET /jobs`` shows the jobs of the fleet, ``GET /jobs/{name}/runs`` a job's newest
 runs, ``POST /jobs/{name}/trigger`` asks the fleet for one run now. Without
 ``CRONRACE_STORE_URL`` the agent uses the embedded store (this process only).
+
+Monitoring is mounted under ``/cronrace``, on the app's own port: ``/cronrace/metrics``
+for Prometheus, ``/cronrace/healthz`` and ``/cronrace/readyz`` for the orchestrator's
+probes, and the read-only status page at ``/cronrace/``. It is as reachable as the app:
+keep it behind what guards the app's other internal routes.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 from fastapi import FastAPI, HTTPException
 
 from cronrace import Agent, RunContext, UnknownJobError
+from cronrace.web import monitoring_app
 
 agent = Agent()  # settings from CRONRACE_* (store_url, namespace, node_id, ...)
 
@@ -39,6 +45,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 app = FastAPI(lifespan=lifespan)
+# Before the agent starts (the lifespan): the page and the metrics register agent services.
+app.mount("/cronrace", monitoring_app(agent))
 
 
 @app.get("/jobs")

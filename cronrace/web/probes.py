@@ -178,6 +178,12 @@ class MetricsServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         """Stop serving and close the socket."""
         if self._server is not None:

@@ -36,9 +36,9 @@ import anyio.from_thread
 import anyio.lowlevel
 import orjson
 
+import cronrace.web.timeline as timeline
 from cronrace.errors import CronraceError
 from cronrace.operate.fleetview import FleetView, look, relative, when
-from cronrace.web import timeline
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -180,7 +180,8 @@ class StatusPage:
         query = parse_qs(environ.get("QUERY_STRING", ""))
         notice = _notice(query, view)
         token = self._token if self.actions else None
-        body = render(view, actions_token=token, refresh_s=self.refresh_s, notice=notice)
+        base = environ.get("SCRIPT_NAME", "").rstrip("/")
+        body = render(view, actions_token=token, refresh_s=self.refresh_s, notice=notice, base=base)
         return _answer(start_response, "200 OK", body, "text/html")
 
     def _act(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
@@ -212,7 +213,8 @@ class StatusPage:
         log.info("status page action", extra={"op": op, "job": job})
         with self._lock:
             self._cached = None
-        location = "/?" + urlencode({"did": op, "job": job})
+        base = environ.get("SCRIPT_NAME", "").rstrip("/")
+        location = f"{base}/?" + urlencode({"did": op, "job": job})
         start_response("303 See Other", [("Location", location), *SECURITY_HEADERS])
         return [b""]
 
@@ -286,11 +288,11 @@ def _time(tick_s: int | None, now_s: float) -> str:
     return f'<time datetime="{tick_s}">{escape(when(tick_s, now_s))}</time>'
 
 
-def _buttons(job: str, paused: bool, token: str) -> str:
+def _buttons(job: str, paused: bool, token: str, base: str) -> str:
     forms = []
     for op in ("resume" if paused else "pause", "trigger"):
         forms.append(
-            '<form method="post" action="/actions">'
+            f'<form method="post" action="{escape(base)}/actions">'
             f'<input type="hidden" name="token" value="{escape(token)}">'
             f'<input type="hidden" name="op" value="{op}">'
             f'<input type="hidden" name="job" value="{escape(job)}">'
@@ -299,7 +301,7 @@ def _buttons(job: str, paused: bool, token: str) -> str:
     return "".join(forms)
 
 
-def _jobs_table(view: FleetView, token: str | None) -> str:
+def _jobs_table(view: FleetView, token: str | None, base: str) -> str:
     headers = [
         "job",
         "schedule",
@@ -335,7 +337,7 @@ def _jobs_table(view: FleetView, token: str | None) -> str:
             f'<td class="num">{job.missed}</td>',
         ]
         if token is not None:
-            cells.append(f"<td>{_buttons(job.job, job.paused, token)}</td>")
+            cells.append(f"<td>{_buttons(job.job, job.paused, token, base)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return _table(headers, rows, "no jobs registered")
 
@@ -419,9 +421,19 @@ def _page(title: str, refresh_s: int, body: str) -> str:
 
 
 def render(
-    view: FleetView, *, actions_token: str | None, refresh_s: int, notice: str | None = None
+    view: FleetView,
+    *,
+    actions_token: str | None,
+    refresh_s: int,
+    notice: str | None = None,
+    base: str = "",
 ) -> str:
-    """The whole page for ``view``; buttons only when ``actions_token`` is given."""
+    """The whole page for ``view``; buttons only when ``actions_token`` is given.
+
+    Args:
+        base: the path the page is mounted under (WSGI's ``SCRIPT_NAME``, e.g.
+            ``/cronrace`` in an application), prefixed to the buttons' form action.
+    """
     taken = when(int(view.now_s), view.now_s).split(" (")[0]
     mode = "pause, resume and trigger enabled" if actions_token else "read-only"
     parts = [
@@ -440,7 +452,7 @@ def render(
         parts.append('<p class="warn">No live node: nothing fires these jobs.</p>')
     parts += [
         "<h2>Jobs</h2>",
-        _jobs_table(view, actions_token),
+        _jobs_table(view, actions_token, base),
         "<h2>Run timeline</h2>",
         timeline.LEGEND,
         _timeline_table(view),

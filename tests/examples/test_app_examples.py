@@ -93,6 +93,12 @@ async def test_fastapi_lifespan_runs_the_agent_and_leaves_no_task(
             assert (await http.get("/jobs/nope/runs")).status_code == 404
             [job] = (await http.get("/jobs")).json()
             assert (job["job"], job["schedule"]) == ("expire-sessions", "*/15 * * * *")
+            # The mounted monitoring: every endpoint on the app's own port.
+            assert (await http.get("/cronrace/healthz")).text == "ok\n"
+            assert (await http.get("/cronrace/readyz")).text == "ready\n"
+            metrics = (await http.get("/cronrace/metrics")).text
+            assert 'cronrace_runs_total{job="expire-sessions",outcome="ok"} 1.0' in metrics
+            assert "expire-sessions" in (await http.get("/cronrace/")).text
     assert not agent.ready
     assert asyncio.all_tasks() == before  # the lifespan's shutdown waited for everything
     async with fleet(redis_server.url, namespace) as client:
@@ -117,6 +123,7 @@ async def test_fastapi_app_under_uvicorn_fires_a_job_and_stops_on_sigterm(
                     return False
 
             await wait_for(serving, timeout_s=30, what="uvicorn to serve the app")
+            assert (await http.get("/cronrace/readyz")).text == "ready\n"
             answer = await http.post("/jobs/expire-sessions/trigger")
             assert answer.status_code == 202, answer.text
             async with fleet(redis_server.url, namespace) as client:
