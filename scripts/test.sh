@@ -86,6 +86,8 @@ echo "== mypy (strict)"
 .venv/bin/mypy
 echo "== packaging"
 bash scripts/check_package.sh
+echo "== the other Pythons: unit tests and a real-Redis fleet on 3.12 and 3.13"
+bash scripts/test_pythons.sh
 echo "== pytest"
 # Workers: most tests wait on the wall clock rather than the CPU, so more workers than cores
 # pay off (PYTEST_WORKERS=0 runs everything in this process, e.g. for a debugger). Work

@@ -7,6 +7,7 @@ never reads, so that a large command fills the socket and the send has to wait.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -81,9 +82,10 @@ async def test_a_pipeline_the_socket_takes_at_once_is_sent_without_a_task(
                 pipe.set(f"k{index}", index, nx=True, px=1000)
             assert await pipe.execute() == [True] * 50
             assert created[0] == 0
-            # redis-py's own connection, for the same send: asyncio.wait_for's task.
+            # redis-py's own connection, for the same send: asyncio.wait_for's task, up to
+            # Python 3.11 (since 3.12 wait_for runs in the caller's task, as asyncio.timeout).
             await plain.send_packed_command(plain.pack_command("SET", "k", "v"))
-            assert created[0] == 1
+            assert created[0] == (1 if sys.version_info < (3, 12) else 0)
         finally:
             await client.aclose()
             await plain.disconnect()
@@ -98,10 +100,26 @@ async def test_a_send_that_fills_the_socket_is_still_bounded_by_the_timeout() ->
         large = [b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n" % (64 << 20), b"x" * (64 << 20), b"\r\n"]
         started = time.monotonic()
         with anyio.fail_after(30):  # a send left unbounded would hang here
-            with pytest.raises(RedisTimeoutError, match="Timeout writing to socket"):
+            try:
                 await connection.send_packed_command(large)
+            except RedisTimeoutError as exc:
+                assert str(exc) == "Timeout writing to socket"  # noqa: PT017
+            else:
+                buffered = connection._writer.transport.get_write_buffer_size()
+                high = connection_high_water(connection)
+                await connection.disconnect(nowait=True)
+                # Some interpreters (CPython 3.12.1 and 3.13.0 here) never pause a writer
+                # after writelines(): drain() returns at once with the whole command
+                # buffered in memory, so no send can wait and there is no wait to bound.
+                assert buffered > high, "the send neither waited nor buffered"
+                pytest.skip(f"this Python's writelines() buffers {buffered} bytes unpaused")
         assert time.monotonic() - started < 10
         assert not connection.is_connected  # closed, as redis-py closes it
+
+
+def connection_high_water(connection: Any) -> int:
+    """The write buffer's high-water mark of a connection's transport (bytes)."""
+    return int(connection._writer.transport.get_write_buffer_limits()[1])
 
 
 class _Transport:
