@@ -83,6 +83,7 @@ echo "== ruff"
 .venv/bin/ruff format --check cronrace tests benchmarks examples
 echo "== mypy (strict)"
 .venv/bin/mypy
+bash scripts/check_docs.sh
 echo "== pytest"
 # Workers: most tests wait on the wall clock rather than the CPU, so more workers than cores
 # pay off (PYTEST_WORKERS=0 runs everything in this process, e.g. for a debugger). Work
