@@ -16,7 +16,7 @@ from cronrace import __version__  # noqa: E402
 
 project = "cronrace"
 author = "cronrace developers"
-copyright = "cronrace developers"  # noqa: A001
+copyright = "cronrace developers"
 release = version = __version__
 
 extensions = [

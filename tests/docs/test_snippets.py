@@ -30,7 +30,8 @@ INCLUDE = re.compile(r"^```\{literalinclude\} (\S+)", re.M)
 def load(path: Path) -> ModuleType:
     name = f"docs_snippet_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -97,11 +98,10 @@ async def test_task_group_starts_and_stops_the_agent() -> None:
     module.agent = memory_agent()  # the snippet's agent, on a store of its own
     module.agent.add_job(module.flush_buffers, "@every 10s", name="flush-buffers")
     serve = anyio.Event()
+    serve.set()  # the service's work is done at once: main starts the agent, then stops it
     with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(module.main, serve)
-            await wait_until(lambda: module.agent.ready)
-            serve.set()
+        await module.main(serve)
+    assert module.agent.readiness_problem() is not None  # stopped: no longer ready
 
 
 async def test_operator_client_pauses_and_reads_history() -> None:
@@ -134,8 +134,8 @@ async def test_stored_schedules_round_trip() -> None:
 
 
 async def test_fenced_write_refuses_a_lower_fence() -> None:
-    from cronrace.testing import run_handler
     from cronrace.stores.urls import open_store
+    from cronrace.testing import run_handler
 
     module = load(SNIPPETS / "fenced_write.py")
     store = open_store("memory://docs-fenced")
@@ -154,11 +154,16 @@ async def test_testing_snippet_passes() -> None:
         await module.test_cleanup_fires_every_minute()
 
 
-async def wait_until(condition: object, timeout_s: float = 10.0) -> None:
-    assert callable(condition)
-    with anyio.fail_after(timeout_s):
-        while not condition():
-            await anyio.sleep(0.01)
+async def test_beat_schedule_becomes_jobs_that_send_the_task() -> None:
+    from cronrace.testing import run_handler
+
+    module = load(SNIPPETS / "from_beat.py")
+    assert sorted(module.agent.jobs) == sorted(module.BEAT_SCHEDULE)
+    job = module.agent.jobs["nightly-invoices"]
+    await run_handler(job.handler, job="nightly-invoices", tick_s=1_700_000_000, fence=3)
+    assert module.sent == [
+        ("billing.tasks.invoices", {"kwargs": {"fence": 3, "tick_s": 1_700_000_000}})
+    ]
 
 
 def test_agent_is_the_public_one() -> None:
