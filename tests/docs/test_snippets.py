@@ -168,3 +168,20 @@ async def test_beat_schedule_becomes_jobs_that_send_the_task() -> None:
 
 def test_agent_is_the_public_one() -> None:
     assert load(SNIPPETS / "process_agent.py").agent.__class__ is Agent
+
+
+async def test_app_monitoring_serves_metrics_and_probes() -> None:
+    import httpx
+
+    module = load(SNIPPETS / "app_monitoring.py")
+    agent = memory_agent()  # the snippet's agent settings, on a store of its own
+    agent.observer = module.observer
+    agent.add_job(module_job, "@every 1s", name="cleanup")
+    with anyio.fail_after(20):
+        async with module.monitored(agent, ("127.0.0.1", 0)) as server:
+            async with httpx.AsyncClient(base_url=server.url) as client:
+                metrics = await client.get("/metrics")
+                health = await client.get("/healthz")
+                ready = await client.get("/readyz")
+    assert "cronrace_agent_info" in metrics.text
+    assert (health.status_code, ready.status_code) == (200, 200)
