@@ -178,10 +178,12 @@ async def test_app_monitoring_serves_metrics_and_probes() -> None:
     agent.observer = module.observer
     agent.add_job(module_job, "@every 1s", name="cleanup")
     with anyio.fail_after(20):
-        async with module.monitored(agent, ("127.0.0.1", 0)) as server:
-            async with httpx.AsyncClient(base_url=server.url) as client:
-                metrics = await client.get("/metrics")
-                health = await client.get("/healthz")
-                ready = await client.get("/readyz")
+        async with (
+            module.monitored(agent, ("127.0.0.1", 0)) as server,
+            httpx.AsyncClient(base_url=server.url) as client,
+        ):
+            metrics = await client.get("/metrics")
+            health = await client.get("/healthz")
+            ready = await client.get("/readyz")
     assert "cronrace_agent_info" in metrics.text
     assert (health.status_code, ready.status_code) == (200, 200)
