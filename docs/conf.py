@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -43,3 +44,17 @@ autodoc_class_signature = "separated"
 html_theme = "furo"
 html_title = f"cronrace {release}"
 html_static_path: list[str] = []
+
+
+#: The README links into the repository with absolute URLs (a package index page needs
+#: them); included in the landing page, its links into docs/ become links between pages,
+#: which Sphinx then checks like any other.
+DOCS_URL = "https://github.com/cronrace/cronrace/blob/main/docs/"
+
+
+def _local_links(app: object, path: object, docname: str, content: list[str]) -> None:
+    content[0] = content[0].replace(DOCS_URL, "")
+
+
+def setup(app: Any) -> None:
+    app.connect("include-read", _local_links)

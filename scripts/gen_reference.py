@@ -128,6 +128,22 @@ def table(head: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def deflist(head: list[str], rows: Iterable[list[str]]) -> str:
+    """Rows as a Markdown definition list: the first column (and the environment variable,
+    when there is one) as the term, the last as the text, the others on a line below it."""
+    out = []
+    for row in rows:
+        fields = dict(zip(head, row, strict=True))
+        term = row[0]
+        names = fields.pop("environment", "")
+        if names:
+            term += f" · {names}"
+        text = " ".join(row[-1].split()) or "(no description)"
+        details = " · ".join(f"{key} {value}" for key, value in list(fields.items())[1:-1] if value)
+        out.append(f"{term}\n: {text}\n\n  {details}\n" if details else f"{term}\n: {text}\n")
+    return "\n".join(out)
+
+
 def docstring_keys(obj: object) -> dict[str, str]:
     """The ``Keys:``, ``Attributes:`` and ``Args:`` entries of a Google-style docstring."""
     doc = inspect.getdoc(obj) or ""
@@ -273,13 +289,13 @@ def settings_page() -> str:
         "came from.\n\n"
         "## Agent settings\n\n"
         "The library's `Agent`, `cronrace run MODULE:ATTR` and the sidecar all read these.\n\n"
-        + table(head, settings_rows(AgentSettings, agent))
+        + deflist(head, settings_rows(AgentSettings, agent))
         + "\n## Sidecar settings\n\n"
         "The `[agent]` table of a sidecar's config file takes every agent setting above, "
         "and these besides:\n\n"
-        + table(head, settings_rows(SidecarSettings, sidecar_only))
+        + deflist(head, settings_rows(SidecarSettings, sidecar_only))
         + "\nWhere the sidecar's default differs from the library's:\n\n"
-        + table(head, settings_rows(SidecarSettings, changed))
+        + deflist(head, settings_rows(SidecarSettings, changed))
     )
 
 
@@ -336,19 +352,19 @@ def job_options_page() -> str:
         + "\n## The sidecar's `[[jobs]]` table\n\n"
         "Generated from {py:class}`cronrace.specs.jobspec.JobSpec`: the options above "
         "plus exactly one target table.\n\n"
-        + table(head, model_rows(JobSpec, ("http", "command", "stream")))
+        + deflist(head, model_rows(JobSpec, ("http", "command", "stream")))
         + "\n### `[jobs.http]`\n\n"
         + (inspect.getdoc(HttpSpec) or "").split("\n")[0]
         + "\n\n"
-        + table(head, model_rows(HttpSpec))
+        + deflist(head, model_rows(HttpSpec))
         + "\n### `[jobs.command]`\n\n"
         + (inspect.getdoc(CommandSpec) or "").split("\n")[0]
         + "\n\n"
-        + table(head, model_rows(CommandSpec))
+        + deflist(head, model_rows(CommandSpec))
         + "\n### `[jobs.stream]`\n\n"
         + (inspect.getdoc(StreamSpec) or "").split("\n")[0]
         + "\n\n"
-        + table(head, model_rows(StreamSpec))
+        + deflist(head, model_rows(StreamSpec))
     )
 
 
@@ -409,8 +425,9 @@ def cli_page() -> str:
             params = [p for p in command.params if p.name != "help"]
             if params:
                 out.append(
-                    table(
-                        ["name", "kind", "default", "environment", "help"], map(param_row, params)
+                    deflist(
+                        ["name", "type", "default", "environment", "help"],
+                        [param_row(param) for param in params],
                     )
                 )
         if hasattr(command, "list_commands"):
