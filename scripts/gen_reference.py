@@ -495,7 +495,12 @@ def api_page() -> str:
         "The agent": ["Agent", "AgentSettings"],
         "Jobs": ["Job", "JobOptions", "RunContext", "Schedule", "Overlap", "Catchup"],
         "Operating a fleet": ["OperatorClient", "JobStatus", "NodeInfo", "RunRecord", "Outcome"],
-        "Errors": [name for name in cronrace.__all__ if name.endswith("Error")],
+        "Errors and warnings": [
+            name
+            for name in cronrace.__all__
+            if isinstance(getattr(cronrace, name), type)
+            and issubclass(getattr(cronrace, name), BaseException)
+        ],
     }
     listed = {name for members in groups.values() for name in members}
     missing = sorted(set(cronrace.__all__) - listed)
