@@ -114,20 +114,88 @@ class AgentSettings(BaseSettings):
     store_url: str = Field(
         default="memory://", validation_alias=STORE_URL_NAMES, description=STORE_URL_HELP
     )
-    node_id: str = Field(default_factory=default_node_id)
-    namespace: str = "cronrace"
-    heartbeat_s: float = Field(default=2.0, gt=0)
-    shutdown_grace_s: float = Field(default=30.0, ge=0)
-    clock: str = Field(default="redis", pattern="^(redis|local)$")
-    skew_tolerance_s: float = Field(default=5.0, ge=0)
-    live_grace_s: float = Field(default=1.0, ge=0)
-    startup_timeout_s: float = Field(default=10.0, ge=0)
-    redis_timeout_s: float = Field(default=5.0, gt=0)
-    max_connections: int = Field(default=16, ge=2)
-    sync_handler_threads: int = Field(default=2, ge=1)
-    loop_lag_threshold_s: float = Field(default=5.0, gt=0)
-    claim_replicas: int = Field(default=0, ge=0)
-    claim_replicas_timeout_ms: int = Field(default=100, ge=1)
+    node_id: str = Field(
+        default_factory=default_node_id,
+        description="this node's name in claims, leases and logs; unique per process",
+    )
+    namespace: str = Field(
+        default="cronrace",
+        description="key prefix (a Redis store) or row scope (PostgreSQL): fleets with "
+        "different namespaces share one store without seeing each other; 1-64 letters, "
+        "digits, '_', '.', '-'",
+    )
+    heartbeat_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="heartbeat, clock-offset and epoch check period, in seconds; a member "
+        "silent for 1.5 heartbeats counts as departed",
+    )
+    shutdown_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="on SIGTERM: start no new wake-up, finish deciding the one in hand and "
+        "wait for runs, all within this long, then cancel (a second signal cancels at once)",
+    )
+    clock: str = Field(
+        default="redis",
+        pattern="^(redis|local)$",
+        description="'redis': schedule on the store server's clock (offset estimated "
+        "NTP-style with each heartbeat), so a node with a skewed clock fires neither early "
+        "nor late; 'local': trust this machine's clock",
+    )
+    skew_tolerance_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="added to a job's catchup_window for the lifetime of its claims",
+    )
+    live_grace_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="a tick at most this late is on time; a later one is missed and goes "
+        "to the job's catch-up policy",
+    )
+    startup_timeout_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="give up (exit 3) when the store is unreachable at start-up this long, "
+        "naming the last error; a refusal (password, permission, certificate) fails at once "
+        "(exit 4)",
+    )
+    redis_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="how long one store call may wait: to connect, for a free pooled "
+        "connection, and for its reply (one timer per pipeline); a call past it is "
+        "unanswered and read back or retried",
+    )
+    max_connections: int = Field(
+        default=16,
+        ge=2,
+        description="size of the node's connection pool to the store",
+    )
+    sync_handler_threads: int = Field(
+        default=2,
+        ge=1,
+        description="how many plain-def handlers may run at once, each in a worker thread "
+        "(CPU-bound threads take the GIL from the event loop and delay lease renewals)",
+    )
+    loop_lag_threshold_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="an event loop this late (a handler blocking it) makes /healthz answer "
+        "503 and logs an ERROR",
+    )
+    claim_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="Redis: when > 0, a won claim runs only once this many replicas "
+        "confirm it (WAIT), else it is recorded skipped:not_replicated",
+    )
+    claim_replicas_timeout_ms: int = Field(
+        default=100,
+        ge=1,
+        description="how long the WAIT of claim_replicas may block, in milliseconds",
+    )
     racers: str = Field(
         default="all",
         description="how many live nodes race for each tick: 'all' or an integer k >= 1",
@@ -141,8 +209,17 @@ class AgentSettings(BaseSettings):
         default=False,
         description="refuse stored schedules naming a handler no live node has registered",
     )
-    log_format: str = Field(default="text", pattern="^(text|json)$")
-    log_level: str = "INFO"
+    log_format: str = Field(
+        default="text",
+        pattern="^(text|json)$",
+        description="'text': one line of key=value fields per event; 'json': one JSON "
+        "object per line",
+    )
+    log_level: str = Field(
+        default="INFO",
+        description="the level of the logging run_sync and the CLI configure (DEBUG, INFO, "
+        "WARNING, ERROR), unless the program configured logging itself",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -86,6 +86,8 @@ echo "== mypy (strict)"
 .venv/bin/mypy
 echo "== packaging"
 bash scripts/check_package.sh
+echo "== docs"
+bash scripts/check_docs.sh
 echo "== the other Pythons: unit tests and a real-Redis fleet on 3.12 and 3.13"
 bash scripts/test_pythons.sh
 echo "== pytest"

@@ -61,8 +61,12 @@ class JobSpec(BaseModel):
     TARGET_ALTERNATIVES: ClassVar[tuple[str, ...]] = ()
 
     # The options of cronrace.model.job.JobOptions, with its defaults and Job.define's limits.
-    name: str
-    schedule: str
+    name: str = Field(description="the job's name; part of every key or row of the job")
+    schedule: str = Field(
+        description="5-field cron, 6-field cron with seconds first, an alias (@hourly, "
+        "@daily, @weekly, @monthly, @yearly) or @every <duration>; H, L, W, # and wrapping "
+        "ranges as described in the schedule language"
+    )
     timezone: str = JOB_DEFAULTS["timezone"]
     overlap: Overlap = DEFAULT_OVERLAP
     catchup: Catchup = DEFAULT_CATCHUP

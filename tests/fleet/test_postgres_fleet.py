@@ -50,8 +50,9 @@ async def test_five_agents_on_postgres_fire_each_tick_exactly_once_with_fences_i
 
 
 def readme_grants(role: str, password: str) -> list[str]:
-    """The README's PostgreSQL GRANTs for ``role``, statement by statement, as a DBA runs them."""
-    text = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    """The docs' PostgreSQL GRANTs for ``role``, statement by statement, as a DBA runs them."""
+    page = Path(__file__).parents[2] / "docs" / "how-to" / "postgresql.md"
+    text = page.read_text(encoding="utf-8")
     block = text.split("<!-- postgres-grants -->", 1)[1].split("```sql\n", 1)[1].split("```", 1)[0]
     block = block.replace("cronrace_agent", role).replace("'change-me'", f"'{password}'")
     return [statement.strip() for statement in block.split(";") if statement.strip()]
@@ -59,7 +60,7 @@ def readme_grants(role: str, password: str) -> list[str]:
 
 @pytest.fixture
 def grants_role(postgres_server: PostgresServer, namespace: str) -> Iterator[str]:
-    """A login role holding exactly the README's grants; its URL."""
+    """A login role holding exactly the grants docs/how-to/postgresql.md gives; its URL."""
     role = f"agent_{namespace.lower()}"
     password = f"pw-{namespace}"
     for statement in readme_grants(role, password):

@@ -1,4 +1,4 @@
-"""The least-privilege ACL line lists exactly what cronrace sends, and the README shows it."""
+"""The least-privilege ACL line lists exactly what cronrace sends, and the docs show it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cronrace.stores.redis.acl import COMMANDS, SCRIPT_COMMANDS, acl_setuser
 
-README = Path(__file__).resolve().parents[4] / "README.md"
+ACL_PAGE = Path(__file__).resolve().parents[4] / "docs" / "how-to" / "acl-tls.md"
 
 
 def test_acl_lists_exactly_the_commands_the_lua_scripts_call() -> None:
@@ -29,5 +29,5 @@ def test_acl_line_is_namespace_aware_and_allows_nothing_else() -> None:
     assert "+script|load" in line
 
 
-def test_readme_gives_the_acl_line_of_the_default_namespace() -> None:
-    assert acl_setuser() in README.read_text(encoding="utf-8")
+def test_the_docs_give_the_acl_line_of_the_default_namespace() -> None:
+    assert acl_setuser() in ACL_PAGE.read_text(encoding="utf-8")
