@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import ssl
@@ -30,6 +31,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "localhost/cronrace-test-base:bookworm"
@@ -68,7 +70,8 @@ class Unavailable(Exception):
 
 @dataclass
 class Built:
-    """The image the tests run, and what building it took."""
+    """The image the tests run (by ID: a run beside this one may move the tag), and what
+    building it took."""
 
     image: str
     size_bytes: int
@@ -228,11 +231,20 @@ def _index_reachable() -> None:
 
 
 @contextlib.contextmanager
-def _one_build_at_a_time() -> Iterator[None]:
-    with LOCK_FILE.open("a") as lock:
+def _one_build_at_a_time() -> Iterator[dict[str, Any]]:
+    """Hold the machine's build lock; yield the note in it, written back on leaving."""
+    with LOCK_FILE.open("a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            yield
+            lock.seek(0)
+            try:
+                note = dict(json.loads(lock.read() or "{}"))
+            except ValueError:
+                note = {}
+            yield note
+            lock.seek(0)
+            lock.truncate()
+            lock.write(json.dumps(note))
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -243,25 +255,36 @@ def build_image(podman: Podman) -> Built:
     Build options only: ``--network host`` (pip reaches the index), ``--format docker`` (the
     OCI format has no HEALTHCHECK: podman would drop it), ``--layers=false`` (no cache of
     intermediate images piling up run after run: every run builds from the base, about 15 s),
-    a label to find it by. Whatever podman can't do here raises :class:`Unavailable`; a
-    build that fails once the index answers fails the test.
+    a label to find it by. Once per run: the workers of one run share it. Whatever podman
+    can't do here raises :class:`Unavailable`; a build that fails once the index answers
+    fails the test.
     """
     probe = podman("info", "--format", "{{.Host.OCIRuntime.Name}}", check=False)
     if probe.returncode != 0:
         raise Unavailable(f"podman info exited {probe.returncode}: {_errors(probe)}")
-    with _one_build_at_a_time():
+    # Workers of one run (xdist) share the image: the first builds it and notes what that
+    # took in the lock file; the others, waiting on the lock, find the note and the image.
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
+    with _one_build_at_a_time() as note:
+        reuse = note.get("run") == run
+        if reuse and podman("image", "exists", note["image"], check=False).returncode == 0:
+            return Built(note["image"], note["size_bytes"], note["base_made_s"], note["build_s"])
         base_made_s = ensure_base_image(podman)
         _index_reachable()
         started = time.monotonic()
         done = podman(
             "build", "--layers=false", "--format", "docker", "--network", "host",
-            "--label", LABEL, "--build-arg", f"PYTHON_IMAGE={BASE_IMAGE}",
-            "-t", IMAGE, str(ROOT), timeout_s=900, check=False,
+            "--label", LABEL, "--build-arg", f"PYTHON_IMAGE={BASE_IMAGE}", "-t", IMAGE,
+            str(ROOT), timeout_s=900, check=False,
         )  # fmt: skip
         build_s = time.monotonic() - started
         if done.returncode != 0:
             raise AssertionError(f"podman build exited {done.returncode}:\n{_errors(done)}")
-        # The image this run replaced, untagged now: nothing of earlier runs piles up.
-        podman("image", "prune", "-f", "--filter", f"label={LABEL}", check=False)
-    size = int(podman("image", "inspect", "--format", "{{.Size}}", IMAGE).stdout.strip())
-    return Built(IMAGE, size, base_made_s, build_s)
+        # Images of earlier runs, untagged now, go (but not those of a run that may still be
+        # going on beside this one, in another clone: its containers name its image by ID).
+        podman("image", "prune", "-f", "--filter", f"label={LABEL}", "--filter", "until=1h")
+        found = podman("image", "inspect", "--format", "{{.Id}} {{.Size}}", IMAGE).stdout.split()
+        note.clear()
+        note.update(run=run, image=found[0], size_bytes=int(found[1]), build_s=build_s)
+        note.update(base_made_s=base_made_s)
+        return Built(found[0], int(found[1]), base_made_s, build_s)

@@ -40,16 +40,24 @@ def agent_table(namespace: str, *, store_url: str | None = None) -> str:
     )
 
 
-#: A job every second whose run writes its tick, node and fence to the witness file.
+#: How long each run of the witness job lasts: a stop always finds runs in hand.
+RUN_S = 1.5
+
+#: A job every second whose run writes ``start <tick> <node> <fence>`` to the witness file,
+#: lasts RUN_S, and writes ``end ...``: a run cut short by a stop leaves no end. Overlapping
+#: runs are allowed (each tick is still claimed once), so that the job runs every tick.
 WITNESS_JOB = f"""
 [[jobs]]
 name = "witness"
 schedule = "* * * * * *"
+overlap = "allow"
 [jobs.command]
-argv = [
-  "sh", "-c",
-  "echo \\"$CRONRACE_TICK $CRONRACE_NODE $CRONRACE_FENCE\\" >> {WITNESS_IN_IMAGE}/runs",
-]
+argv = ["sh", "-c", '''
+run="$CRONRACE_TICK $CRONRACE_NODE $CRONRACE_FENCE"
+echo "start $run" >> {WITNESS_IN_IMAGE}/runs
+sleep {RUN_S}
+echo "end $run" >> {WITNESS_IN_IMAGE}/runs
+''']
 timeout_s = 10
 """
 
@@ -195,16 +203,31 @@ def make_witness(directory: Path) -> Path:
     return directory
 
 
-def runs(witness: Path) -> list[tuple[int, str, int]]:
-    """Every run written so far: (tick, node, fence), in the order they were written."""
+Run = tuple[int, str, int]  # tick, node, fence
+
+
+def events(witness: Path) -> list[tuple[str, Run]]:
+    """Every start and end written so far, in the order they were written."""
     path = witness / "runs"
     if not path.exists():
         return []
     out = []
     for line in path.read_text().splitlines():
-        tick, node, fence = line.split()
-        out.append((int(tick), node, int(fence)))
+        kind, tick, node, fence = line.split()
+        out.append((kind, (int(tick), node, int(fence))))
     return out
+
+
+def runs(witness: Path) -> list[Run]:
+    """Every run started so far."""
+    return [run for kind, run in events(witness) if kind == "start"]
+
+
+def in_hand(witness: Path) -> list[Run]:
+    """The runs started and not ended yet (after the fleet stopped: those cut short)."""
+    written = events(witness)
+    ended = {run for kind, run in written if kind == "end"}
+    return [run for kind, run in written if kind == "start" and run not in ended]
 
 
 @dataclass
@@ -224,7 +247,7 @@ class Verdict:
         )
 
 
-def judge(written: Sequence[tuple[int, str, int]]) -> Verdict:
+def judge(written: Sequence[Run]) -> Verdict:
     """Each tick from the first to the last run exactly once, fences rising with ticks."""
     assert written, "no run was written"
     count = Counter(tick for tick, _, _ in written)
