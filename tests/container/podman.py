@@ -261,7 +261,8 @@ def build_image(podman: Podman) -> Built:
     """
     probe = podman("info", "--format", "{{.Host.OCIRuntime.Name}}", check=False)
     if probe.returncode != 0:
-        raise Unavailable(f"podman info exited {probe.returncode}: {_errors(probe)}")
+        last = _errors(probe).splitlines()[-1:] or ["(no output)"]
+        raise Unavailable(f"podman info exited {probe.returncode}: {last[0]}")
     # Workers of one run (xdist) share the image: the first builds it and notes what that
     # took in the lock file; the others, waiting on the lock, find the note and the image.
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
@@ -270,6 +271,10 @@ def build_image(podman: Podman) -> Built:
         if reuse and podman("image", "exists", note["image"], check=False).returncode == 0:
             return Built(note["image"], note["size_bytes"], note["base_made_s"], note["build_s"])
         base_made_s = ensure_base_image(podman)
+        tried = podman("run", "--rm", *ULIMITS, BASE_IMAGE, "true", check=False, timeout_s=120)
+        if tried.returncode != 0:
+            last = _errors(tried).splitlines()[-1:] or ["(no output)"]
+            raise Unavailable(f"podman cannot run a container here: {last[0]}")
         _index_reachable()
         started = time.monotonic()
         done = podman(
