@@ -1,8 +1,8 @@
 """The sidecar image, built from the Dockerfile and run as a user runs it (podman).
 
-Select with ``-m container``. The image is built once per test process on a base made from
-Debian's packages (tests/container/podman.py); each test starts its own containers and
-servers and removes them at the end. The figures (image size, start-up time to ready, the
+Select with ``-m container``. The image is built once per run (xdist's workers share it) on a
+base made from Debian's packages (tests/container/podman.py); each test starts its own
+containers and servers and removes them at the end. The figures (image size, start-up time to ready, the
 fleets' ticks, duplicates and misses) are printed at the end of the run.
 """
 
@@ -111,7 +111,7 @@ def test_metrics_answer_outside_the_container_when_bound_to_0_0_0_0(
     metrics = _get(f"http://127.0.0.1:{wildcard_port}/metrics")
     assert "cronrace_runs" in metrics
     assert sidecars.healthcheck(wildcard)[0] == 0
-    # The loopback-bound one is alive and ready inside (its health check asks there) ...
+    # The loopback-bound one is alive inside (its health check asks there) ...
     wait_until(
         lambda: sidecars.healthcheck(loopback)[0] == 0, timeout_s=60, what="loopback healthy"
     )
