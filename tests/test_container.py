@@ -1,7 +1,8 @@
 """The container, checked without a Docker daemon: lint, wheel, entrypoint, user, health check.
 
-What cannot run here (no daemon, no registry): `docker build` itself, pulling the base
-image by digest, and the HEALTHCHECK as Docker schedules it. The README says so.
+The image itself is built and run with podman in tests/container (where podman runs). What
+cannot run here (no registry): pulling the base image by digest, and the HEALTHCHECK as
+Docker schedules it.
 """
 
 from __future__ import annotations
