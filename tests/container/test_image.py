@@ -2,8 +2,8 @@
 
 Select with ``-m container``. The image is built once per run (xdist's workers share it) on a
 base made from Debian's packages (tests/container/podman.py); each test starts its own
-containers and servers and removes them at the end. The figures (image size, start-up time to ready, the
-fleets' ticks, duplicates and misses) are printed at the end of the run.
+containers and servers and removes them at the end. The figures (image size, start-up time
+to ready, the fleets' ticks, duplicates and misses) are printed at the end of the run.
 """
 
 from __future__ import annotations
