@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Refresh what the container image is pinned to:
 #   1. docker/requirements.lock and docker/build-requirements.lock: every Python package of
-#      the image, with its hashes, resolved from pyproject.toml for Python 3.12 on Linux
-#      (the image's), with uv from PyPI;
+#      the image (with the postgres extra: the image serves both stores), with its hashes,
+#      resolved from pyproject.toml once for every supported Python (3.11+, markers where
+#      they differ: redis-py needs async-timeout below 3.11.3, Debian bookworm's 3.11.2),
+#      so that any PYTHON_IMAGE the Dockerfile is given installs from them; uv, from PyPI;
 #   2. the base image's digest (--digest): python:3.12-slim as the registry serves it now,
 #      written into the Dockerfile's PYTHON_IMAGE. This needs registry access and
 #      `docker buildx` (or `crane`); run it where you build images, and commit the result.
@@ -10,9 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 UV="${UV:-uvx --from uv uv}"
-$UV pip compile pyproject.toml --python-version 3.12 --python-platform linux \
+$UV pip compile pyproject.toml --extra postgres --universal --python-version 3.11 \
   --generate-hashes --no-header --quiet -o docker/requirements.lock
-$UV pip compile docker/build-requirements.in --python-version 3.12 --python-platform linux \
+$UV pip compile docker/build-requirements.in --universal --python-version 3.11 \
   --generate-hashes --no-header --quiet -o docker/build-requirements.lock
 echo "refreshed docker/requirements.lock and docker/build-requirements.lock"
 

@@ -65,6 +65,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The container image's figures (tests/container: size, start-up, the fleets' ticks),
+    from whichever worker ran them: they travel with the test reports."""
+    figures = [
+        str(value)
+        for report in terminalreporter.stats.get("passed", [])
+        for name, value in getattr(report, "user_properties", ())
+        if name == "container-figures"
+    ]
+    if figures:
+        terminalreporter.section("container image")
+        for line in figures:
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One real redis-server for the whole session; tests isolate by namespace."""
