@@ -49,6 +49,11 @@ class Outcome(StrEnum):
     STALE = "stale"
     ABANDONED = "abandoned"
     NOT_REPLICATED = "skipped:not_replicated"
+    GRANTED = "granted"
+    """Decided to run (the decision's record; the run's own result follows it)."""
+    DATA_LOST = "data_lost"
+    """The store lost the job's data: the ticks up to the record's were decided by whom
+    and how is unknown (their records went with it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ class RunRecord:
         count: for ``missed``: how many ticks; otherwise 1.
         trigger_id: set when the run was a manual trigger.
         detail: what the handler returned (a string or JSON-able mapping), if anything.
+        last_tick_s: a range's last tick (``missed``, ``data_lost``; 0: one tick).
     """
 
     job: str
@@ -49,6 +50,7 @@ class RunRecord:
     count: int = 1
     trigger_id: str | None = None
     detail: Any = None
+    last_tick_s: int = 0
     record_id: str | None = field(default=None, compare=False)
 
     @property
@@ -79,6 +81,7 @@ class RunRecord:
                 "count": self.count,
                 "trigger_id": self.trigger_id,
                 "detail": self.detail,
+                "last_tick_s": self.last_tick_s,
             },
             default=str,
         )
@@ -102,6 +105,7 @@ class RunRecord:
                 count=int(data.get("count") or 1),
                 trigger_id=data.get("trigger_id"),
                 detail=data.get("detail"),
+                last_tick_s=int(data.get("last_tick_s") or 0),
                 record_id=record_id,
             )
         except (KeyError, TypeError) as exc:

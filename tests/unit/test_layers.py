@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("settings",),
     ("fleet",),
     ("runtime", "stores"),
+    ("protocol",),
     ("model",),
     ("timing",),
     ("errors",),
