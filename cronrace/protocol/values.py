@@ -229,6 +229,8 @@ class DecideRequest:
         known_fence: the highest fence the caller has seen for the job (0: none).
         trigger_window_ms: a trigger outstanding longer is recorded ``missed``.
         trigger_id: set for a manual trigger's decision (it leaves the cursor alone).
+        history: how many records the store keeps of the job (0: its default); the
+            reference keeps them all.
     """
 
     job: str
@@ -244,6 +246,7 @@ class DecideRequest:
     known_fence: int = 0
     trigger_window_ms: int = 0
     trigger_id: str | None = None
+    history: int = 0
 
     @property
     def claim_key(self) -> ClaimKey:

@@ -33,6 +33,17 @@ from typing import Protocol, runtime_checkable
 
 from cronrace.errors import StoreAccessError, StoreError
 from cronrace.model.records import NodeInfo, RunRecord
+from cronrace.protocol.values import (
+    DecideReply,
+    DecideRequest,
+    RenewRequest,
+)
+from cronrace.protocol.values import (
+    ReleaseReply as RunEndReply,
+)
+from cronrace.protocol.values import (
+    Renewal as LeaseRenewal,
+)
 from cronrace.stores.values import (
     AcquireReply,
     AcquireRequest,
@@ -46,6 +57,7 @@ from cronrace.stores.values import (
     Owner,
     ReleaseReply,
     Renewal,
+    RunEnd,
     ScheduleChange,
     ScheduleSet,
     WriteReply,
@@ -260,6 +272,36 @@ class Store(abc.ABC):
         Sent with every decision: a fence counter missing although a fence is known means
         the backend lost the job's data, not that the job is new.
         """
+
+    # -- tick: the dense cursor (the reference in cronrace/protocol/) ----------------------
+
+    @abc.abstractmethod
+    async def decide(self, requests: Sequence[DecideRequest]) -> list[DecideReply | Exception]:
+        """Decide each request atomically, exactly as :func:`cronrace.protocol.decide` does.
+
+        A request's replay, ``covered``, ``lost``, ``moved`` (or ``stale`` trigger) writes
+        nothing; a decision appends its records to the job's history in the same atomic
+        step, sets the cursor, and keeps its answer under the claim for ``claim_ttl_ms``.
+        The store's clock is the reference's ``now_ms`` / ``now_us``. One round trip per
+        shard for the whole batch.
+
+        Returns:
+            One reply per request (its ``records`` are those appended), or the error of
+            that request alone.
+        """
+
+    @abc.abstractmethod
+    async def renew_lease(self, job: str, request: RenewRequest) -> LeaseRenewal:
+        """Extend (or re-assert) a run's lease, as :func:`cronrace.protocol.renew` does."""
+
+    @abc.abstractmethod
+    async def end_run(self, request: RunEnd) -> RunEndReply:
+        """Write a run's record and hand its lease on or release it, as
+        :func:`cronrace.protocol.release` does (the record only while the fence holds)."""
+
+    @abc.abstractmethod
+    async def cursors(self, jobs: Sequence[str]) -> dict[str, int | None]:
+        """Each job's cursor (None: no decision yet, or unreadable)."""
 
     # -- run: leases and records -----------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Self
 from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
+from cronrace.protocol.values import Record, ReleaseRequest
 
 
 class NotReplicatedError(StoreError):
@@ -388,3 +389,48 @@ class FleetReply:
     cursor: str = ""
     #: Changes only: the log no longer holds every change since the cursor.
     gap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """A run's end, sent to the store: its record, then its lease handed on or released.
+
+    The store's form of :class:`cronrace.protocol.ReleaseRequest`: the record is the whole
+    run record (times, error, detail), of which the reference keeps a projection.
+
+    Attributes:
+        job: the job.
+        fence: the run's fence.
+        owner: the run's owner, and the owner of a handed-on run.
+        lease_ttl_ms: a handed-on lease's lifetime.
+        record: the run's result (written only while the fence holds the lease).
+        history: how many records the store keeps of the job.
+        hand_on: run the grant's next tick or the queued one (False: record them
+            ``cancelled``; the caller stops).
+    """
+
+    job: str
+    fence: int
+    owner: Owner
+    lease_ttl_ms: int
+    record: RunRecord | None
+    history: int
+    hand_on: bool = True
+
+    def reference(self) -> ReleaseRequest:
+        """The reference protocol's request for this run's end."""
+        record = None if self.record is None else reference_record(self.record)
+        return ReleaseRequest(self.fence, str(self.owner), self.lease_ttl_ms, record, self.hand_on)
+
+
+def reference_record(record: RunRecord) -> Record:
+    """The reference protocol's projection of a run record."""
+    return Record(
+        record.tick_s,
+        record.outcome,
+        record.node,
+        record.fence,
+        record.count,
+        record.last_tick_s,
+        record.trigger_id,
+    )
