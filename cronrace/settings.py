@@ -84,6 +84,13 @@ class AgentSettings(BaseSettings):
     clock: str = Field(default="redis", pattern="^(redis|local)$")
     skew_tolerance_s: float = Field(default=5.0, ge=0)
     live_grace_s: float = Field(default=1.0, ge=0)
+    undecided_claim_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="how long a won claim lives undecided (D): a winner that dies before "
+        "deciding holds its tick this long, then the next in line claims it (latency, "
+        "not safety)",
+    )
     startup_timeout_s: float = Field(default=10.0, ge=0)
     redis_timeout_s: float = Field(default=5.0, gt=0)
     max_connections: int = Field(default=16, ge=2)

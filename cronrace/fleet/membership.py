@@ -498,3 +498,22 @@ class Membership:
         if k is None or k >= len(ring.members):
             return ring.preferred(job, tick_s) == self.node_id
         return first_of(self._racers(ring, job, tick_s, k), tick_s) == self.node_id
+
+    def next_after_preferred(self, job: str, tick_s: int) -> bool:
+        """Whether this node is second choice for a (job, tick): the one loser that claims
+        it again a little later, in case its winner died before deciding it
+        (docs/design.md section 3, step 6). One node, so that it costs one claim."""
+        ring = self.ring
+        if len(ring.members) < 2:
+            return False
+        k = self.racers.k
+        if k is None or k >= len(ring.members):
+            order = ring.candidates(job, tick_s, 2)
+        else:
+            racers = self._racers(ring, job, tick_s, k)
+            if len(racers) < 2:
+                return False
+            first = first_of(racers, tick_s)
+            at = racers.index(first) if first in racers else 0
+            order = racers[at:] + racers[:at]
+        return len(order) > 1 and order[1] == self.node_id

@@ -299,6 +299,17 @@ class Store(abc.ABC):
         """Write a run's record and hand its lease on or release it, as
         :func:`cronrace.protocol.release` does (the record only while the fence holds)."""
 
+    async def end_runs(self, requests: Sequence[RunEnd]) -> list[RunEndReply | StoreError]:
+        """End many runs: one reply, or that run's error, per request (a store that can
+        sends them in one round trip per shard)."""
+        replies: list[RunEndReply | StoreError] = []
+        for request in requests:
+            try:
+                replies.append(await self.end_run(request))
+            except StoreError as exc:
+                replies.append(exc)
+        return replies
+
     @abc.abstractmethod
     async def cursors(self, jobs: Sequence[str]) -> dict[str, int | None]:
         """Each job's cursor (None: no decision yet, or unreadable)."""

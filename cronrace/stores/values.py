@@ -17,6 +17,7 @@ from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
 from cronrace.protocol.values import Record, ReleaseRequest
+from cronrace.protocol.values import Renewal as Renewal  # the store contract's answer
 
 
 class NotReplicatedError(StoreError):
@@ -123,18 +124,6 @@ class ReleaseDecision(enum.StrEnum):
     """Kept with a new fence for the next tick (queued, or a catch-up's next)."""
     NOT_OWNER = "not_owner"
     """The lease had moved on (another fence): nothing was released."""
-
-
-class Renewal(enum.IntEnum):
-    """What ``renew.lua`` answered."""
-
-    RENEWED = 1
-    GONE = 0
-    """No lease (it expired)."""
-    TAKEN = -1
-    """Another fence holds it."""
-    REASSERTED = 2
-    """The store had lost it with the job's data (a wipe); it is back, held by this run."""
 
 
 @dataclass(frozen=True, slots=True)
