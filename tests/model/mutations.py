@@ -9,7 +9,6 @@ each machine and reports which caught it, in how many steps (tests/model/README.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,23 +99,22 @@ def _fires_early() -> Callable[[], None]:
 
 
 def _catchup_fires_twice() -> Callable[[], None]:
-    from cronrace.model.policies import Catchup, TickPlan
+    from cronrace.model.policies import Catchup
+    from cronrace.protocol import Missed
     from cronrace.tick import plans
 
-    real = plans.plan_ticks
+    real = plans.plan
 
-    def plan_ticks(policy: Catchup, **kwargs: Any) -> TickPlan | None:
-        plan = real(policy, **kwargs)
-        if plan is not None and policy is Catchup.ALL and len(plan.fire_ticks_s) > 1:
-            fire = (*plan.fire_ticks_s, plan.fire_ticks_s[-1])
-            return dataclasses.replace(plan, fire_ticks_s=fire)
-        return plan
+    def plan(policy: Catchup, **kwargs: Any) -> tuple[tuple[int, ...], tuple[Missed, ...]]:
+        fire, missed = real(policy, **kwargs)
+        if policy is Catchup.ALL and len(fire) > 1:
+            return (*fire, fire[-1]), missed
+        return fire, missed
 
-    # The loop plans due ticks and orphaned ones alike in tick/plans.py.
-    plans.plan_ticks = plan_ticks
+    plans.plan = plan  # type: ignore[assignment]
 
     def undo() -> None:
-        plans.plan_ticks = real
+        plans.plan = real
 
     return undo
 
