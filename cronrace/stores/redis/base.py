@@ -142,7 +142,7 @@ class StoreBase(contract.Store):
         return await self.scripts.eval(name, keys, args)
 
     def _command(self, job: str, kind: str, method: str, *args: Any, **kwargs: Any) -> Command:
-        """A pipelined command on the ``kind`` key of ``job`` (runs, state) or of the
+        """A pipelined command on the ``kind`` key of ``job`` (runs, state, triggers) or of the
         namespace (jobs, nodes, epoch, control: ``job`` is then ignored)."""
         if kind in NAMESPACE_KEY_TYPES:
             key = getattr(self.keys, kind)
@@ -151,6 +151,7 @@ class StoreBase(contract.Store):
         key, key_type = {
             "runs": (self.keys.runs(job), "stream"),
             "state": (self.keys.state(job), "hash"),
+            "triggers": (self.keys.triggers(job), "hash"),
         }[kind]
         return Command(method, key, args, kwargs, key_type, kind, self.keys.quarantine(job))
 

@@ -28,6 +28,7 @@ from cronrace.stores.redis.claimreplies import (
     slot_moving,
     won_or_raise,
 )
+from cronrace.stores.redis.cursor import CursorCommands
 from cronrace.stores.redis.errors import Passage, passage, translate, translating
 from cronrace.stores.redis.garbage import is_wrong_type, report_quarantined
 from cronrace.stores.redis.keys import fence_key
@@ -59,11 +60,12 @@ WITNESS_MARGIN_S = 1.0
 
 
 @translating
-class Store(TakeoverCommands, MemberCommands):
+class Store(CursorCommands, TakeoverCommands, MemberCommands):
     """Redis operations of one namespace: the race, decisions, leases, records, handlers.
 
     The shared state lives in :class:`~cronrace.stores.redis.base.StoreBase`, the operator side
-    in :class:`~cronrace.stores.redis.operator.OperatorCommands`, runs' leases and records in
+    in :class:`~cronrace.stores.redis.operator.OperatorCommands`, decisions under the dense
+    cursor in :class:`~cronrace.stores.redis.cursor.CursorCommands`, runs' leases and records in
     :class:`~cronrace.stores.redis.runs.RunCommands`, dead winners' claims in
     :class:`~cronrace.stores.redis.takeover.TakeoverCommands`, heartbeats and membership in
     :class:`~cronrace.stores.redis.members.MemberCommands`.

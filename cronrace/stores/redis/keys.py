@@ -24,6 +24,8 @@ class JobKeys(NamedTuple):
     runs: str
     hold: str
     quarantine: str
+    cursor: str
+    triggers: str
 
 
 class Keys:
@@ -47,6 +49,8 @@ class Keys:
                 self.runs(job),
                 self.hold(job),
                 self.quarantine(job),
+                self.cursor(job),
+                self.triggers(job),
             )
             if len(self._jobs) >= KEPT_JOBS_MAX:
                 self._jobs.clear()
@@ -67,6 +71,14 @@ class Keys:
 
     def last(self, job: str) -> str:
         return f"{self.ns}:last:{{{job}}}"
+
+    def cursor(self, job: str) -> str:
+        """Every tick of ``job`` up to this one is decided and recorded (docs/design.md 3)."""
+        return f"{self.ns}:cursor:{{{job}}}"
+
+    def triggers(self, job: str) -> str:
+        """Hash: the manual triggers of ``job`` still outstanding, id -> posted (ms)."""
+        return f"{self.ns}:triggers:{{{job}}}"
 
     def pending(self, job: str) -> str:
         return f"{self.ns}:pending:{{{job}}}"

@@ -93,8 +93,16 @@ class OperatorCommands(StoreBase):
         await self._pipeline_repairing([command])
 
     async def request_trigger(self, job: str) -> str:
-        """Ask every node to race for one immediate run of ``job``; return its id."""
+        """Ask every node to race for one immediate run of ``job``; return its id.
+
+        The trigger is outstanding (``triggers:{<job>}``, posted at the server's clock)
+        before any node reads it: a decision removes it (docs/design.md section 3).
+        """
         trigger_id = secrets.token_hex(8)
+        seconds, micros = await self.client.time()
+        posted_ms = int(seconds) * 1000 + int(micros) // 1000
+        outstanding = self._command(job, "triggers", "hset", trigger_id, posted_ms)
+        await self._pipeline_repairing([outstanding])
         fields = {"op": "trigger", "job": job, "id": trigger_id}
         xadd = self._command("", "control", "xadd", fields, maxlen=1000, approximate=True)
         await self._pipeline_repairing([xadd])

@@ -25,7 +25,18 @@ from cronrace.stores.redis.shards import per_shard
 
 log = logging.getLogger("cronrace.stores.redis")
 
-SCRIPTS = ("acquire", "renew", "release", "fenced_set", "quarantine", "schedules", "takeover")
+SCRIPTS = (
+    "acquire",
+    "renew",
+    "release",
+    "fenced_set",
+    "quarantine",
+    "schedules",
+    "takeover",
+    "decide",
+    "renew_lease",
+    "end_run",
+)
 
 
 def _read_lua(name: str) -> str:

@@ -151,3 +151,21 @@ local function grant(lease_key, state_key, owner, fence, tick, ttl_ms)
   redis.call('PEXPIRE', lease_key, ttl_ms)
   redis.call('HSET', state_key, 'run_fence', fence, 'run_tick', tick, 'run_owner', owner)
 end
+
+-- A JSON string, or null for nil / ''. Control characters, quotes and backslashes are
+-- escaped (job names and node ids never hold them; a trigger id comes from outside).
+local function json_text(s)
+  if not s or s == '' then return 'null' end
+  return '"' .. string.gsub(s, '[%c"\\]', function(c)
+    return string.format('\\u%04x', string.byte(c)) end) .. '"'
+end
+
+-- A run record (cronrace/model/records.py, RunRecord: exactly its keys) written by a
+-- script: a decision's, or a cancelled tick's. Integers are formatted with %d: cjson
+-- keeps 14 significant digits, and a fence has 16.
+local function run_record(job, tick, node, outcome, fence, trigger, count, last_tick, now)
+  return string.format('{"job":%s,"tick_s":%d,"node":%s,"outcome":"%s","fence":%d,'
+    .. '"started_ms":0,"finished_ms":%d,"error":null,"count":%d,"trigger_id":%s,'
+    .. '"detail":null,"last_tick_s":%d}', json_text(job), tick, json_text(node), outcome,
+    fence or 0, now, count or 1, json_text(trigger), last_tick or 0)
+end
