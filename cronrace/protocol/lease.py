@@ -111,12 +111,17 @@ def release(
 ) -> tuple[ReleaseReply, JobState]:
     """End the run holding ``req.fence``: append its record, then hand on or release.
 
-    Only the holder of the lease's fence writes: a retry whose first attempt went through
-    answers ``not_owner`` and writes nothing, so a run's record is written once. The
-    grant's next tick (catch-up ``all``), else the queued one, is handed on with a new
-    fence; a caller that stops instead (``hand_on`` False) has them recorded ``cancelled``.
+    Only the holder of the fence writes: a retry whose first attempt went through answers
+    ``not_owner`` and writes nothing, so a run's record is written once. The holder is the
+    live lease's fence, or, once that lease ran out, the run's while no decision has
+    recorded it ``abandoned`` yet (a run that lost its lease says how it ended: one result
+    record, whichever comes first). The grant's next tick (catch-up ``all``), else the
+    queued one, is handed on with a new fence; a caller that stops instead (``hand_on``
+    False) has them recorded ``cancelled``.
     """
     lease = state.live_lease(now_ms)
+    if lease is None and state.run is not None and state.run.fence == req.fence:
+        lease = state.run  # lapsed, not yet recorded abandoned: still this run's to end
     if lease is None or lease.fence != req.fence:
         return ReleaseReply(Release.NOT_OWNER), state
     records: tuple[Record, ...] = (req.record,) if req.record is not None else ()

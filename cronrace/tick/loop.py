@@ -183,7 +183,7 @@ class Scheduler:
             job = planned[name]
             try:
                 tick_s, following[name] = self._due_tick(job, first_due, now_s)
-                proposals.append(Proposal(job, self._plan(job, tick_s, now)))
+                proposals.append(Proposal(job, self._plan(job, tick_s, now, first_due - 1)))
             except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
                 self._unschedule(job, exc)
         try:
@@ -219,7 +219,7 @@ class Scheduler:
             return first_due_s, following  # the steady state: one tick due
         return newest_tick(job, first_due_s - 1, now_s), job.schedule.next_tick(now_s)
 
-    def _plan(self, job: Job, tick_s: int, now: float) -> Plan:
+    def _plan(self, job: Job, tick_s: int, now: float, since_s: int) -> Plan:
         """Plan ``tick_s`` from the cursor this node expects: the one it knows, or the tick
         it raced last (whoever won that decided it), whichever is newer. Only a cursor the
         node has seen is ever expected: a store without one then lost the job's data."""
@@ -228,7 +228,7 @@ class Scheduler:
         raced = self._raced.get(name)
         if known is not None and raced is not None and known < raced < tick_s:
             self.cursors[name] = raced
-        return self.tick_race.plan(job, tick_s, now)
+        return self.tick_race.plan(job, tick_s, now, since_s=since_s)
 
     def _lost(self, job: Job, tick_s: int) -> None:
         """A claim this node lost: claim it again D later if it is second in line and the

@@ -48,34 +48,40 @@ class Plan:
         return sum(m.count for m in self.missed)
 
 
-def plan_tick(job: Job, tick_s: int, cursor_s: int | None, now: float, live_grace_s: float) -> Plan:
+def plan_tick(
+    job: Job,
+    tick_s: int,
+    cursor_s: int | None,
+    now: float,
+    live_grace_s: float,
+    *,
+    since_s: int | None = None,
+) -> Plan:
     """Plan the decision of ``tick_s`` from ``cursor_s`` (which must be below it).
 
-    In the steady state the cursor is the tick before: the plan fires ``tick_s`` alone.
+    In the steady state the cursor is the tick before: the plan fires ``tick_s`` alone. A
+    job without a cursor (its first decision) covers the ticks after ``since_s`` (the
+    node's first due tick, less one), or ``tick_s`` alone.
     """
     schedule = job.schedule
     on_time = now - tick_s <= live_grace_s
-    if cursor_s is None:
-        fire, missed = plan(
-            job.catchup, due_s=(tick_s,), on_time=on_time, expired=None, max_catchup=1
-        )
-        return Plan(tick_s, None, tick_s - 1, fire, missed)
+    lower_s = cursor_s if cursor_s is not None else (tick_s - 1 if since_s is None else since_s)
     start_s = window_start_s(now, job.catchup_window_s)
     expired: Missed | None = None
-    if cursor_s < start_s - 1:
+    if lower_s < start_s - 1:
         upper_s = min(start_s - 1, tick_s)
-        count = schedule.count_between(cursor_s, upper_s, EXPIRED_COUNT_CAP)
+        count = schedule.count_between(lower_s, upper_s, EXPIRED_COUNT_CAP)
         if count:
-            expired = Missed(schedule.next_tick(cursor_s), upper_s, count)
-    due = schedule.ticks_between(max(cursor_s, start_s - 1), tick_s, job.max_catchup + 1)
+            expired = Missed(schedule.next_tick(lower_s), upper_s, count)
+    due = schedule.ticks_between(max(lower_s, start_s - 1), tick_s, job.max_catchup + 1)
     if len(due) > job.max_catchup:
         # A long backlog inside the window: count all but the newest max_catchup + 1,
         # which are enough for every policy (all fires at most max_catchup of them).
-        lower_s = max(cursor_s, start_s - 1)
-        newest = newest_ticks(job, lower_s, tick_s, job.max_catchup + 1)
-        older = schedule.count_between(lower_s, newest[0] - 1, EXPIRED_COUNT_CAP)
+        inside_s = max(lower_s, start_s - 1)
+        newest = newest_ticks(job, inside_s, tick_s, job.max_catchup + 1)
+        older = schedule.count_between(inside_s, newest[0] - 1, EXPIRED_COUNT_CAP)
         if older:
-            first_s = expired.first_s if expired is not None else schedule.next_tick(lower_s)
+            first_s = expired.first_s if expired is not None else schedule.next_tick(inside_s)
             expired = Missed(first_s, newest[0] - 1, older + (expired.count if expired else 0))
         due = newest
     fire, missed = plan(
@@ -85,7 +91,7 @@ def plan_tick(job: Job, tick_s: int, cursor_s: int | None, now: float, live_grac
         expired=expired,
         max_catchup=job.max_catchup,
     )
-    return Plan(tick_s, cursor_s, cursor_s, fire, missed)
+    return Plan(tick_s, cursor_s, lower_s, fire, missed)
 
 
 def newest_tick(job: Job, after_s: int, until_s: int) -> int:

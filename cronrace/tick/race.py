@@ -95,9 +95,12 @@ class TickRace:
         """How long a decided claim keeps its answer for retries: past every retry."""
         return int((job.catchup_window_s + self.settings.skew_tolerance_s + 1) * 1000)
 
-    def plan(self, job: Job, tick_s: int, now: float) -> Plan:
-        """Plan (cursor, tick] from the cursor this node knows."""
-        return plan_tick(job, tick_s, self.cursors.get(job.name), now, self.settings.live_grace_s)
+    def plan(self, job: Job, tick_s: int, now: float, *, since_s: int | None = None) -> Plan:
+        """Plan (cursor, tick] from the cursor this node knows (a job without one: the ticks
+        after ``since_s``)."""
+        cursor_s = self.cursors.get(job.name)
+        grace_s = self.settings.live_grace_s
+        return plan_tick(job, tick_s, cursor_s, now, grace_s, since_s=since_s)
 
     async def race(self, proposals: Sequence[Proposal], runs: TaskGroup) -> set[str]:
         """Claim every plan (one pipeline per shard), then decide the won ones.

@@ -217,12 +217,17 @@ class Runner(UnrunRuns):
                 lease.rebase(fences[0], self.clock.monotonic())
             return True, None
         if lease.lost:
-            # Not released: a sync handler's thread may still be running, and the lease
-            # expires by itself within the safety margin anyway. The store records the
-            # run (abandoned, or lease_lost when replaced) with the ticks it had left.
-            log.warning(
-                "run lost its lease; the store records it when the lease runs out",
-                extra={"job": job.name, "tick": record.tick_s, "fence": lease.fence},
+            # Ended once the lease has surely run out, never before: a sync handler's
+            # thread may still be running. Its record then says how it ended, unless a
+            # decision met the lapsed lease first and recorded the run abandoned (or a
+            # replace recorded it lease_lost): one result either way.
+            await self.clock.sleep(max(0.0, lease.expiry_mono - self.clock.monotonic()))
+            await self.releases.finish(
+                job,
+                record,
+                lease.fence,
+                until_mono=self.clock.monotonic() + lease.ttl_s,
+                hand_on=False,
             )
             return False, None
         sent = self.clock.monotonic()

@@ -59,7 +59,9 @@ def lose_the_reply_to_the_claim_of(
     ("written_by", "runs"),
     [
         (None, True),  # our own claim, written: the tick is ours and runs
-        ("other-node:5f3c", False),  # another node's: lost, not run
+        # Another node's, never decided (its node died): lost here, not run; the next
+        # tick's decision covers it (catch-up latest: missed).
+        ("other-node:5f3c", False),
     ],
 )
 async def test_a_claim_whose_reply_was_lost_is_decided_from_what_the_key_holds(
@@ -84,5 +86,5 @@ async def test_a_claim_whose_reply_was_lost_is_decided_from_what_the_key_holds(
     assert calls[1]["read_back"] is True
     assert ran == ([0, 1, 2] if runs else [0, 2])
     assert [(r.tick_s - T0, r.outcome.value) for r in records] == (
-        [(0, "ok"), (1, "ok"), (2, "ok")] if runs else [(0, "ok"), (2, "ok")]
+        [(0, "ok"), (1, "ok"), (2, "ok")] if runs else [(0, "ok"), (1, "missed"), (2, "ok")]
     )

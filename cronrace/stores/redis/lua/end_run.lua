@@ -18,8 +18,10 @@
 --
 -- Reply: {decision, fence, tick, trigger, hold_ms, warnings, record...}
 --   decision: released | run (the caller runs `tick` with the new `fence`) | not_owner
---   records: the RunRecord JSON appended, in order. Only the holder of the lease's fence
---   writes: a retry whose first attempt went through answers not_owner, writing nothing.
+--   records: the RunRecord JSON appended, in order. Only the holder of the fence writes:
+--   the lease's, or once the lease ran out, the run's (state.run_fence) until a decision
+--   records it abandoned. A retry whose first attempt went through answers not_owner,
+--   writing nothing.
 
 local lease_key, fence_key, pending_key = KEYS[1], KEYS[2], KEYS[3]
 local state_key, runs_key, hold_key = KEYS[4], KEYS[5], KEYS[6]
@@ -44,6 +46,10 @@ local function reply(decision, fence, tick, trigger, hold_ms, records)
 end
 
 local lease = redis.call('HMGET', lease_key, 'fence', 'ticks')
+if not lease[1] then
+  -- The lease ran out: the run may still end itself until a decision records it abandoned.
+  lease = redis.call('HMGET', state_key, 'run_fence', 'run_ticks')
+end
 if tonumber(lease[1]) ~= tonumber(ARGV[1]) then
   return reply('not_owner', 0, 0, nil, 0, {})
 end
