@@ -112,6 +112,27 @@ class RunRecord:
             raise ValueError(f"run record lacks a field: {exc}") from exc
 
 
+#: A tick's decision that a run's result follows: shown until the result comes.
+_PENDING_OUTCOMES = frozenset({Outcome.GRANTED, Outcome.QUEUED})
+
+
+def one_per_tick(records: list[RunRecord]) -> list[RunRecord]:
+    """A job's history as a reader wants it: a run's result in place of its decision.
+
+    The store keeps both records of a run (the decision's ``granted`` or ``queued``, then
+    the run's result, docs/design.md section 3); a tick whose result has come shows the
+    result alone, one still running (or never heard of again) its decision. Order kept.
+    """
+    settled = {(r.tick_s, r.trigger_id) for r in records if r.outcome not in _PENDING_OUTCOMES}
+    if not settled:
+        return records
+    return [
+        r
+        for r in records
+        if r.outcome not in _PENDING_OUTCOMES or (r.tick_s, r.trigger_id) not in settled
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class JobStatus:
     """One row of ``jobs_status()``: the job's definition, Redis's view and the last run."""
