@@ -241,7 +241,7 @@ class OperatorClient:
             schedule=spec.get("schedule", "?"),
             timezone=spec.get("timezone", "?"),
             next_tick_s=next_tick,
-            last_tick_s=state.watermark_s,
+            last_tick_s=state.cursor_s,
             last_outcome=last[0].outcome.value if last else None,
             lease_owner=state.lease.owner.node_id if state.lease else None,
             lease_fence=state.lease.fence if state.lease else None,

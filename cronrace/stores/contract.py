@@ -28,7 +28,7 @@ service the agent runs beside its heartbeat.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from cronrace.errors import StoreAccessError, StoreError
@@ -45,18 +45,13 @@ from cronrace.protocol.values import (
     Renewal as LeaseRenewal,
 )
 from cronrace.stores.values import (
-    AcquireReply,
-    AcquireRequest,
     Claim,
     ClaimReply,
-    FinishRequest,
     FleetReply,
     FleetRequest,
     HeartbeatReply,
     JobState,
     Owner,
-    ReleaseReply,
-    Renewal,
     RunEnd,
     ScheduleChange,
     ScheduleSet,
@@ -205,67 +200,6 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def claim(
-        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
-    ) -> list[bool]:
-        """Race for every claim; True where this node won.
-
-        Raises:
-            NotReplicatedError: claims were won but fewer replicas than asked confirmed.
-            StoreError: the backend did not answer for some claim.
-        """
-
-    @abc.abstractmethod
-    async def resolve_claims(
-        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
-    ) -> list[bool]:
-        """Claim again and read each claim back: one whose reply was lost may have won."""
-
-    @abc.abstractmethod
-    async def read_claims(self, claims: Sequence[Claim], owner: Owner) -> list[bool]:
-        """Read claims back without claiming: True where ``owner`` holds one."""
-
-    @abc.abstractmethod
-    async def take_over(
-        self, claims: Sequence[Claim], departed: Collection[str], owner: Owner
-    ) -> list[Owner | None]:
-        """Take over won claims that nobody decided and whose winner's node has departed.
-
-        Each claim is a compare-and-set: it changes to ``owner`` only if it still holds a
-        process of a node in ``departed`` (whose heartbeat expired) and no decision, in
-        one atomic step. The winner, should it come back, is then answered ``stale`` by
-        :meth:`acquire` (its claim no longer names it), so the tick is decided once: by
-        the taker, which claims it again with ``read_back`` and decides it.
-
-        Returns:
-            One reply per claim: the process it was taken from, or None (decided, gone,
-            held by a live node, or taken by another node first).
-        """
-
-    @abc.abstractmethod
-    async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
-        """Decide every won claim, each atomically (DESIGN.md section 3, step 4).
-
-        Refuses a tick an earlier decision covered (``stale``), advances the watermark,
-        applies the pause flag and the overlap policy against the lease, notes passed ticks,
-        holds grants after a wipe, and remembers its answer under the claim, so that a retry
-        after a lost reply gets the same decision and fence; the claim keeps that answer at
-        least ``keep_ms`` from the decision, made anew if it had run out. A passed tick
-        decided late takes its backlog (from ``first_tick_s``) out of the passed ticks and
-        says from which (``late_from``). Fences only ever grow. A
-        claim another owner took over (:meth:`take_over`) is answered ``stale``. A replayed
-        grant may start (``renewed``) only while its lease holds its fence and no fence
-        above it is known (a lagging failover can put back a grant others followed).
-
-        Returns:
-            One reply per request, or the error of that request alone.
-        """
-
-    @abc.abstractmethod
-    async def watermarks(self, jobs: Sequence[str]) -> dict[str, int | None]:
-        """The newest decided tick of each job (None: none yet, or unreadable)."""
-
-    @abc.abstractmethod
     def known_fence(self, job: str) -> int:
         """The highest fence this store object has seen for ``job`` (0: none).
 
@@ -315,68 +249,6 @@ class Store(abc.ABC):
         """Each job's cursor (None: no decision yet, or unreadable)."""
 
     # -- run: leases and records -----------------------------------------------------------
-
-    @abc.abstractmethod
-    async def renew(
-        self,
-        job: str,
-        fence: int,
-        ttl_ms: int,
-        *,
-        owner: Owner | None = None,
-        tick_s: int = 0,
-        starting: bool = False,
-    ) -> Renewal:
-        """Extend the lease held with ``fence``; say whether it was, or why not.
-
-        Args:
-            job, fence, ttl_ms: the lease and how long it lives from now.
-            owner: the run's owner; given, a lease the store lost with the job's data while
-                the run went on (a wipe: no lease and no fence counter, or the wipe hold on)
-                is written back (:attr:`Renewal.REASSERTED`), and so is one granted during
-                the hold whose run has not started: that grant then answers ``TAKEN``.
-            tick_s: the run's tick, written in a re-asserted lease.
-            starting: a run held after a wipe is starting its handler now: from here on no
-                re-asserted older run may take its lease.
-        """
-
-    @abc.abstractmethod
-    async def release(
-        self,
-        job: str,
-        fence: int,
-        *,
-        owner: Owner,
-        lease_ttl_ms: int,
-        continue_tick_s: int = 0,
-        record: RunRecord | None = None,
-        history: int = 1000,
-    ) -> ReleaseReply:
-        """Release the lease held with ``fence``, or hand it on to a queued or continued tick.
-
-        The record (when given) is written once, however often a lost reply makes the
-        caller retry: the fence makes a retry safe.
-        """
-
-    @abc.abstractmethod
-    async def finish(
-        self,
-        record: RunRecord,
-        *,
-        history: int,
-        release_fence: int | None,
-        owner: Owner,
-        lease_ttl_ms: int,
-        continue_tick_s: int = 0,
-        retried: bool = False,
-    ) -> ReleaseReply | None:
-        """Write a run's record and, when ``release_fence`` is set, release its lease."""
-
-    @abc.abstractmethod
-    async def finish_many(
-        self, requests: Sequence[FinishRequest]
-    ) -> list[ReleaseReply | StoreError]:
-        """Finish many runs at once: one reply, or that run's error, per request."""
 
     @abc.abstractmethod
     async def record(self, records: Sequence[RunRecord], *, history: int) -> None:

@@ -98,15 +98,34 @@ class CursorCommands(RunCommands):
 
     async def end_run(self, request: RunEnd) -> ReleaseReply:
         """Write a run's record and hand its lease on or release it (``end_run.lua``)."""
-        keys, args = end_run_call(self.keys, request)
-        (reply,) = await self.scripts.eval_many("end_run", [(keys, args)])
-        if isinstance(reply, BaseException):
-            raise _failed("end_run", request.job, reply)
-        ended, quarantined = decode_run_end(reply)
-        if quarantined:
-            report_quarantined(quarantined, script="end_run", job=request.job, fence=request.fence)
-        self._saw_fence(request.job, ended.fence)
-        return ended
+        (reply,) = await self.end_runs([request])
+        if isinstance(reply, StoreError):
+            raise reply
+        return reply
+
+    async def end_runs(self, requests: Sequence[RunEnd]) -> list[ReleaseReply | StoreError]:
+        """End many runs (``end_run.lua`` each), one pipeline per shard: the runs that end
+        together (a tick's, or those released after an outage) share a round trip."""
+        calls = [end_run_call(self.keys, request) for request in requests]
+        replies = await self.scripts.eval_many("end_run", calls)
+        out: list[ReleaseReply | StoreError] = []
+        for request, reply in zip(requests, replies, strict=True):
+            if isinstance(reply, BaseException):
+                failed = _failed("end_run", request.job, reply)
+                out.append(failed if isinstance(failed, StoreError) else StoreError(str(failed)))
+                continue
+            try:
+                ended, quarantined = decode_run_end(reply)
+            except StoreError as exc:
+                out.append(exc)
+                continue
+            if quarantined:
+                report_quarantined(
+                    quarantined, script="end_run", job=request.job, fence=request.fence
+                )
+            self._saw_fence(request.job, ended.fence)
+            out.append(ended)
+        return out
 
     async def cursors(self, jobs: Sequence[str]) -> dict[str, int | None]:
         """Each job's cursor (None: none yet, or garbage: logged, moved aside by the job's

@@ -58,9 +58,9 @@ class OperatorCommands(StoreBase):
         pipe = self.client.pipeline(transaction=False)
         read = []
         for job in jobs:
-            read += [self.keys.last(job), self.keys.lease(job), self.keys.lease(job)]
+            read += [self.keys.cursor(job), self.keys.lease(job), self.keys.lease(job)]
             read += [self.keys.state(job), self.keys.fence(job)]
-            pipe.get(self.keys.last(job))
+            pipe.get(self.keys.cursor(job))
             pipe.hgetall(self.keys.lease(job))
             pipe.pttl(self.keys.lease(job))
             pipe.hgetall(self.keys.state(job))
@@ -85,7 +85,7 @@ class OperatorCommands(StoreBase):
     # -- operator controls -----------------------------------------------------------
 
     async def set_paused(self, job: str, paused: bool) -> None:
-        """Pause or resume a job for every node (``acquire.lua`` reads the flag)."""
+        """Pause or resume a job for every node (``decide.lua`` reads the flag)."""
         if paused:
             command = self._command(job, "state", "hset", "paused", "1")
         else:

@@ -66,8 +66,12 @@ end
 
 local now = now_ms()
 local records = {}
+-- What the operator's status counts (``cronrace status``): not part of the protocol.
+local COUNTED = {['skipped:overlap'] = 'skipped_overlap', ['skipped:paused'] = 'skipped_paused',
+  missed = 'missed', queued = 'queued', abandoned = 'abandoned'}
 local function record(t, outcome, who, fence, trig, count, last)
   records[#records + 1] = run_record(job, t, who, outcome, fence, trig, count, last, now)
+  if COUNTED[outcome] then redis.call('HINCRBY', state_key, COUNTED[outcome], count or 1) end
 end
 local function each(ticks, outcome, who, fence, trig)
   for _, t in ipairs(ticks) do record(tonumber(t), outcome, who, fence, trig) end
