@@ -19,7 +19,16 @@ from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
 from cronrace.stores.postgres.errors import RAW_FAILURES, reply_error, translate, translating
 from cronrace.stores.postgres.operator import OperatorSide
-from cronrace.stores.postgres.replies import decode_records, decode_release, decode_renewal
+from cronrace.protocol.values import ReleaseReply as RunEndReply
+from cronrace.protocol.values import Renewal as LeaseRenewal
+from cronrace.protocol.values import RenewRequest
+from cronrace.stores.postgres.replies import (
+    decode_end_run,
+    decode_lease_renewal,
+    decode_records,
+    decode_release,
+    decode_renewal,
+)
 from cronrace.stores.values import (
     FinishRequest,
     Owner,
@@ -27,6 +36,7 @@ from cronrace.stores.values import (
     ReleaseDecision,
     ReleaseReply,
     Renewal,
+    RunEnd,
 )
 
 log = logging.getLogger("cronrace.stores.postgres")
@@ -71,6 +81,45 @@ class RunSide(OperatorSide):
         answer, quarantined = decode_renewal(reply)
         report_quarantined(quarantined, function="renew", job=job, fence=fence)
         return answer
+
+    async def renew_lease(self, job: str, request: RenewRequest) -> LeaseRenewal:
+        """Extend (or re-assert) a run's lease, as :func:`cronrace.protocol.renew` does
+        (renew_lease(), functions/runs.sql)."""
+        answer = await self.db.value(
+            "renew_lease",
+            {
+                "ns": self.ns,
+                "job": job,
+                "fence": request.fence,
+                "ttl_ms": request.ttl_ms,
+                "owner": request.owner or "",
+                "tick": request.tick_s,
+                "starting": request.starting,
+            },
+        )
+        return decode_lease_renewal(answer)
+
+    async def end_run(self, request: RunEnd) -> RunEndReply:
+        """Write a run's record and hand its lease on or release it, as
+        :func:`cronrace.protocol.release` does (end_run(), functions/runs.sql): the record
+        only while the fence holds the lease, so a retry never writes it twice."""
+        record = request.record
+        reply = await self.db.value(
+            "end_run",
+            {
+                "ns": self.ns,
+                "job": request.job,
+                "fence": request.fence,
+                "owner": str(request.owner),
+                "ttl_ms": request.lease_ttl_ms,
+                "record": None if record is None else record.to_json().decode(),
+                "hand_on": request.hand_on,
+                "history": request.history,
+            },
+        )
+        decoded = decode_end_run(reply)
+        self._saw_fence(request.job, request.fence, decoded.fence)
+        return decoded
 
     async def release(
         self,
