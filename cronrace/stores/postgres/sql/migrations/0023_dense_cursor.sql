@@ -20,9 +20,10 @@
 --   run_ticks, run_trigger  the run mirror: the grant the lease belongs to, kept past its
 --                  expiry so that the next decision records it abandoned, every tick
 -- Every job's cursor is seeded from its watermark, the newest tick the old protocol
--- decided: every tick up to it was decided there, and its record written by the agent
--- that decided it. Its origin is the watermark too: nothing below it is claimed by the
--- cursor. A running lease and its run keep their tick as their ticks.
+-- decided: the next decision covers the ticks after it. Its origin is the watermark too,
+-- so I-cursor (every tick in (origin, cursor] decided and recorded) says nothing of the
+-- ticks the old protocol decided. A running lease and its run keep their tick as their
+-- ticks, so that the dense cursor's release and abandonment see them.
 ALTER TABLE @schema@.jobs
   ADD COLUMN IF NOT EXISTS cursor_tick bigint,
   ADD COLUMN IF NOT EXISTS origin_tick bigint,
