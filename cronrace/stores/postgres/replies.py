@@ -21,10 +21,12 @@ from cronrace.protocol.values import (
     DecideReply,
     Record,
     Release,
-    Renewal as LeaseRenewal,
     Verdict,
 )
 from cronrace.protocol.values import ReleaseReply as RunEndReply
+from cronrace.protocol.values import (
+    Renewal as LeaseRenewal,
+)
 from cronrace.stores.values import (
     AcquireDecision,
     AcquireReply,

@@ -17,11 +17,11 @@ import orjson
 from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
-from cronrace.stores.postgres.errors import RAW_FAILURES, reply_error, translate, translating
-from cronrace.stores.postgres.operator import OperatorSide
 from cronrace.protocol.values import ReleaseReply as RunEndReply
 from cronrace.protocol.values import Renewal as LeaseRenewal
 from cronrace.protocol.values import RenewRequest
+from cronrace.stores.postgres.errors import RAW_FAILURES, reply_error, translate, translating
+from cronrace.stores.postgres.operator import OperatorSide
 from cronrace.stores.postgres.replies import (
     decode_end_run,
     decode_lease_renewal,

@@ -19,10 +19,10 @@ from typing import Self
 import orjson
 
 from cronrace.errors import StoreAccessError, StoreError, StoreUnavailableError
+from cronrace.protocol.values import DecideReply, DecideRequest
 from cronrace.stores.contract import Store
 from cronrace.stores.postgres.database import Database
 from cronrace.stores.postgres.errors import reply_error, translating
-from cronrace.protocol.values import DecideReply, DecideRequest
 from cronrace.stores.postgres.replies import (
     decode_acquire,
     decode_decide,
