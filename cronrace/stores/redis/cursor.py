@@ -37,7 +37,7 @@ from cronrace.stores.values import RunEnd
 log = logging.getLogger("cronrace.stores.redis")
 
 
-def _failed(script: str, job: str, error: BaseException) -> Exception:
+def _failed(script: str, job: str, error: BaseException) -> StoreError:
     """A script call's error as the store reports it: not run or maybe run (sent again, it
     answers what it did), or the script failed (with its line in the file we ship)."""
     meaning = passage(error, in_reply=True)
@@ -98,15 +98,37 @@ class CursorCommands(RunCommands):
 
     async def end_run(self, request: RunEnd) -> ReleaseReply:
         """Write a run's record and hand its lease on or release it (``end_run.lua``)."""
-        keys, args = end_run_call(self.keys, request)
-        (reply,) = await self.scripts.eval_many("end_run", [(keys, args)])
-        if isinstance(reply, BaseException):
-            raise _failed("end_run", request.job, reply)
-        ended, quarantined = decode_run_end(reply)
-        if quarantined:
-            report_quarantined(quarantined, script="end_run", job=request.job, fence=request.fence)
-        self._saw_fence(request.job, ended.fence)
-        return ended
+        (reply,) = await self.end_runs([request])
+        if isinstance(reply, StoreError):
+            raise reply
+        return reply
+
+    async def end_runs(self, requests: Sequence[RunEnd]) -> list[ReleaseReply | StoreError]:
+        """End many runs (``end_run.lua``), one pipeline per shard: one reply, or that
+        run's error, per request.
+
+        Raises:
+            RedisUnavailableError: no shard answered.
+        """
+        calls = [end_run_call(self.keys, request) for request in requests]
+        replies = await self.scripts.eval_many("end_run", calls)
+        out: list[ReleaseReply | StoreError] = []
+        for request, reply in zip(requests, replies, strict=True):
+            if isinstance(reply, BaseException):
+                out.append(_failed("end_run", request.job, reply))
+                continue
+            try:
+                ended, quarantined = decode_run_end(reply)
+            except StoreError as exc:
+                out.append(exc)
+                continue
+            if quarantined:
+                report_quarantined(
+                    quarantined, script="end_run", job=request.job, fence=request.fence
+                )
+            self._saw_fence(request.job, ended.fence)
+            out.append(ended)
+        return out
 
     async def cursors(self, jobs: Sequence[str]) -> dict[str, int | None]:
         """Each job's cursor (None: none yet, or garbage: logged, moved aside by the job's
