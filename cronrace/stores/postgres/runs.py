@@ -102,24 +102,49 @@ class RunSide(OperatorSide):
     async def end_run(self, request: RunEnd) -> RunEndReply:
         """Write a run's record and hand its lease on or release it, as
         :func:`cronrace.protocol.release` does (end_run(), functions/runs.sql): the record
-        only while the fence holds the lease, so a retry never writes it twice."""
-        record = request.record
-        reply = await self.db.value(
-            "end_run",
+        only while the fence holds, so a retry never writes it twice."""
+        (reply,) = await self.end_runs([request])
+        if isinstance(reply, StoreError):
+            raise reply
+        return reply
+
+    async def end_runs(self, requests: Sequence[RunEnd]) -> list[RunEndReply | StoreError]:
+        """End runs finishing together in one statement (end_runs()): one reply, or that
+        run's error, per request.
+
+        Raises:
+            StoreError: no answer (every request failed alike).
+        """
+        if not requests:
+            return []
+        payload = [
             {
-                "ns": self.ns,
-                "job": request.job,
-                "fence": request.fence,
-                "owner": str(request.owner),
-                "ttl_ms": request.lease_ttl_ms,
-                "record": None if record is None else record.to_json().decode(),
-                "hand_on": request.hand_on,
-                "history": request.history,
-            },
+                "job": r.job,
+                "fence": r.fence,
+                "owner": str(r.owner),
+                "ttl_ms": r.lease_ttl_ms,
+                "record": None if r.record is None else orjson.Fragment(r.record.to_json()),
+                "hand_on": r.hand_on,
+                "history": r.history,
+            }
+            for r in requests
+        ]
+        rows = await self.db.rows(
+            "end_runs", {"ns": self.ns, "requests": orjson.dumps(payload).decode()}
         )
-        decoded = decode_end_run(reply)
-        self._saw_fence(request.job, request.fence, decoded.fence)
-        return decoded
+        out: list[RunEndReply | StoreError] = []
+        for request, (_index, reply) in zip(requests, rows, strict=True):
+            if "error" in reply:
+                out.append(reply_error(request.job, "end_run()", reply["error"], reply["sqlstate"]))
+                continue
+            try:
+                decoded = decode_end_run(reply)
+            except StoreError as exc:
+                out.append(exc)
+                continue
+            self._saw_fence(request.job, request.fence, decoded.fence)
+            out.append(decoded)
+        return out
 
     async def release(
         self,

@@ -50,7 +50,7 @@ FUNCTION_DIGESTS = {
     20: "1859de2d6b2e3e5e",
     21: "4ea7b066427871d0",
     22: "e222d16f5d3abf69",
-    23: "59e7df059f736df2",
+    23: "7f8b88b960d34b05",
 }
 
 

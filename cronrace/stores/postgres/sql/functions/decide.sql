@@ -9,10 +9,15 @@
 --   One row per request, i its 0-based index; reply is its DecideReply:
 --   {answer, cursor, verdict, fence, fences, ticks, hold_ms, data_lost, replayed, renewed,
 --   records (RunRecord JSON, what the decision appended)}; a reply other than `decided`
---   carries answer and cursor only. A request that failed answers {error, sqlstate}, its
---   writes undone, the others' kept. Each request is decided atomically under its job
---   row's lock (jobs in name order, so two batches never deadlock); a row another session
---   holds costs that job only, as in acquire_many (batches.sql): 20 ms, then 500 ms.
+--   carries answer and cursor only. Each request is decided atomically under its job row's
+--   lock by decide_one(p_ns, request), through each_request.
+--
+-- each_request(p_ns, p_requests, p_function) -> TABLE (i integer, reply jsonb)
+--   p_function(p_ns, request) for each request of the JSON array, in job order (two
+--   batches lock their rows in one order and never deadlock), each in a subtransaction:
+--   one that fails answers {error, sqlstate}, its writes undone, the others' kept. A row
+--   another session holds costs that job only, as in acquire_many (batches.sql): a first
+--   pass waits 20 ms for each row, a second 500 ms for those put aside, then 55P03.
 --
 -- The state is the job's row (cursor_tick, origin_tick, fence, the lease and its ticks,
 -- the run mirror, pending, paused, hold_until_us, outstanding triggers), its claims and
@@ -295,7 +300,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION @schema@.decide(p_ns text, p_requests jsonb)
+CREATE OR REPLACE FUNCTION @schema@.each_request(p_ns text, p_requests jsonb, p_function text)
 RETURNS TABLE (i integer, reply jsonb)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -314,7 +319,7 @@ BEGIN
       CONTINUE WHEN pass = 2 AND NOT r.ord = ANY (locked);
       i := r.ord;
       BEGIN
-        reply := @schema@.decide_one(p_ns, r.req);
+        EXECUTE format('SELECT @schema@.%I($1, $2)', p_function) INTO reply USING p_ns, r.req;
       EXCEPTION
         WHEN lock_not_available THEN
           IF pass = 1 THEN
@@ -329,4 +334,10 @@ BEGIN
     END LOOP;
   END LOOP;
 END
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.decide(p_ns text, p_requests jsonb)
+RETURNS TABLE (i integer, reply jsonb)
+LANGUAGE sql VOLATILE AS $$
+  SELECT * FROM @schema@.each_request(p_ns, p_requests, 'decide_one')
 $$;

@@ -10,17 +10,25 @@
 --   fence. Else 0 (no live lease) or -1 (another fence holds it): the run stops.
 --   p_starting: a held grant's run starts its handler (no longer held).
 --
--- end_run(p_ns, p_job, p_fence, p_owner, p_ttl_ms, p_record, p_hand_on, p_history)
---   -> jsonb {decision, fence, tick, trigger, hold_ms, records}
---   Only while p_fence holds the live lease (else {decision: not_owner}, nothing written):
---   append p_record (a RunRecord JSON, or null), then hand the lease on to the grant's next
---   tick, else the queued one (decision run: the caller runs `tick` under the new `fence`,
---   `trigger` the queued trigger's id or null, after hold_ms), or release it (released).
---   Without p_hand_on (the caller stops) those ticks are recorded cancelled instead.
---   records: what it appended (RunRecord JSON). p_history: records kept (0: 1000).
+-- end_runs(p_ns, p_requests) -> TABLE (i integer, reply jsonb)
+--   Runs ending together, one statement: end_run(p_ns, request) for each of the JSON array
+--   (job, fence, owner, ttl_ms, record, hand_on, history), through each_request
+--   (decide.sql): one row per request, i its 0-based index, {error, sqlstate} for one that
+--   failed.
 --
--- Both lock the job's row and wait at most 500 ms for it (lock_wait, lib.sql): a row
--- another session holds answers lock_not_available (55P03), retried.
+-- end_run(p_ns, r) -> jsonb {decision, fence, tick, trigger, hold_ms, records}
+--   r: {job, fence, owner, ttl_ms, record, hand_on, history}.
+--   Only while p_fence holds the live lease, or, once that lease ran out, while it is the
+--   run's that no decision has recorded abandoned yet (else {decision: not_owner}, nothing
+--   written): append p_record (a RunRecord JSON, or null), then hand the lease on to the
+--   grant's next tick, else the queued one (decision run: the caller runs `tick` under the
+--   new `fence`, `trigger` the queued trigger's id or null, after hold_ms), or release it.
+--   Without p_hand_on (the caller stops) those ticks are recorded cancelled instead.
+--   records: what it appended (RunRecord JSON). history: records kept (0: 1000).
+--
+-- Both lock the job's row; renew_lease waits at most 500 ms for it (lock_wait, lib.sql),
+-- end_runs as each_request does: a row another session holds answers lock_not_available
+-- (55P03), retried.
 
 CREATE OR REPLACE FUNCTION @schema@.renew_lease(
   p_ns text, p_job text, p_fence bigint, p_ttl_ms bigint, p_owner text, p_tick bigint,
@@ -69,12 +77,16 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION @schema@.end_run(
-  p_ns text, p_job text, p_fence bigint, p_owner text, p_ttl_ms bigint, p_record jsonb,
-  p_hand_on boolean, p_history integer
-) RETURNS jsonb
+CREATE OR REPLACE FUNCTION @schema@.end_run(p_ns text, r jsonb) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+  p_job text := r->>'job';
+  p_fence bigint := (r->>'fence')::bigint;
+  p_owner text := r->>'owner';
+  p_ttl_ms bigint := (r->>'ttl_ms')::bigint;
+  p_record jsonb := nullif(r->'record', 'null'::jsonb);
+  p_hand_on boolean := (r->>'hand_on')::boolean;
+  p_history integer := coalesce((r->>'history')::integer, 0);
   j @schema@.jobs%ROWTYPE;
   t_us bigint := @schema@.now_us();
   t_ms bigint := t_us / 1000;
@@ -85,16 +97,20 @@ DECLARE
   v_trigger text;
   nf record;
   hold_ms bigint;
+  live boolean;
 BEGIN
-  PERFORM @schema@.lock_wait(500);
   SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = p_job FOR UPDATE;
-  IF NOT FOUND OR j.lease_fence IS DISTINCT FROM p_fence OR NOT j.lease_expires_us > t_us THEN
+  live := j.lease_fence IS NOT NULL AND j.lease_expires_us > t_us;
+  IF live AND j.lease_fence = p_fence THEN
+    rest := coalesce(j.lease_ticks[2:], '{}');
+  ELSIF NOT live AND j.run_fence = p_fence THEN  -- lapsed, not yet recorded abandoned
+    rest := coalesce(j.run_ticks[2:], '{}');
+  ELSE  -- also: no row (NOT FOUND leaves j's fields null)
     RETURN jsonb_build_object('decision', 'not_owner');
   END IF;
   IF p_record IS NOT NULL THEN
     recs := jsonb_build_array(p_record);
   END IF;
-  rest := coalesce(j.lease_ticks[2:], '{}');
   IF p_hand_on AND (cardinality(rest) > 0 OR j.pending_tick IS NOT NULL) THEN
     IF cardinality(rest) > 0 THEN
       v_ticks := rest;
@@ -104,7 +120,8 @@ BEGIN
       j.pending_tick := NULL;
       j.pending_trigger := NULL;
     END IF;
-    SELECT * INTO nf FROM @schema@.next_fence(j.fence, j.lease_fence, 0, t_us);
+    SELECT * INTO nf FROM @schema@.next_fence(j.fence, CASE WHEN live THEN j.lease_fence END,
+                                              0, t_us);
     hold_ms := greatest(0, coalesce(j.hold_until_us, 0) / 1000 - t_ms);
     UPDATE @schema@.jobs SET fence = nf.fence, lease_owner = p_owner, lease_fence = nf.fence,
       lease_ticks = v_ticks, lease_tick = v_ticks[1], lease_trigger = v_trigger,
@@ -118,8 +135,7 @@ BEGIN
       'trigger', v_trigger, 'hold_ms', hold_ms, 'records', recs);
   END IF;
   IF NOT p_hand_on THEN
-    recs := recs || @schema@.records_of(p_job, rest, 'cancelled', v_node, j.lease_fence, NULL,
-                                        t_ms);
+    recs := recs || @schema@.records_of(p_job, rest, 'cancelled', v_node, p_fence, NULL, t_ms);
     IF j.pending_tick IS NOT NULL THEN
       recs := recs || @schema@.record_json(p_job, j.pending_tick, 'cancelled', v_node, 0,
                                            j.pending_trigger, t_ms);
@@ -136,4 +152,10 @@ BEGIN
   PERFORM @schema@.append_records(p_ns, p_job, recs, p_history, t_us);
   RETURN jsonb_build_object('decision', 'released', 'records', recs);
 END
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.end_runs(p_ns text, p_requests jsonb)
+RETURNS TABLE (i integer, reply jsonb)
+LANGUAGE sql VOLATILE AS $$
+  SELECT * FROM @schema@.each_request(p_ns, p_requests, 'end_run')
 $$;
