@@ -12,8 +12,21 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from cronrace.errors import StoreError
 from cronrace.model.records import RunRecord
+from cronrace.protocol.values import (
+    Answer,
+    DecideReply,
+    Record,
+    Release,
+    Verdict,
+)
+from cronrace.protocol.values import ReleaseReply as RunEndReply
+from cronrace.protocol.values import (
+    Renewal as LeaseRenewal,
+)
 from cronrace.stores.values import (
     AcquireDecision,
     AcquireReply,
@@ -24,6 +37,7 @@ from cronrace.stores.values import (
     ReleaseDecision,
     ReleaseReply,
     Renewal,
+    reference_record,
 )
 
 log = logging.getLogger("cronrace.stores.postgres")
@@ -155,3 +169,76 @@ def decode_records(job: str, rows: Sequence[Sequence[Any]]) -> list[RunRecord]:
                 extra={"job": job, "record_id": name, "error": str(exc)},
             )
     return out
+
+
+def decode_protocol_records(raw: Any) -> tuple[Record, ...]:
+    """The records a function says it appended (RunRecord JSON objects), as the reference's.
+
+    Raises:
+        ValueError: one is not a run record.
+    """
+    if not isinstance(raw, list):
+        raise ValueError(f"records is {raw!r}, not a list")  # noqa: TRY004
+    return tuple(reference_record(RunRecord.from_json(orjson.dumps(item))) for item in raw)
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def decode_decide(reply: Mapping[str, Any]) -> DecideReply:
+    """Decode one ``decide()`` answer, or an answer remembered under a claim (its ``memo``:
+    no records, neither replayed nor renewed).
+
+    Raises:
+        StoreError: not an answer ``decide()`` gives.
+    """
+    try:
+        verdict = reply.get("verdict")
+        return DecideReply(
+            answer=Answer(str(reply["answer"])),
+            cursor_s=_optional_int(reply.get("cursor")),
+            verdict=None if verdict is None else Verdict(str(verdict)),
+            fence=int(reply.get("fence") or 0),
+            fences=tuple(int(fence) for fence in reply.get("fences") or ()),
+            ticks_s=tuple(int(tick) for tick in reply.get("ticks") or ()),
+            hold_ms=int(reply.get("hold_ms") or 0),
+            data_lost=bool(reply.get("data_lost")),
+            replayed=bool(reply.get("replayed")),
+            renewed=bool(reply.get("renewed")),
+            records=decode_protocol_records(reply.get("records") or []),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"decide() answered {dict(reply)!r}: {exc}") from None
+
+
+def decode_lease_renewal(answer: Any) -> LeaseRenewal:
+    """Decode ``renew_lease()``'s answer.
+
+    Raises:
+        StoreError: not an answer ``renew_lease()`` gives.
+    """
+    try:
+        return LeaseRenewal(int(answer))
+    except (TypeError, ValueError):
+        raise StoreError(f"renew_lease() answered {answer!r}") from None
+
+
+def decode_end_run(reply: Mapping[str, Any]) -> RunEndReply:
+    """Decode one ``end_run()`` answer.
+
+    Raises:
+        StoreError: not an answer ``end_run()`` gives.
+    """
+    try:
+        trigger = reply.get("trigger")
+        return RunEndReply(
+            decision=Release(str(reply["decision"])),
+            fence=int(reply.get("fence") or 0),
+            tick_s=int(reply.get("tick") or 0),
+            trigger_id=None if trigger is None else str(trigger),
+            hold_ms=int(reply.get("hold_ms") or 0),
+            records=decode_protocol_records(reply.get("records") or []),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"end_run() answered {dict(reply)!r}: {exc}") from None

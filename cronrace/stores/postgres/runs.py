@@ -17,9 +17,18 @@ import orjson
 from cronrace.errors import StoreError
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
+from cronrace.protocol.values import ReleaseReply as RunEndReply
+from cronrace.protocol.values import Renewal as LeaseRenewal
+from cronrace.protocol.values import RenewRequest
 from cronrace.stores.postgres.errors import RAW_FAILURES, reply_error, translate, translating
 from cronrace.stores.postgres.operator import OperatorSide
-from cronrace.stores.postgres.replies import decode_records, decode_release, decode_renewal
+from cronrace.stores.postgres.replies import (
+    decode_end_run,
+    decode_lease_renewal,
+    decode_records,
+    decode_release,
+    decode_renewal,
+)
 from cronrace.stores.values import (
     FinishRequest,
     Owner,
@@ -27,6 +36,7 @@ from cronrace.stores.values import (
     ReleaseDecision,
     ReleaseReply,
     Renewal,
+    RunEnd,
 )
 
 log = logging.getLogger("cronrace.stores.postgres")
@@ -71,6 +81,70 @@ class RunSide(OperatorSide):
         answer, quarantined = decode_renewal(reply)
         report_quarantined(quarantined, function="renew", job=job, fence=fence)
         return answer
+
+    async def renew_lease(self, job: str, request: RenewRequest) -> LeaseRenewal:
+        """Extend (or re-assert) a run's lease, as :func:`cronrace.protocol.renew` does
+        (renew_lease(), functions/runs.sql)."""
+        answer = await self.db.value(
+            "renew_lease",
+            {
+                "ns": self.ns,
+                "job": job,
+                "fence": request.fence,
+                "ttl_ms": request.ttl_ms,
+                "owner": request.owner or "",
+                "tick": request.tick_s,
+                "starting": request.starting,
+            },
+        )
+        return decode_lease_renewal(answer)
+
+    async def end_run(self, request: RunEnd) -> RunEndReply:
+        """Write a run's record and hand its lease on or release it, as
+        :func:`cronrace.protocol.release` does (end_run(), functions/runs.sql): the record
+        only while the fence holds, so a retry never writes it twice."""
+        (reply,) = await self.end_runs([request])
+        if isinstance(reply, StoreError):
+            raise reply
+        return reply
+
+    async def end_runs(self, requests: Sequence[RunEnd]) -> list[RunEndReply | StoreError]:
+        """End runs finishing together in one statement (end_runs()): one reply, or that
+        run's error, per request.
+
+        Raises:
+            StoreError: no answer (every request failed alike).
+        """
+        if not requests:
+            return []
+        payload = [
+            {
+                "job": r.job,
+                "fence": r.fence,
+                "owner": str(r.owner),
+                "ttl_ms": r.lease_ttl_ms,
+                "record": None if r.record is None else orjson.Fragment(r.record.to_json()),
+                "hand_on": r.hand_on,
+                "history": r.history,
+            }
+            for r in requests
+        ]
+        rows = await self.db.rows(
+            "end_runs", {"ns": self.ns, "requests": orjson.dumps(payload).decode()}
+        )
+        out: list[RunEndReply | StoreError] = []
+        for request, (_index, reply) in zip(requests, rows, strict=True):
+            if "error" in reply:
+                out.append(reply_error(request.job, "end_run()", reply["error"], reply["sqlstate"]))
+                continue
+            try:
+                decoded = decode_end_run(reply)
+            except StoreError as exc:
+                out.append(exc)
+                continue
+            self._saw_fence(request.job, request.fence, decoded.fence)
+            out.append(decoded)
+        return out
 
     async def release(
         self,

@@ -19,11 +19,13 @@ from typing import Self
 import orjson
 
 from cronrace.errors import StoreAccessError, StoreError, StoreUnavailableError
+from cronrace.protocol.values import DecideReply, DecideRequest
 from cronrace.stores.contract import Store
 from cronrace.stores.postgres.database import Database
 from cronrace.stores.postgres.errors import reply_error, translating
 from cronrace.stores.postgres.replies import (
     decode_acquire,
+    decode_decide,
 )
 from cronrace.stores.postgres.runs import RunSide, report_quarantined
 from cronrace.stores.postgres.schema import check as check_schema
@@ -283,6 +285,60 @@ class PostgresStore(RunSide, Store):
             out.append(decoded)
         return out
 
+    async def decide(self, requests: Sequence[DecideRequest]) -> list[DecideReply | Exception]:
+        """Decide every request in one statement (decide(), functions/decide.sql): each
+        atomically under its job's row lock, exactly as :func:`cronrace.protocol.decide`.
+
+        Returns:
+            One reply per request, or its error: :class:`JobBusyError` (its row stayed
+            locked) or :class:`StoreUnavailableError` when that request's function did not
+            run to its end (retry), a :class:`StoreError` when it failed.
+
+        Raises:
+            StoreUnavailableError: no answer; the decisions may or may not have been
+                committed. Sending the same requests again is safe: a decision made answers
+                as it did (``replayed``), from the claim it kept its answer under.
+        """
+        if not requests:
+            return []
+        payload = [_decide_request(req, self.known_fence(req.job)) for req in requests]
+        try:
+            rows = await self.db.rows(
+                "decide", {"ns": self.ns, "requests": orjson.dumps(payload).decode()}
+            )
+        except StoreAccessError:
+            raise
+        except StoreError as exc:
+            raise StoreUnavailableError(f"decide failed: {exc}") from exc
+        out: list[DecideReply | Exception] = []
+        for req, (_index, reply) in zip(requests, rows, strict=True):
+            if "error" in reply:
+                out.append(reply_error(req.job, "decide()", reply["error"], reply["sqlstate"]))
+                continue
+            try:
+                decoded = decode_decide(reply)
+            except StoreError as exc:
+                out.append(exc)
+                continue
+            self._saw_fence(req.job, decoded.fence, *decoded.fences)
+            out.append(decoded)
+        return out
+
+    async def cursors(self, jobs: Sequence[str]) -> dict[str, int | None]:
+        """Each job's cursor (None: no decision yet, or the database lost the job's row).
+
+        The fence counters are read too: this node's first evidence that a job has had
+        fences (see :meth:`known_fence`).
+        """
+        if not jobs:
+            return {}
+        rows = await self.db.rows("cursors", {"ns": self.ns, "jobs": list(jobs)})
+        out: dict[str, int | None] = dict.fromkeys(jobs)
+        for job, cursor, fence in rows:
+            self._saw_fence(str(job), max(0, int(fence or 0)))
+            out[str(job)] = None if cursor is None else int(cursor)
+        return out
+
     async def watermarks(self, jobs: Sequence[str]) -> dict[str, int | None]:
         """Read the watermark of each job; garbage reads as None and is logged.
 
@@ -456,6 +512,26 @@ class PostgresStore(RunSide, Store):
                 {"ns": self.ns, "key": key, "value": data, "fence": fence, "ttl_ms": ttl_ms},
             )
         )
+
+
+def _decide_request(req: DecideRequest, known_fence: int) -> dict[str, object]:
+    """``decide()``'s input for one request; the fence sent is the highest this node knows."""
+    return {
+        "job": req.job,
+        "tick": req.tick_s,
+        "cursor": req.cursor_s,
+        "from": req.from_s,
+        "fire": list(req.fire_s),
+        "missed": [[m.first_s, m.last_s, m.count] for m in req.missed],
+        "owner": req.owner,
+        "overlap": str(req.overlap),
+        "lease_ttl_ms": req.lease_ttl_ms,
+        "claim_ttl_ms": req.claim_ttl_ms,
+        "known_fence": max(req.known_fence, known_fence),
+        "trigger_window_ms": req.trigger_window_ms,
+        "trigger_id": req.trigger_id,
+        "history": req.history,
+    }
 
 
 def _won(replies: Sequence[ClaimReply]) -> list[bool]:

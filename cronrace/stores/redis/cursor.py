@@ -37,7 +37,7 @@ from cronrace.stores.values import RunEnd
 log = logging.getLogger("cronrace.stores.redis")
 
 
-def _failed(script: str, job: str, error: BaseException) -> Exception:
+def _failed(script: str, job: str, error: BaseException) -> StoreError:
     """A script call's error as the store reports it: not run or maybe run (sent again, it
     answers what it did), or the script failed (with its line in the file we ship)."""
     meaning = passage(error, in_reply=True)
@@ -104,15 +104,21 @@ class CursorCommands(RunCommands):
         return reply
 
     async def end_runs(self, requests: Sequence[RunEnd]) -> list[ReleaseReply | StoreError]:
-        """End many runs (``end_run.lua`` each), one pipeline per shard: the runs that end
-        together (a tick's, or those released after an outage) share a round trip."""
+        """End many runs (``end_run.lua``), one pipeline per shard: the runs that end
+        together (a tick's, or those released after an outage) share a round trip.
+
+        Returns:
+            One reply, or that run's error, per request.
+
+        Raises:
+            RedisUnavailableError: no shard answered.
+        """
         calls = [end_run_call(self.keys, request) for request in requests]
         replies = await self.scripts.eval_many("end_run", calls)
         out: list[ReleaseReply | StoreError] = []
         for request, reply in zip(requests, replies, strict=True):
             if isinstance(reply, BaseException):
-                failed = _failed("end_run", request.job, reply)
-                out.append(failed if isinstance(failed, StoreError) else StoreError(str(failed)))
+                out.append(_failed("end_run", request.job, reply))
                 continue
             try:
                 ended, quarantined = decode_run_end(reply)

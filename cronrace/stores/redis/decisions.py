@@ -102,6 +102,43 @@ def end_run_call(keys: Keys, req: RunEnd) -> Call:
     return names, args
 
 
+def encode_memo(owner: str, memo: DecideReply) -> str:
+    """A decided claim's value as ``decide.lua`` writes it: ``<owner>\n``, then the
+    answer's cursor, verdict, fence, fences, ticks, hold_ms and data_lost, one a line.
+
+    (The store itself never reads a memo: ``decide.lua`` does; this spells it for the
+    tools and tests that put a job's state into Redis or read it back.)
+    """
+    parts = [
+        "" if memo.cursor_s is None else str(memo.cursor_s),
+        "" if memo.verdict is None else memo.verdict.value,
+        str(memo.fence),
+        " ".join(map(str, memo.fences)),
+        " ".join(map(str, memo.ticks_s)),
+        str(memo.hold_ms),
+        "1" if memo.data_lost else "0",
+    ]
+    return owner + "\n" + "\n".join(parts)
+
+
+def decode_claim(raw: Any) -> tuple[str, DecideReply | None]:
+    """A claim's owner, and the answer remembered under it once decided (else None)."""
+    owner, decided, memo = decode_text(raw).partition("\n")
+    if not decided:
+        return owner, None
+    cursor, verdict, fence, fences, ticks, hold_ms, data_lost = memo.split("\n")
+    return owner, DecideReply(
+        Answer.DECIDED,
+        cursor_s=int(cursor) if cursor else None,
+        verdict=Verdict(verdict) if verdict else None,
+        fence=int(fence),
+        fences=_ints(fences),
+        ticks_s=_ints(ticks),
+        hold_ms=int(hold_ms),
+        data_lost=data_lost == "1",
+    )
+
+
 def _records(raw: Sequence[Any]) -> tuple[Record, ...]:
     try:
         return tuple(reference_record(RunRecord.from_json(entry)) for entry in raw)

@@ -21,7 +21,8 @@
 --   "kind|jobs.<column> of <job>|quarantine" that the store reports at ERROR.
 --
 -- prune(ns, now_us) -> integer
---   Delete what is no longer needed: claims that expired below their job's watermark (a
+--   Delete what is no longer needed: claims that expired below their job's watermark or
+--   cursor (an expired claim is no claim to decide(): its answer is for retries only) (a
 --   claim above it, or one some node may still decide, is never deleted), expired trigger
 --   claims, expired nodes and fenced values, old quarantine. Claims go in batches of 5,000
 --   until a batch comes back short, at most 20 batches a call: a node prunes every tenth
@@ -91,7 +92,8 @@ BEGIN
       LEFT JOIN @schema@.jobs j ON j.ns = c.ns AND j.job = c.job
       WHERE c.ns = p_ns AND c.expires_us < p_now_us
         AND (c.trigger_id <> ''
-             OR (j.watermark IS NOT NULL AND c.tick <= j.watermark AND NOT c.tick = ANY (j.passed))
+             OR (greatest(j.watermark, j.cursor_tick) IS NOT NULL
+                 AND c.tick <= greatest(j.watermark, j.cursor_tick) AND NOT c.tick = ANY (j.passed))
              -- a job no node schedules any more: nothing will move its watermark
              OR c.expires_us < p_now_us - 86400 * 1000000::bigint)
       LIMIT 5000
