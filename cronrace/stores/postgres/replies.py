@@ -28,15 +28,10 @@ from cronrace.protocol.values import (
     Renewal as LeaseRenewal,
 )
 from cronrace.stores.values import (
-    AcquireDecision,
-    AcquireReply,
     JobState,
     LeaseInfo,
     Owner,
     Quarantined,
-    ReleaseDecision,
-    ReleaseReply,
-    Renewal,
     reference_record,
 )
 
@@ -60,75 +55,9 @@ def decode_quarantined(raw: Any) -> tuple[Quarantined, ...]:
     return tuple(out)
 
 
-def decode_acquire(reply: Mapping[str, Any]) -> AcquireReply:
-    """Decode one ``acquire()`` answer (a fresh one or a remembered one).
-
-    Raises:
-        StoreError: not an answer ``acquire()`` gives.
-    """
-    try:
-        decision = AcquireDecision(str(reply["decision"]))
-        prev = int(reply["prev_watermark"])
-        quarantined = decode_quarantined(reply.get("warnings"))
-        return AcquireReply(
-            decision=decision,
-            fence=int(reply["fence"]),
-            prev_watermark_s=None if prev < 0 else prev,
-            holder_fence=int(reply["holder_fence"]),
-            holder_owner=owner_or_none(reply.get("holder_owner")),
-            abandoned_tick_s=int(reply["abandoned_tick"]),
-            abandoned_fence=int(reply["abandoned_fence"]),
-            abandoned_owner=owner_or_none(reply.get("abandoned_owner")),
-            warnings=tuple(q.kind for q in quarantined),
-            superseded_tick_s=int(reply["superseded_tick"]),
-            hold_ms=int(reply["hold_ms"]),
-            data_lost=bool(reply["data_lost"]),
-            superseded_trigger_id=str(reply.get("superseded_trigger") or "") or None,
-            replayed=bool(reply.get("replayed")),
-            renewed=bool(reply.get("renewed")),
-            quarantined=quarantined,
-            late_from_s=int(reply.get("late_from") or 0),  # absent: remembered before it
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StoreError(f"acquire() answered {dict(reply)!r}: {exc}") from None
-
-
-def decode_release(reply: Mapping[str, Any]) -> ReleaseReply:
-    """Decode one ``release()`` answer.
-
-    Raises:
-        StoreError: not an answer ``release()`` gives.
-    """
-    try:
-        quarantined = decode_quarantined(reply.get("warnings"))
-        return ReleaseReply(
-            decision=ReleaseDecision(str(reply["decision"])),
-            fence=int(reply["fence"]),
-            tick_s=int(reply["tick"]),
-            warnings=tuple(q.kind for q in quarantined),
-            hold_ms=int(reply["hold_ms"]),
-            quarantined=quarantined,
-            trigger_id=str(reply.get("trigger") or "") or None,
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StoreError(f"release() answered {dict(reply)!r}: {exc}") from None
-
-
-def decode_renewal(reply: Mapping[str, Any]) -> tuple[Renewal, tuple[Quarantined, ...]]:
-    """Decode ``renew()``'s answer and what it moved aside.
-
-    Raises:
-        StoreError: not an answer ``renew()`` gives.
-    """
-    try:
-        return Renewal(int(reply["answer"])), decode_quarantined(reply.get("warnings"))
-    except (KeyError, TypeError, ValueError):
-        raise StoreError(f"renew() answered {dict(reply)!r}") from None
-
-
 def decode_job_state(row: Sequence[Any]) -> JobState:
     """A row of ``job_states.sql``; a lease whose owner or fence is unusable reads as none."""
-    (job, watermark, fence, owner, lease_fence, lease_tick, started_ms, left_ms, paused) = row[:9]
+    (job, cursor, fence, owner, lease_fence, lease_tick, started_ms, left_ms, paused) = row[:9]
     counters = {
         name: int(value)
         for name, value in zip(COUNTERS, row[9:14], strict=True)
@@ -146,7 +75,7 @@ def decode_job_state(row: Sequence[Any]) -> JobState:
         )
     return JobState(
         job=str(job),
-        watermark_s=None if watermark is None or watermark < 0 else int(watermark),
+        cursor_s=None if cursor is None else int(cursor),
         lease=lease,
         paused=bool(paused),
         counters=counters,

@@ -51,6 +51,7 @@ FUNCTION_DIGESTS = {
     21: "4ea7b066427871d0",
     22: "e222d16f5d3abf69",
     23: "7f8b88b960d34b05",
+    24: "d68883245fda28c6",
 }
 
 
@@ -58,6 +59,9 @@ FUNCTION_DIGESTS = {
 UPGRADE_NOTES = {
     23: "every job's dense cursor was seeded from its watermark; the new functions "
     "(decide, renew_lease, end_run) stand beside the old ones",
+    24: "the watermark's functions (acquire, renew, release) and columns (watermark, passed "
+    "ticks and ranges, triggers decided) were dropped: agents of the watermark protocol must be "
+    "stopped before this upgrade",
 }
 
 

@@ -21,9 +21,9 @@
 --   "kind|jobs.<column> of <job>|quarantine" that the store reports at ERROR.
 --
 -- prune(ns, now_us) -> integer
---   Delete what is no longer needed: claims that expired below their job's watermark or
---   cursor (an expired claim is no claim to decide(): its answer is for retries only) (a
---   claim above it, or one some node may still decide, is never deleted), expired trigger
+--   Delete what is no longer needed: expired claims that hold no decision (their tick is
+--   above the cursor, and the job's next decision covers it), or whose tick the cursor
+--   passed (a decided claim's answer is for retries only, kept claim_ttl), expired trigger
 --   claims, expired nodes and fenced values, old quarantine. Claims go in batches of 5,000
 --   until a batch comes back short, at most 20 batches a call: a node prunes every tenth
 --   heartbeat (20 s by default), and one batch per call kept only 250 claims a second of a
@@ -92,9 +92,12 @@ BEGIN
       LEFT JOIN @schema@.jobs j ON j.ns = c.ns AND j.job = c.job
       WHERE c.ns = p_ns AND c.expires_us < p_now_us
         AND (c.trigger_id <> ''
-             OR (greatest(j.watermark, j.cursor_tick) IS NOT NULL
-                 AND c.tick <= greatest(j.watermark, j.cursor_tick) AND NOT c.tick = ANY (j.passed))
-             -- a job no node schedules any more: nothing will move its watermark
+             -- decided (the cursor passed it), or never decided by its holder: an
+             -- expired undecided claim answers nothing (its tick is above the cursor,
+             -- and the job's next decision covers it)
+             OR c.memo IS NULL
+             OR (j.cursor_tick IS NOT NULL AND c.tick <= j.cursor_tick)
+             -- a job no node schedules any more: nothing will move its cursor
              OR c.expires_us < p_now_us - 86400 * 1000000::bigint)
       LIMIT 5000
       FOR UPDATE OF c SKIP LOCKED

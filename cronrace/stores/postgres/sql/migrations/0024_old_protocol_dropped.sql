@@ -1,0 +1,31 @@
+-- 0024_old_protocol_dropped.sql: version 24 of the schema: the watermark protocol is gone.
+--
+-- Inputs: <schema> (substituted). Applied once, by `cronrace db upgrade`.
+-- Replies: none. Idempotent (IF EXISTS).
+--
+-- The agents decide under the dense cursor (decide(), renew_lease(), end_run(s): version
+-- 23) and no longer call the watermark's functions: acquire() and its batch, renew(),
+-- release() and its batch, lease_garbled(). They are dropped, and with them the columns
+-- only they read or wrote: the watermark (every job's cursor was seeded from it by version
+-- 23), the passed ticks and ranges, and the list of triggers decided (a trigger is now
+-- outstanding until its decision removes it).
+DO $drop$
+DECLARE
+  f regprocedure;
+BEGIN
+  FOR f IN
+    SELECT p.oid::regprocedure FROM pg_proc p
+    JOIN pg_namespace n ON n.oid = p.pronamespace
+    WHERE n.oid = '@schema@'::regnamespace
+      AND p.proname IN ('acquire', 'acquire_many', 'renew', 'release', 'release_many',
+                        'lease_garbled')
+  LOOP
+    EXECUTE 'DROP FUNCTION ' || f;
+  END LOOP;
+END
+$drop$;
+ALTER TABLE @schema@.jobs
+  DROP COLUMN IF EXISTS watermark,
+  DROP COLUMN IF EXISTS passed,
+  DROP COLUMN IF EXISTS passed_ranges,
+  DROP COLUMN IF EXISTS triggers;
