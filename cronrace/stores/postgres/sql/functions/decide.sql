@@ -68,6 +68,24 @@ BEGIN
   INSERT INTO @schema@.runs (ns, job, written_ms, record)
   SELECT p_ns, p_job, p_now_us / 1000, e
   FROM jsonb_array_elements(p_records) WITH ORDINALITY AS x (e, o) ORDER BY o;
+  -- What the operator's status counts (`cronrace status`): not part of the protocol.
+  UPDATE @schema@.jobs SET
+    skipped_overlap = coalesce(skipped_overlap, 0) + c.overlap,
+    skipped_paused = coalesce(skipped_paused, 0) + c.paused,
+    missed = coalesce(missed, 0) + c.missed,
+    queued = coalesce(queued, 0) + c.queued,
+    abandoned = coalesce(abandoned, 0) + c.abandoned
+  FROM (
+    SELECT count(*) FILTER (WHERE e->>'outcome' = 'skipped:overlap') AS overlap,
+           count(*) FILTER (WHERE e->>'outcome' = 'skipped:paused') AS paused,
+           coalesce(sum((e->>'count')::bigint) FILTER (WHERE e->>'outcome' = 'missed'), 0)
+             AS missed,
+           count(*) FILTER (WHERE e->>'outcome' = 'queued') AS queued,
+           count(*) FILTER (WHERE e->>'outcome' = 'abandoned') AS abandoned
+    FROM jsonb_array_elements(p_records) AS x (e)
+  ) c
+  WHERE ns = p_ns AND job = p_job
+    AND c.overlap + c.paused + c.missed + c.queued + c.abandoned > 0;
   SELECT id INTO oldest FROM @schema@.runs WHERE ns = p_ns AND job = p_job
   ORDER BY id DESC OFFSET CASE WHEN p_history > 0 THEN p_history ELSE 1000 END LIMIT 1;
   IF oldest IS NOT NULL THEN
