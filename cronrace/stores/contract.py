@@ -31,7 +31,7 @@ import abc
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from cronrace.errors import StoreAccessError, StoreError
+from cronrace.errors import StoreAccessError, StoreError, StoreUnavailableError
 from cronrace.model.records import NodeInfo, RunRecord
 from cronrace.protocol.values import (
     DecideReply,
@@ -46,11 +46,13 @@ from cronrace.protocol.values import (
 )
 from cronrace.stores.values import (
     Claim,
+    ClaimOutcome,
     ClaimReply,
     FleetReply,
     FleetRequest,
     HeartbeatReply,
     JobState,
+    NotReplicatedError,
     Owner,
     RunEnd,
     ScheduleChange,
@@ -198,6 +200,29 @@ class Store(abc.ABC):
         Returns:
             One reply per claim, in order: won, lost, or unknown (no answer).
         """
+
+    async def claim(
+        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
+    ) -> list[bool]:
+        """Race for every claim (:meth:`claim_each`), all or nothing: True where won.
+
+        Raises:
+            StoreUnavailableError: some claim got no answer (it may have been written).
+            NotReplicatedError: claims were won but fewer replicas than asked confirmed.
+        """
+        replies = await self.claim_each(claims, owner, wait_replicas=wait_replicas, wait_ms=wait_ms)
+        if any(reply.outcome is ClaimOutcome.UNKNOWN for reply in replies):
+            raise StoreUnavailableError("claim failed: some claim got no answer")
+        short = [reply for reply in replies if reply.outcome is ClaimOutcome.NOT_REPLICATED]
+        if short:
+            won = [reply.outcome is not ClaimOutcome.LOST for reply in replies]
+            raise NotReplicatedError(won, min(reply.acked for reply in short))
+        return [reply.outcome is ClaimOutcome.WON for reply in replies]
+
+    @abc.abstractmethod
+    async def read_claims(self, claims: Sequence[Claim], owner: Owner) -> list[bool]:
+        """Read claims back without claiming: True where ``owner`` holds one (a live claim,
+        undecided or decided)."""
 
     @abc.abstractmethod
     def known_fence(self, job: str) -> int:

@@ -218,7 +218,9 @@ async def test_catch_up_after_the_whole_fleet_was_down(catchup: str) -> None:
 async def test_catch_up_all_is_bounded_by_max_catchup() -> None:
     ran, records = await restart_after_gap("all", down_s=7.95, max_catchup=2)
     assert ran == [0, 1, 8, 9, 10]
-    missed = [(r.tick_s - T0, r.last_tick_s - T0, r.count) for r in records if r.outcome == "missed"]
+    missed = [
+        (r.tick_s - T0, r.last_tick_s - T0, r.count) for r in records if r.outcome == "missed"
+    ]
     assert missed == [(2, 7, 6)]
 
 

@@ -170,6 +170,22 @@ class PostgresStore(RunSide, Store):
             self._lost_unseen.pop(job, None)
             self._saw_fence(job, 1)
 
+    async def read_claims(self, claims: Sequence[Claim], owner: Owner) -> list[bool]:
+        """Read claims back without claiming: True where one holds ``owner`` (ours)."""
+        if not claims:
+            return []
+        rows = await self.db.rows(
+            "read_claims",
+            {
+                "ns": self.ns,
+                "jobs": [claim.job for claim in claims],
+                "ticks": [0 if claim.trigger_id else claim.tick_s for claim in claims],
+                "triggers": [claim.trigger_id or "" for claim in claims],
+            },
+        )
+        value = str(owner)
+        return [found == value for _index, found in rows]
+
     async def decide(self, requests: Sequence[DecideRequest]) -> list[DecideReply | Exception]:
         """Decide every request in one statement (decide(), functions/decide.sql): each
         atomically under its job's row lock, exactly as :func:`cronrace.protocol.decide`.

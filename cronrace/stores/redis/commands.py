@@ -33,6 +33,7 @@ from cronrace.stores.redis.garbage import is_wrong_type, report_quarantined
 from cronrace.stores.redis.keys import fence_key
 from cronrace.stores.redis.members import MemberCommands
 from cronrace.stores.redis.replies import (
+    decode_claim_owner,
     decode_quarantined,
     decode_text,
     int_or_none,
@@ -258,6 +259,17 @@ class Store(CursorCommands, MemberCommands):
             self._lost_unseen.pop(job, None)
             self._saw_fence(job, 1)
         return True
+
+    async def read_claims(self, claims: Sequence[Claim], owner: Owner) -> list[bool]:
+        """Read claim keys back without claiming: True where one holds ``owner`` (ours)."""
+        if not claims:
+            return []
+        pipe = self.client.pipeline(transaction=False)  # GETs, not MGET: one slot per job
+        for claim in claims:
+            pipe.get(self._claim_key(claim))
+        found = await pipe.execute()
+        value = str(owner)
+        return [raw is not None and str(decode_claim_owner(raw)) == value for raw in found]
 
     # -- node bookkeeping ------------------------------------------------------------
 

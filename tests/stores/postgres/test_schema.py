@@ -120,12 +120,15 @@ async def test_the_heartbeat_of_the_release_before_still_answers_on_this_schema(
     assert found["live_count"] == 2
 
 
-def test_the_dense_cursor_is_schema_version_23() -> None:
+def test_the_dense_cursor_is_schema_version_23_and_the_watermark_gone_in_24() -> None:
     """An agent of this release refuses a schema an older cronrace left (check() compares
     with latest_version()): the dense cursor's columns and functions came with version 23."""
-    assert latest_version() == 23
-    assert max(FUNCTION_DIGESTS) == 23
-    assert migrations()[-1][1] == "0023_dense_cursor.sql"
+    assert latest_version() == 24
+    assert max(FUNCTION_DIGESTS) == 24
+    assert [name for _v, name, _t in migrations()[-2:]] == [
+        "0023_dense_cursor.sql",
+        "0024_old_protocol_dropped.sql",
+    ]
 
 
 def _schema_at(version: int, schema: str) -> str:
@@ -152,14 +155,14 @@ async def test_upgrading_a_version_22_schema_seeds_each_cursor_from_its_watermar
         "(%(ns)s, 'idle', 1800000120, NULL, NULL, NULL, NULL, NULL, NULL, NULL),"
         "(%(ns)s, 'new', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
     )
-    with pytest.raises(StoreSchemaError, match="at version 22, this cronrace needs 23"):
+    with pytest.raises(StoreSchemaError, match="at version 22, this cronrace needs 24"):
         await store.prepare()
 
     message = await upgrade_store_schema(
         f"{store.db.target.conninfo}?schema={store.db.target.schema}"
     )
 
-    assert "upgraded from version 22 to 23" in message
+    assert "upgraded from version 22 to 24" in message
     assert "cursor was seeded from its watermark" in message
     await store.prepare()
     assert await store.cursors(["running", "idle", "new", "unknown"]) == {
@@ -179,5 +182,5 @@ async def test_upgrading_a_version_22_schema_seeds_each_cursor_from_its_watermar
         ("running", 1800000060, [1800000060], [1800000060]),
     ]
     # Run again (a second node's upgrade, a DBA's script): nothing moves.
-    assert await upgrade(store.db) == (23, 23)
+    assert await upgrade(store.db) == (24, 24)
     assert (await store.cursors(["idle"]))["idle"] == 1800000120

@@ -69,12 +69,12 @@ BEGIN
   SELECT p_ns, p_job, p_now_us / 1000, e
   FROM jsonb_array_elements(p_records) WITH ORDINALITY AS x (e, o) ORDER BY o;
   -- What the operator's status counts (`cronrace status`): not part of the protocol.
-  UPDATE @schema@.jobs SET
-    skipped_overlap = coalesce(skipped_overlap, 0) + c.overlap,
-    skipped_paused = coalesce(skipped_paused, 0) + c.paused,
-    missed = coalesce(missed, 0) + c.missed,
-    queued = coalesce(queued, 0) + c.queued,
-    abandoned = coalesce(abandoned, 0) + c.abandoned
+  UPDATE @schema@.jobs AS jb SET
+    skipped_overlap = coalesce(jb.skipped_overlap, 0) + c.overlap,
+    skipped_paused = coalesce(jb.skipped_paused, 0) + c.paused,
+    missed = coalesce(jb.missed, 0) + c.missed,
+    queued = coalesce(jb.queued, 0) + c.queued,
+    abandoned = coalesce(jb.abandoned, 0) + c.abandoned
   FROM (
     SELECT count(*) FILTER (WHERE e->>'outcome' = 'skipped:overlap') AS overlap,
            count(*) FILTER (WHERE e->>'outcome' = 'skipped:paused') AS paused,
@@ -84,7 +84,7 @@ BEGIN
            count(*) FILTER (WHERE e->>'outcome' = 'abandoned') AS abandoned
     FROM jsonb_array_elements(p_records) AS x (e)
   ) c
-  WHERE ns = p_ns AND job = p_job
+  WHERE jb.ns = p_ns AND jb.job = p_job
     AND c.overlap + c.paused + c.missed + c.queued + c.abandoned > 0;
   SELECT id INTO oldest FROM @schema@.runs WHERE ns = p_ns AND job = p_job
   ORDER BY id DESC OFFSET CASE WHEN p_history > 0 THEN p_history ELSE 1000 END LIMIT 1;

@@ -33,8 +33,17 @@ ALTER TABLE @schema@.jobs
   ADD COLUMN IF NOT EXISTS lease_reasserted boolean NOT NULL DEFAULT false,
   ADD COLUMN IF NOT EXISTS run_ticks bigint[],
   ADD COLUMN IF NOT EXISTS run_trigger text;
-UPDATE @schema@.jobs SET cursor_tick = watermark, origin_tick = watermark
-WHERE cursor_tick IS NULL AND watermark >= 0;
+-- (Only while the watermark is there: a script that applies every migration again finds it
+-- dropped by version 24.)
+DO $seed$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '@schema@.jobs'::regclass
+             AND attname = 'watermark' AND NOT attisdropped) THEN
+    EXECUTE 'UPDATE @schema@.jobs SET cursor_tick = watermark, origin_tick = watermark '
+            'WHERE cursor_tick IS NULL AND watermark >= 0';
+  END IF;
+END
+$seed$;
 UPDATE @schema@.jobs SET lease_ticks = ARRAY[lease_tick]
 WHERE lease_ticks IS NULL AND lease_tick IS NOT NULL;
 UPDATE @schema@.jobs SET run_ticks = ARRAY[run_tick]
