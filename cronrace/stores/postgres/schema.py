@@ -51,7 +51,7 @@ FUNCTION_DIGESTS = {
     21: "4ea7b066427871d0",
     22: "e222d16f5d3abf69",
     23: "7f8b88b960d34b05",
-    24: "ac796eaf0a99d2b0",
+    24: "8459e58f55fbd202",
 }
 
 

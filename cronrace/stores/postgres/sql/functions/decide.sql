@@ -9,8 +9,9 @@
 --   One row per request, i its 0-based index; reply is its DecideReply:
 --   {answer, cursor, verdict, fence, fences, ticks, hold_ms, data_lost, replayed, renewed,
 --   records (RunRecord JSON, what the decision appended)}; a reply other than `decided`
---   carries answer and cursor only. Each request is decided atomically under its job row's
---   lock by decide_one(p_ns, request), through each_request.
+--   carries answer and cursor only; warnings: garbage moved aside first (scrub, runs.sql).
+--   Each request is decided atomically under its job row's lock by decide_one(p_ns,
+--   request) (the row made if missing, scrubbed, then decide_job), through each_request.
 --
 -- each_request(p_ns, p_requests, p_function) -> TABLE (i integer, reply jsonb)
 --   p_function(p_ns, request) for each request of the JSON array, in job order (two
@@ -109,6 +110,29 @@ $$;
 CREATE OR REPLACE FUNCTION @schema@.decide_one(p_ns text, r jsonb) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+  warnings text;
+  t_us bigint := @schema@.now_us();
+  garbage text;
+BEGIN
+  INSERT INTO @schema@.jobs (ns, job) VALUES (p_ns, r->>'job') ON CONFLICT DO NOTHING;
+  warnings := @schema@.scrub(p_ns, r->>'job', t_us, (r->>'lease_ttl_ms')::bigint);
+  -- A remembered answer no decide() wrote: moved aside, the claim with it.
+  DELETE FROM @schema@.claims
+  WHERE ns = p_ns AND job = r->>'job' AND trigger_id = coalesce(r->>'trigger_id', '')
+    AND tick = CASE WHEN nullif(r->>'trigger_id', '') IS NULL THEN (r->>'tick')::bigint ELSE 0 END
+    AND memo IS NOT NULL AND NOT (jsonb_typeof(memo) = 'object' AND memo ? 'answer')
+  RETURNING memo::text INTO garbage;
+  IF FOUND THEN
+    warnings := concat_ws(',', nullif(warnings, ''),
+                          @schema@.quarantine(p_ns, r->>'job', 'claim', garbage, t_us));
+  END IF;
+  RETURN @schema@.decide_job(p_ns, r) || jsonb_build_object('warnings', warnings);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.decide_job(p_ns text, r jsonb) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
   j @schema@.jobs%ROWTYPE;
   c record;
   nf record;
@@ -138,7 +162,6 @@ DECLARE
 BEGIN
   v_n := cardinality(v_fire);
   v_key := CASE WHEN v_trigger IS NULL THEN v_tick ELSE 0 END;
-  INSERT INTO @schema@.jobs (ns, job) VALUES (p_ns, v_job) ON CONFLICT DO NOTHING;
   SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = v_job FOR UPDATE;
   SELECT cl.owner, cl.memo INTO c FROM @schema@.claims cl
   WHERE cl.ns = p_ns AND cl.job = v_job AND cl.tick = v_key
