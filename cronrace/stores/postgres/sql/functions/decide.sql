@@ -148,20 +148,17 @@ DECLARE
   v_window bigint := coalesce((r->>'trigger_window_ms')::bigint, 0);
   v_trigger text := nullif(r->>'trigger_id', '');
   v_fire bigint[] := ARRAY(SELECT jsonb_array_elements_text(r->'fire')::bigint);
-  v_n integer;
-  v_key bigint;
+  v_n integer := cardinality(v_fire);
+  v_key bigint := CASE WHEN v_trigger IS NULL THEN v_tick ELSE 0 END;
   live boolean;
   renewed boolean := false;
   recs jsonb := '[]';
   verdict text := 'nothing';
   fences bigint[] := '{}';
-  fired bigint[] := '{}';
   hold_ms bigint := 0;
   lost boolean := false;
   reply jsonb;
 BEGIN
-  v_n := cardinality(v_fire);
-  v_key := CASE WHEN v_trigger IS NULL THEN v_tick ELSE 0 END;
   SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = v_job FOR UPDATE;
   SELECT cl.owner, cl.memo INTO c FROM @schema@.claims cl
   WHERE cl.ns = p_ns AND cl.job = v_job AND cl.tick = v_key
@@ -171,14 +168,11 @@ BEGIN
   -- A retry of a decision made under this claim: its answer again. A grant may start only
   -- while its lease holds its fence and no higher fence is known (renewed, extended now).
   IF c.owner = v_owner AND c.memo IS NOT NULL THEN
-    IF c.memo->>'verdict' = 'run' THEN
-      renewed := v_overlap = 'allow' OR (live AND j.lease_fence = (c.memo->>'fence')::bigint
-        AND greatest(coalesce(j.fence, 0), v_known) <= (c.memo->>'fence')::bigint);
-      IF renewed AND v_overlap <> 'allow' THEN
-        UPDATE @schema@.jobs SET lease_expires_us = (t_ms + v_ttl) * 1000
-        WHERE ns = p_ns AND job = v_job;
-      END IF;
-    END IF;
+    renewed := c.memo->>'verdict' = 'run' AND (v_overlap = 'allow' OR (live
+      AND j.lease_fence = (c.memo->>'fence')::bigint
+      AND greatest(coalesce(j.fence, 0), v_known) <= (c.memo->>'fence')::bigint));
+    UPDATE @schema@.jobs SET lease_expires_us = (t_ms + v_ttl) * 1000
+    WHERE ns = p_ns AND job = v_job AND renewed AND v_overlap <> 'allow';
     RETURN c.memo || jsonb_build_object('replayed', true, 'renewed', renewed, 'records', '[]'::jsonb);
   END IF;
   IF v_trigger IS NULL AND j.cursor_tick >= v_tick THEN
@@ -252,16 +246,14 @@ BEGIN
         SELECT * INTO nf FROM @schema@.next_fence(
           j.fence, CASE WHEN live THEN j.lease_fence END, v_known, t_us);
         j.fence := nf.fence;
-        IF nf.lost THEN
-          lost := true;
-          j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), (t_ms + v_ttl) * 1000);
-        END IF;
+        lost := lost OR nf.lost;
+        j.hold_until_us := CASE WHEN nf.lost THEN greatest(coalesce(j.hold_until_us, 0),
+          (t_ms + v_ttl) * 1000) ELSE j.hold_until_us END;
         fences := fences || nf.fence;
         recs := recs || @schema@.record_json(v_job, v_fire[k], 'granted', v_node, nf.fence,
                                              v_trigger, t_ms);
       END LOOP;
       verdict := 'run';
-      fired := v_fire;
       hold_ms := greatest(0, coalesce(j.hold_until_us, 0) / 1000 - t_ms);
       EXIT fire;
     END IF;
@@ -292,10 +284,9 @@ BEGIN
     SELECT * INTO nf FROM @schema@.next_fence(
       j.fence, CASE WHEN live THEN j.lease_fence END, v_known, t_us);
     j.fence := nf.fence;
-    IF nf.lost THEN
-      lost := true;
-      j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), (t_ms + v_ttl) * 1000);
-    END IF;
+    lost := lost OR nf.lost;
+    j.hold_until_us := CASE WHEN nf.lost THEN greatest(coalesce(j.hold_until_us, 0),
+      (t_ms + v_ttl) * 1000) ELSE j.hold_until_us END;
     hold_ms := greatest(0, coalesce(j.hold_until_us, 0) / 1000 - t_ms);
     j.lease_owner := v_owner; j.lease_fence := nf.fence; j.lease_ticks := v_fire;
     j.lease_trigger := v_trigger; j.lease_expires_us := (t_ms + v_ttl) * 1000;
@@ -305,7 +296,6 @@ BEGIN
     recs := recs || @schema@.records_of(v_job, v_fire, 'granted', v_node, nf.fence, v_trigger, t_ms);
     verdict := 'run';
     fences := ARRAY[nf.fence];
-    fired := v_fire;
   END fire;
 
   IF v_trigger IS NULL THEN
@@ -327,7 +317,8 @@ BEGIN
   reply := jsonb_build_object('answer', 'decided', 'cursor', j.cursor_tick, 'verdict', verdict,
     'fence', coalesce(fences[1], 0),
     'fences', CASE WHEN v_overlap = 'allow' THEN to_jsonb(fences) ELSE '[]' END,
-    'ticks', to_jsonb(fired), 'hold_ms', hold_ms, 'data_lost', lost);
+    'ticks', to_jsonb(CASE WHEN verdict = 'run' THEN v_fire ELSE '{}' END), 'hold_ms', hold_ms,
+    'data_lost', lost);
   -- The answer is kept under the claim for its retries.
   INSERT INTO @schema@.claims AS cl (ns, job, tick, trigger_id, owner, expires_us, request_id,
                                      memo)
