@@ -27,7 +27,7 @@ from cronrace.stores.postgres.replies import (
     decode_decide,
     decode_quarantined,
 )
-from cronrace.stores.postgres.runs import RunSide
+from cronrace.stores.postgres.runs import RunSide, report_quarantined
 from cronrace.stores.postgres.schema import check as check_schema
 from cronrace.stores.postgres.tables import latest_changes
 from cronrace.stores.postgres.urls import parse_postgres_url

@@ -101,7 +101,7 @@ async def test_a_decisions_records_are_the_history_readers_run_records(
     assert [r.fence for r in history] == [0, reply.fence, reply.fence]
     assert all(r.job == "j" and r.node == "n1" and r.finished_ms > 0 for r in history)
     (state,) = await pg_store.job_states(["j"])
-    assert state.watermark_s == 900  # the cursor, as the operator reads show it
+    assert state.cursor_s == 900
     assert state.lease is not None
     assert (state.lease.fence, state.lease.tick_s) == (reply.fence, 840)
     # The run of 840 ends; the lease goes on to 900 with a new fence.
@@ -199,24 +199,25 @@ async def test_a_remembered_answer_no_decide_wrote_is_moved_aside_and_the_tick_d
     assert (again.answer, again.replayed, again.fence) == (Answer.DECIDED, True, reply.fence)
 
 
-async def test_a_prune_deletes_the_claims_that_ran_out_up_to_the_cursor(
+async def test_a_prune_deletes_the_claims_that_ran_out_and_answer_no_retry(
     pg_store: PostgresStore,
 ) -> None:
-    """A claim run out is no claim to decide(): at or below the cursor nothing needs it;
-    above it, it stays until the day-old sweep (the next decision covers its tick)."""
+    """A claim run out is no claim to decide(): undecided, or at or below the cursor, nothing
+    needs it; a decided one above the cursor stays until the day-old sweep."""
     await sql(
         pg_store, "INSERT INTO @schema@.jobs (ns, job, cursor_tick) VALUES (%(ns)s, 'j', 600)"
     )
     await sql(
         pg_store,
-        "INSERT INTO @schema@.claims (ns, job, tick, owner, expires_us) VALUES "
-        "(%(ns)s, 'j', 540, 'n:1', @schema@.now_us() - 1000), "
-        "(%(ns)s, 'j', 600, 'n:1', @schema@.now_us() + 60000000), "
-        "(%(ns)s, 'j', 660, 'n:1', @schema@.now_us() - 1000)",
+        "INSERT INTO @schema@.claims (ns, job, tick, owner, expires_us, memo) VALUES "
+        "(%(ns)s, 'j', 540, 'n:1', @schema@.now_us() - 1000, '{\"answer\": \"decided\"}'), "
+        "(%(ns)s, 'j', 600, 'n:1', @schema@.now_us() + 60000000, NULL), "
+        "(%(ns)s, 'j', 660, 'n:1', @schema@.now_us() - 1000, NULL), "
+        "(%(ns)s, 'j', 720, 'n:1', @schema@.now_us() - 1000, '{\"answer\": \"decided\"}')",
     )
     await sql(pg_store, "SELECT @schema@.prune(%(ns)s, @schema@.now_us())")
     left = await sql(pg_store, "SELECT tick FROM @schema@.claims WHERE ns = %(ns)s ORDER BY 1")
-    assert left == [(600,), (660,)]
+    assert left == [(600,), (720,)]
 
 
 @pytest.fixture
