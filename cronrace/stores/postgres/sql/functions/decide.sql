@@ -14,7 +14,8 @@
 --   request) (the row made if missing, scrubbed, then decide_job), through each_request.
 --
 -- each_request(p_ns, p_requests, p_function) -> TABLE (i integer, reply jsonb)
---   p_function(p_ns, request) for each request of the JSON array, in job order (two
+--   p_function(p_ns, request) (decide_one or end_run: called, not EXECUTEd, which costs
+--   a plan per request) for each request of the JSON array, in job order (two
 --   batches lock their rows in one order and never deadlock), each in a subtransaction:
 --   one that fails answers {error, sqlstate}, its writes undone, the others' kept. A row
 --   another session holds costs that job only, as in acquire_many (batches.sql): a first
@@ -39,21 +40,30 @@ CREATE OR REPLACE FUNCTION @schema@.record_json(
   p_job text, p_tick bigint, p_outcome text, p_node text, p_fence bigint, p_trigger text,
   p_now_ms bigint, p_count bigint DEFAULT 1, p_last bigint DEFAULT 0
 ) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-  SELECT jsonb_build_object('job', p_job, 'tick_s', p_tick, 'node', p_node,
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  -- PL/pgSQL, not SQL: called from PL/pgSQL, a SQL function is planned at every call.
+  RETURN jsonb_build_object('job', p_job, 'tick_s', p_tick, 'node', p_node,
     'outcome', p_outcome, 'fence', p_fence, 'started_ms', 0, 'finished_ms', p_now_ms,
     'error', NULL, 'count', p_count, 'trigger_id', p_trigger, 'detail', NULL,
-    'last_tick_s', p_last)
+    'last_tick_s', p_last);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION @schema@.records_of(
   p_job text, p_ticks bigint[], p_outcome text, p_node text, p_fence bigint, p_trigger text,
   p_now_ms bigint
 ) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-  SELECT coalesce(jsonb_agg(@schema@.record_json(p_job, t, p_outcome, p_node, p_fence,
-                                                 p_trigger, p_now_ms) ORDER BY o), '[]')
-  FROM unnest(p_ticks) WITH ORDINALITY AS u (t, o)
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+  t bigint;
+  out jsonb := '[]';
+BEGIN
+  FOREACH t IN ARRAY coalesce(p_ticks, '{}') LOOP
+    out := out || @schema@.record_json(p_job, t, p_outcome, p_node, p_fence, p_trigger, p_now_ms);
+  END LOOP;
+  RETURN out;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION @schema@.append_records(
@@ -69,7 +79,11 @@ BEGIN
   INSERT INTO @schema@.runs (ns, job, written_ms, record)
   SELECT p_ns, p_job, p_now_us / 1000, e
   FROM jsonb_array_elements(p_records) WITH ORDINALITY AS x (e, o) ORDER BY o;
-  -- What the operator's status counts (`cronrace status`): not part of the protocol.
+  -- What the operator's status counts (`cronrace status`): not part of the protocol. Most
+  -- records (granted, a run's result) count nothing: the row is not written again for them.
+  IF p_records @? '$[*] ? (@.outcome == "skipped:overlap" || @.outcome == "skipped:paused"
+                           || @.outcome == "missed" || @.outcome == "queued"
+                           || @.outcome == "abandoned")' THEN
   UPDATE @schema@.jobs AS jb SET
     skipped_overlap = coalesce(jb.skipped_overlap, 0) + c.overlap,
     skipped_paused = coalesce(jb.skipped_paused, 0) + c.paused,
@@ -85,8 +99,8 @@ BEGIN
            count(*) FILTER (WHERE e->>'outcome' = 'abandoned') AS abandoned
     FROM jsonb_array_elements(p_records) AS x (e)
   ) c
-  WHERE jb.ns = p_ns AND jb.job = p_job
-    AND c.overlap + c.paused + c.missed + c.queued + c.abandoned > 0;
+  WHERE jb.ns = p_ns AND jb.job = p_job;
+  END IF;
   SELECT id INTO oldest FROM @schema@.runs WHERE ns = p_ns AND job = p_job
   ORDER BY id DESC OFFSET CASE WHEN p_history > 0 THEN p_history ELSE 1000 END LIMIT 1;
   IF oldest IS NOT NULL THEN
@@ -114,8 +128,7 @@ DECLARE
   t_us bigint := @schema@.now_us();
   garbage text;
 BEGIN
-  INSERT INTO @schema@.jobs (ns, job) VALUES (p_ns, r->>'job') ON CONFLICT DO NOTHING;
-  warnings := @schema@.scrub(p_ns, r->>'job', t_us, (r->>'lease_ttl_ms')::bigint);
+  warnings := @schema@.scrub(p_ns, r->>'job', t_us, (r->>'lease_ttl_ms')::bigint, true);
   -- A remembered answer no decide() wrote: moved aside, the claim with it.
   DELETE FROM @schema@.claims
   WHERE ns = p_ns AND job = r->>'job' AND trigger_id = coalesce(r->>'trigger_id', '')
@@ -299,9 +312,8 @@ BEGIN
   END fire;
 
   IF v_trigger IS NULL THEN
-    IF j.cursor_tick IS NULL THEN
-      j.origin_tick := (r->>'from')::bigint;
-    END IF;
+    j.origin_tick := CASE WHEN j.cursor_tick IS NULL THEN (r->>'from')::bigint
+                          ELSE j.origin_tick END;
     j.cursor_tick := v_tick;
   END IF;
   UPDATE @schema@.jobs SET cursor_tick = j.cursor_tick, origin_tick = j.origin_tick,
@@ -351,7 +363,8 @@ BEGIN
       CONTINUE WHEN pass = 2 AND NOT r.ord = ANY (locked);
       i := r.ord;
       BEGIN
-        EXECUTE format('SELECT @schema@.%I($1, $2)', p_function) INTO reply USING p_ns, r.req;
+        reply := CASE p_function WHEN 'decide_one' THEN @schema@.decide_one(p_ns, r.req)
+                                 ELSE @schema@.end_run(p_ns, r.req) END;
       EXCEPTION
         WHEN lock_not_available THEN
           IF pass = 1 THEN

@@ -27,14 +27,15 @@
 --   Without p_hand_on (the caller stops) those ticks are recorded cancelled instead.
 --   records: what it appended (RunRecord JSON). history: records kept (0: 1000).
 --
--- scrub(p_ns, p_job, p_now_us, p_ttl_ms) -> text
---   Lock the job's row and move aside what no cronrace writes there (an operator's edit):
+-- scrub(p_ns, p_job, p_now_us, p_ttl_ms, p_make) -> text
+--   Lock the job's row (made first when missing, with p_make: a new job, or a lost row)
+--   and move aside what no cronrace writes there (an operator's edit):
 --   a lease that is not whole (owner, a positive fence, an expiry, ticks) goes, and the
 --   job holds new grants for p_ttl_ms (a run may have held it, as after a wipe); a run
 --   mirror that is not whole, a counter below 1, a negative cursor or origin, a negative
 --   queued tick, outstanding triggers that are not [id, posted_ms] pairs. Each goes to the quarantine
 --   table (lib.sql); returns the warning items "kind|jobs.<kind> of <job>|quarantine",
---   comma-separated ('' when the row is clean or absent). decide_one, renew_lease and
+--   comma-separated ('' when the row is clean, NULL when there is none). decide_one, renew_lease and
 --   end_run call it first: what they read is then what the reference knows.
 --
 -- Both lock the job's row; renew_lease waits at most 500 ms for it (lock_wait, lib.sql),
@@ -42,7 +43,7 @@
 -- (55P03), retried.
 
 CREATE OR REPLACE FUNCTION @schema@.scrub(
-  p_ns text, p_job text, p_now_us bigint, p_ttl_ms bigint
+  p_ns text, p_job text, p_now_us bigint, p_ttl_ms bigint, p_make boolean DEFAULT false
 ) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -51,7 +52,11 @@ DECLARE
 BEGIN
   SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = p_job FOR UPDATE;
   IF NOT FOUND THEN
-    RETURN '';
+    IF p_make THEN
+      INSERT INTO @schema@.jobs (ns, job) VALUES (p_ns, p_job) ON CONFLICT DO NOTHING;
+      RETURN '';
+    END IF;
+    RETURN NULL;
   END IF;
   IF (j.lease_owner IS NOT NULL OR j.lease_fence IS NOT NULL OR j.lease_expires_us IS NOT NULL)
      AND NOT (j.lease_owner IS NOT NULL AND j.lease_fence > 0 AND j.lease_expires_us IS NOT NULL
@@ -89,7 +94,7 @@ BEGIN
     UPDATE @schema@.jobs SET pending_tick = NULL, pending_trigger = NULL
     WHERE ns = p_ns AND job = p_job;
   END IF;
-  IF (CASE WHEN jsonb_typeof(j.outstanding) <> 'array' THEN true ELSE EXISTS (
+  IF j.outstanding <> '[]' AND (CASE WHEN jsonb_typeof(j.outstanding) <> 'array' THEN true ELSE EXISTS (
         SELECT FROM jsonb_array_elements(j.outstanding) e
         WHERE CASE WHEN jsonb_typeof(e) <> 'array' THEN true
                    ELSE jsonb_array_length(e) <> 2 OR jsonb_typeof(e->0) <> 'string'
