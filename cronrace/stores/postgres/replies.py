@@ -141,16 +141,16 @@ def decode_decide(reply: Mapping[str, Any]) -> DecideReply:
         raise StoreError(f"decide() answered {dict(reply)!r}: {exc}") from None
 
 
-def decode_lease_renewal(answer: Any) -> LeaseRenewal:
-    """Decode ``renew_lease()``'s answer.
+def decode_lease_renewal(reply: Mapping[str, Any]) -> tuple[LeaseRenewal, tuple[Quarantined, ...]]:
+    """Decode ``renew_lease()``'s answer and what it moved aside.
 
     Raises:
         StoreError: not an answer ``renew_lease()`` gives.
     """
     try:
-        return LeaseRenewal(int(answer))
-    except (TypeError, ValueError):
-        raise StoreError(f"renew_lease() answered {answer!r}") from None
+        return LeaseRenewal(int(reply["answer"])), decode_quarantined(reply.get("warnings"))
+    except (KeyError, TypeError, ValueError):
+        raise StoreError(f"renew_lease() answered {dict(reply)!r}") from None
 
 
 def decode_end_run(reply: Mapping[str, Any]) -> RunEndReply:

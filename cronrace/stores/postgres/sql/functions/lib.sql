@@ -61,13 +61,13 @@ $$;
 CREATE OR REPLACE FUNCTION @schema@.next_fence(
   counter bigint, lease_fence bigint, known bigint, now_us bigint,
   OUT fence bigint, OUT lost boolean
-) LANGUAGE sql IMMUTABLE AS $$
-  SELECT greatest(
-           coalesce(counter, greatest(now_us, coalesce(lease_fence, 0))),
-           known,
-           now_us
-         ) + 1,
-         (counter IS NULL AND known > 0) OR (counter IS NOT NULL AND counter < known)
+) LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  -- PL/pgSQL, not SQL: called from PL/pgSQL, a SQL function is planned at every call.
+  fence := greatest(coalesce(counter, greatest(now_us, coalesce(lease_fence, 0))), known,
+                    now_us) + 1;
+  lost := (counter IS NULL AND known > 0) OR (counter IS NOT NULL AND counter < known);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION @schema@.quarantine(
