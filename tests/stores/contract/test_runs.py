@@ -138,8 +138,7 @@ async def test_runs_ending_together_end_in_one_call(store: Store, backend: Backe
     assert 1 <= trips.count <= backend.shards
     histories = await store.histories(jobs, 10)
     assert {job: [r.outcome for r in records] for job, records in histories.items()} == {
-        job: [Outcome.OK, Outcome.GRANTED] if job != jobs[0] else [Outcome.GRANTED]
-        for job in jobs
+        job: [Outcome.OK, Outcome.GRANTED] if job != jobs[0] else [Outcome.GRANTED] for job in jobs
     }
 
 
