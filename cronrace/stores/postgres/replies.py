@@ -58,11 +58,9 @@ def decode_quarantined(raw: Any) -> tuple[Quarantined, ...]:
 def decode_job_state(row: Sequence[Any]) -> JobState:
     """A row of ``job_states.sql``; a lease whose owner or fence is unusable reads as none."""
     (job, cursor, fence, owner, lease_fence, lease_tick, started_ms, left_ms, paused) = row[:9]
-    counters = {
-        name: int(value)
-        for name, value in zip(COUNTERS, row[9:14], strict=True)
-        if value is not None
-    }
+    # A decision adds to every counter at once (0 to those its records do not count):
+    # shown like Redis's, a counter is there once something was counted.
+    counters = {name: int(value) for name, value in zip(COUNTERS, row[9:14], strict=True) if value}
     spec_raw = row[14] if isinstance(row[14], dict) else {}
     lease = None
     if lease_fence is not None and left_ms is not None and owner:
