@@ -68,12 +68,6 @@ async def test_a_released_or_expired_lease_is_not_written_back(
     assert await store.renew_lease("j", renewal(second.fence, N1, 101)) is Renewal.GONE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="protocol bug: during the hold, a held grant's starting renewal (owner given, "
-    "as the agent sends it) re-asserts over the older run's re-asserted lease, its fence "
-    "being higher (protocol/lease.py renew)",
-)
 async def test_a_grant_of_the_hold_gives_its_lease_back_to_a_re_asserting_older_run(
     store: Store, backend: Backend
 ) -> None:

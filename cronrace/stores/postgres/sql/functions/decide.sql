@@ -210,6 +210,8 @@ BEGIN
     lost := true;
     recs := jsonb_build_array(@schema@.record_json(v_job, (r->>'cursor')::bigint, 'data_lost',
       v_node, 0, NULL, t_ms, 1, (r->>'cursor')::bigint));
+    j.hold_fence := @schema@.hold_fence(j.hold_until_us, j.hold_fence, t_us, greatest(
+      coalesce(j.fence, 0), CASE WHEN live THEN j.lease_fence ELSE 0 END, v_known, t_us));
     j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), (t_ms + v_ttl) * 1000);
   END IF;
 
@@ -260,8 +262,10 @@ BEGIN
           j.fence, CASE WHEN live THEN j.lease_fence END, v_known, t_us);
         j.fence := nf.fence;
         lost := lost OR nf.lost;
-        j.hold_until_us := CASE WHEN nf.lost THEN greatest(coalesce(j.hold_until_us, 0),
-          (t_ms + v_ttl) * 1000) ELSE j.hold_until_us END;
+        IF nf.lost THEN
+          j.hold_fence := @schema@.hold_fence(j.hold_until_us, j.hold_fence, t_us, nf.fence - 1);
+          j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), (t_ms + v_ttl) * 1000);
+        END IF;
         fences := fences || nf.fence;
         recs := recs || @schema@.record_json(v_job, v_fire[k], 'granted', v_node, nf.fence,
                                              v_trigger, t_ms);
@@ -298,8 +302,10 @@ BEGIN
       j.fence, CASE WHEN live THEN j.lease_fence END, v_known, t_us);
     j.fence := nf.fence;
     lost := lost OR nf.lost;
-    j.hold_until_us := CASE WHEN nf.lost THEN greatest(coalesce(j.hold_until_us, 0),
-      (t_ms + v_ttl) * 1000) ELSE j.hold_until_us END;
+    IF nf.lost THEN
+      j.hold_fence := @schema@.hold_fence(j.hold_until_us, j.hold_fence, t_us, nf.fence - 1);
+      j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), (t_ms + v_ttl) * 1000);
+    END IF;
     hold_ms := greatest(0, coalesce(j.hold_until_us, 0) / 1000 - t_ms);
     j.lease_owner := v_owner; j.lease_fence := nf.fence; j.lease_ticks := v_fire;
     j.lease_trigger := v_trigger; j.lease_expires_us := (t_ms + v_ttl) * 1000;
@@ -317,7 +323,8 @@ BEGIN
     j.cursor_tick := v_tick;
   END IF;
   UPDATE @schema@.jobs SET cursor_tick = j.cursor_tick, origin_tick = j.origin_tick,
-    fence = j.fence, hold_until_us = j.hold_until_us, outstanding = j.outstanding,
+    fence = j.fence, hold_until_us = j.hold_until_us, hold_fence = j.hold_fence,
+    outstanding = j.outstanding,
     lease_owner = j.lease_owner, lease_fence = j.lease_fence, lease_ticks = j.lease_ticks,
     lease_tick = j.lease_ticks[1], lease_trigger = j.lease_trigger,
     lease_expires_us = j.lease_expires_us, lease_held = j.lease_held,

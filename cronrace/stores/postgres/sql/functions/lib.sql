@@ -79,6 +79,22 @@ LANGUAGE sql VOLATILE AS $$
   SELECT p_kind || '|jobs.' || p_kind || ' of ' || p_job || '|quarantine';
 $$;
 
+-- hold_fence(hold_until_us, hold_fence, now_us, before_fence) -> bigint
+--   A wipe hold's fence as it (re)starts: the highest fence a run granted before the loss
+--   can hold (such a run may write its lease back during the hold; a grant made since, a
+--   fence above it, may not); the higher of the two while a hold is still on.
+CREATE OR REPLACE FUNCTION @schema@.hold_fence(
+  p_until_us bigint, p_fence bigint, p_now_us bigint, p_before bigint
+) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF coalesce(p_until_us, 0) > p_now_us THEN
+    RETURN greatest(coalesce(p_fence, 0), p_before);
+  END IF;
+  RETURN p_before;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION @schema@.prune(p_ns text, p_now_us bigint) RETURNS integer
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE

@@ -66,6 +66,8 @@ BEGIN
     UPDATE @schema@.jobs SET lease_owner = NULL, lease_fence = NULL, lease_ticks = NULL,
       lease_tick = NULL, lease_trigger = NULL, lease_expires_us = NULL, lease_held = false,
       lease_reasserted = false, lease_started_ms = NULL,
+      hold_fence = @schema@.hold_fence(hold_until_us, hold_fence, p_now_us,
+                                       greatest(coalesce(fence, 0), p_now_us)),
       hold_until_us = greatest(coalesce(hold_until_us, 0), (p_now_us / 1000 + p_ttl_ms) * 1000)
     WHERE ns = p_ns AND job = p_job;
   END IF;
@@ -138,7 +140,9 @@ BEGIN
     WHERE ns = p_ns AND job = p_job;
     RETURN jsonb_build_object('answer', 1, 'warnings', warnings);
   END IF;
-  holding := coalesce(j.hold_until_us, 0) / 1000 > t_ms;
+  -- During the hold, only a run granted before the loss (its fence at most the hold's)
+  -- writes its lease back: a grant made during the hold never takes it from such a run.
+  holding := coalesce(j.hold_until_us, 0) / 1000 > t_ms AND p_fence <= j.hold_fence;
   IF p_owner <> '' AND (
        (NOT live AND (j.fence IS NULL OR holding))
        OR (live AND holding AND (j.lease_held OR (j.lease_reasserted AND j.lease_fence < p_fence))))
