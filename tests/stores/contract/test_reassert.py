@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.protocol import Release, Renewal, RenewRequest, Verdict
 from cronrace.stores.contract import Store
