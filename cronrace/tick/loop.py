@@ -53,6 +53,9 @@ WATCHED_MAX_SLEEP_S = 60.0
 #: the wake-up jitter of a loaded 2-core machine (tens of ms), so the preferred node wins
 #: when alive and runs spread across the fleet; the others still fire it if it is not.
 PREFERRED_HEAD_START_S = 0.1
+#: How long after its undecided claim ran out the next in line claims a lost tick again:
+#: the winner's claim was made a little after the tick (its wake-up, the round trip).
+RECHECK_MARGIN_S = 0.5
 
 
 class Scheduler:
@@ -179,13 +182,20 @@ class Scheduler:
         proposals: list[Proposal] = []
         following: dict[str, int] = {}
         now_s = int(now)
+        skipped = 0
         for first_due, name in due:
             job = planned[name]
             try:
                 tick_s, following[name] = self._due_tick(job, first_due, now_s)
+                if self.membership.racers_of(name, tick_s) is not None:
+                    # racers = k: others race this tick (the view moved since it was pushed).
+                    skipped += 1
+                    continue
                 proposals.append(Proposal(job, self._plan(job, tick_s, now, first_due - 1)))
             except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
                 self._unschedule(job, exc)
+        if skipped:
+            self.observer.claims_skipped(skipped)
         try:
             unanswered = await self.tick_race.race(proposals, runs) if proposals else set()
         except Exception:  # the outermost loop: one job's surprise must not stop the rest
@@ -240,7 +250,7 @@ class Scheduler:
         except Exception:  # noqa: BLE001 (a broken schedule is reported by the loop)
             return
         if self.membership.next_after_preferred(job.name, tick_s):
-            heapq.heappush(self._rechecks, (tick_s + wait_s, tick_s, job.name))
+            heapq.heappush(self._rechecks, (tick_s + wait_s + RECHECK_MARGIN_S, tick_s, job.name))
 
     async def _recheck(self, now: float, runs: TaskGroup) -> None:
         """Claim again the lost ticks that are due: a winner that died before deciding
@@ -256,7 +266,7 @@ class Scheduler:
         if not proposals:
             return
         try:
-            await self.tick_race.race(proposals, runs)
+            await self.tick_race.race(proposals, runs, recheck=True)
         except Exception:  # the outermost loop: one job's surprise must not stop the rest
             log.exception("unexpected error re-claiming lost ticks; moving on")
 

@@ -102,8 +102,13 @@ class TickRace:
         grace_s = self.settings.live_grace_s
         return plan_tick(job, tick_s, cursor_s, now, grace_s, since_s=since_s)
 
-    async def race(self, proposals: Sequence[Proposal], runs: TaskGroup) -> set[str]:
+    async def race(
+        self, proposals: Sequence[Proposal], runs: TaskGroup, *, recheck: bool = False
+    ) -> set[str]:
         """Claim every plan (one pipeline per shard), then decide the won ones.
+
+        A claim lost is told to :attr:`on_lost` (the loop claims it again later, if second
+        in line), unless this race is that ``recheck`` already: once is enough.
 
         Returns:
             The jobs whose claims got no answer: the loop plans them again, backing off.
@@ -120,7 +125,7 @@ class TickRace:
                     winners.append(p)
                 elif reply.outcome is ClaimOutcome.LOST:
                     lost += 1
-                    if p.trigger_id is None and self.on_lost is not None:
+                    if p.trigger_id is None and self.on_lost is not None and not recheck:
                         self.on_lost(p.job, p.plan.tick_s)
                 else:  # no answer, or too few replicas confirmed it: claimed again later
                     unknown.add(p.job.name)
