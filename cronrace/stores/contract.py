@@ -1,6 +1,6 @@
 """The store contract: what every backend does for cronrace, documented once.
 
-A store keeps one namespace's shared state: the per-tick claims, each job's watermark,
+A store keeps one namespace's shared state: the per-tick claims, each job's cursor,
 lease and fence counter, run records, the live node set, manual triggers, stored
 schedules and the fleet's published definitions. The protocol built on it is DESIGN.md
 sections 3-5 and 8; section 14 maps each part to Redis and PostgreSQL. Every backend
@@ -11,8 +11,9 @@ crosses this line, and every error leaving a store is one of cronrace's own
 
 The methods are grouped the way the protocol uses them:
 
-- **tick**: claims, decisions (the watermark, the overlap policy, passed ticks, the wipe
-  hold, remembered answers), watermarks;
+- **tick**: claims, decisions under the dense cursor (the reference in
+  :mod:`cronrace.protocol`: the overlap policy, the wipe hold, remembered answers, records
+  written in the same step), cursors;
 - **run**: renewing, releasing and handing on leases, and run records;
 - **fleet**: heartbeat and membership, the epoch, published definitions (:attr:`Store.fleet`);
 - **schedules**: stored schedules and their version (:attr:`Store.schedules`);
@@ -173,7 +174,7 @@ class Store(abc.ABC):
     async def aclose(self) -> None:
         """Close the store's connections."""
 
-    # -- tick: claims, decisions, watermarks ----------------------------------------------
+    # -- tick: claims -----------------------------------------------------------------------
 
     @abc.abstractmethod
     async def claim_each(
@@ -346,7 +347,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def job_states(self, jobs: Sequence[str]) -> list[JobState]:
-        """What the store knows of each job (lease, watermark, pause flag), in one read."""
+        """What the store knows of each job (lease, cursor, pause flag), in one read."""
 
     @abc.abstractmethod
     async def set_paused(self, job: str, paused: bool) -> None:

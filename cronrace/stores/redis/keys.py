@@ -18,7 +18,6 @@ class JobKeys(NamedTuple):
 
     lease: str
     fence: str
-    last: str
     pending: str
     state: str
     runs: str
@@ -43,7 +42,6 @@ class Keys:
             keys = JobKeys(
                 self.lease(job),
                 self.fence(job),
-                self.last(job),
                 self.pending(job),
                 self.state(job),
                 self.runs(job),
@@ -68,9 +66,6 @@ class Keys:
 
     def fence(self, job: str) -> str:
         return f"{self.ns}:fence:{{{job}}}"
-
-    def last(self, job: str) -> str:
-        return f"{self.ns}:last:{{{job}}}"
 
     def cursor(self, job: str) -> str:
         """Every tick of ``job`` up to this one is decided and recorded (docs/design.md 3)."""
