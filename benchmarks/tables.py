@@ -2,8 +2,9 @@
 
 ``python -m benchmarks.tables`` starts its own postgres (benchmarks/pgserver.py) and
 drives the PostgreSQL store as one agent node does, tick after tick: every tick it claims
-every job's tick (claim.sql), decides the won claims (acquire_many), and releases each run
-with its record (release_many: the record pruned to ``history``); every ``heartbeat_s``
+every job's tick (claim.sql, the undecided claim's short TTL), decides the won claims (the
+dense cursor's decide: its ``granted`` record, and after a jump the ``missed`` range), and
+ends each run with its record (end_runs: the records pruned to ``history``); every ``heartbeat_s``
 it beats (and exchanges fingerprints, forgetting nodes that left), pruning every
 ``PRUNE_EVERY_BEATS``-th beat (prune() in lib.sql), with the agent's own settings (the
 claim TTL of tick/race.py, the heartbeat TTL, the job defaults).
@@ -22,8 +23,8 @@ minutes (about a thousand job ticks a second at load 11-17), so the run drives t
 ``--full-s`` simulated seconds tick after tick (past every retention window: the claim
 TTL, ``history`` records per job, the membership TTL), then a ``--burst-s`` burst of
 consecutive ticks every ``--every-h`` hours to the end of the day, the clock jumping
-between bursts as over a paused process (each jump's missed ticks recorded as the agent
-records them). Table rows, bytes (``pg_total_relation_size``)
+between bursts as over a paused process (each jump's missed ticks recorded by the next
+decision, as one ``missed`` range). Table rows, bytes (``pg_total_relation_size``)
 and dead tuples are sampled every ``--sample-s`` simulated seconds; the run ends with the
 growth after the plateau and a plot (``--plot``).
 """
@@ -46,24 +47,19 @@ from cronrace.fleet.heartbeat import PRUNE_EVERY_BEATS, heartbeat_ttl_ms
 from cronrace.model.job import JOB_DEFAULTS
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
+from cronrace.protocol import Answer, DecideReply, DecideRequest, Missed, Verdict
 from cronrace.settings import AgentSettings
 from cronrace.stores.postgres import PostgresStore
-from cronrace.stores.values import (
-    AcquireDecision,
-    AcquireMode,
-    AcquireReply,
-    AcquireRequest,
-    Claim,
-    ClaimOutcome,
-    FinishRequest,
-    Owner,
-)
+from cronrace.stores.values import Claim, ClaimOutcome, Owner, RunEnd
 
 START_S = 1_767_225_600  # 2026-01-01T00:00:00Z
 DAY_S = 86_400
 TABLES = ("claims", "jobs", "runs", "nodes", "fleet", "control", "fenced_values", "quarantine")
 HEARTBEAT_S = 2.0
-#: The agent's claim TTL for a job with the default catch-up window (tick/race.py).
+#: How long a won claim lives undecided (the agent's ``undecided_claim_s``, tick/race.py).
+UNDECIDED_CLAIM_MS = int(AgentSettings.model_fields["undecided_claim_s"].default * 1000)
+#: How long a decided claim keeps its answer, for a job with the default catch-up window
+#: (tick/race.py).
 CLAIM_TTL_MS = int(
     (JOB_DEFAULTS["catchup_window"] + AgentSettings.model_fields["skew_tolerance_s"].default + 1)
     * 1000
@@ -130,36 +126,43 @@ class SimulatedNode:
         self.decisions: dict[str, int] = {}
 
     async def tick(self, tick_s: int) -> None:
-        """Claim, decide, run and release every job's ``tick_s``; beat when it is time."""
+        """Claim, decide, run and end every job's ``tick_s``; beat when it is time.
+
+        After a jump (a paused process), each decision covers the ticks since its cursor:
+        it fires the newest (``catchup = latest``) and records the rest ``missed``, in the
+        same statement."""
         await self.set_clock(tick_s + 0.001)
-        if self.last_tick is not None and tick_s - self.last_tick > 1:
-            await self._record_missed(tick_s)
-        claims = [Claim(job, tick_s, self.day.claim_ttl_ms) for job in self.jobs]
+        claims = [Claim(job, tick_s, UNDECIDED_CLAIM_MS) for job in self.jobs]
         replies = await self.store.claim_each(claims, self.owner)
         won = [c.job for c, r in zip(claims, replies, strict=True) if r.outcome is ClaimOutcome.WON]
+        cursor = self.last_tick
+        gap = 0 if cursor is None else tick_s - cursor - 1
+        missed = (Missed(tick_s - gap, tick_s - 1, gap),) if gap > 0 else ()
         requests = [
-            AcquireRequest(
+            DecideRequest(
                 job=job,
-                decide_tick_s=tick_s,
-                mark_tick_s=tick_s,
-                run_tick_s=tick_s,
-                owner=self.owner,
-                lease_ttl_ms=self.day.lease_ttl_ms,
+                tick_s=tick_s,
+                cursor_s=cursor,
+                from_s=tick_s - 1 if cursor is None else cursor,
+                fire_s=(tick_s,),
+                missed=missed,
+                owner=str(self.owner),
                 overlap=Overlap.SKIP,
-                mode=AcquireMode.RUN,
-                prior_tick_s=tick_s - 1,
+                lease_ttl_ms=self.day.lease_ttl_ms,
+                claim_ttl_ms=self.day.claim_ttl_ms,
+                history=self.day.history,
             )
             for job in won
         ]
-        decided = await self.store.acquire(requests)
+        decided = await self.store.decide(requests)
         await self.set_clock(tick_s + 0.005)
-        finished = []
+        ended = []
         for request, reply in zip(requests, decided, strict=True):
-            if not isinstance(reply, AcquireReply):
-                raise RuntimeError(f"acquire failed for {request.job}: {reply}")  # noqa: TRY004
-            key = str(reply.decision)
+            if not isinstance(reply, DecideReply):
+                raise RuntimeError(f"the decision failed for {request.job}: {reply}")  # noqa: TRY004
+            key = str(reply.verdict or reply.answer)
             self.decisions[key] = self.decisions.get(key, 0) + 1
-            if reply.decision is not AcquireDecision.RUN:
+            if reply.answer is not Answer.DECIDED or reply.verdict is not Verdict.RUN:
                 continue
             record = RunRecord(
                 job=request.job,
@@ -170,12 +173,20 @@ class SimulatedNode:
                 started_ms=tick_s * 1000 + 2,
                 finished_ms=tick_s * 1000 + 5,
             )
-            fence, ttl_ms = reply.fence, request.lease_ttl_ms
-            finished.append(FinishRequest(record, self.day.history, fence, self.owner, ttl_ms))
-        for reply in await self.store.finish_many(finished):
-            if isinstance(reply, Exception):
-                raise reply
-        self.ran += len(finished)
+            ended.append(
+                RunEnd(
+                    request.job,
+                    reply.fence,
+                    self.owner,
+                    request.lease_ttl_ms,
+                    record,
+                    self.day.history,
+                )
+            )
+        for end in await self.store.end_runs(ended):
+            if isinstance(end, Exception):
+                raise end
+        self.ran += len(ended)
         self.last_tick = tick_s
         if tick_s % int(HEARTBEAT_S) == 0:
             await self.beat("n0", tick_s)
@@ -198,23 +209,6 @@ class SimulatedNode:
         if reply.dead:
             await self.store.fleet.forget(reply.dead)
         self.beats[node] = beats + 1
-
-    async def _record_missed(self, tick_s: int) -> None:
-        """What an agent with ``catchup = latest`` records on waking after a pause."""
-        assert self.last_tick is not None
-        gap = tick_s - self.last_tick - 1
-        records = [
-            RunRecord(
-                job=job,
-                tick_s=tick_s - 1,
-                node="n0",
-                outcome=Outcome.MISSED,
-                count=gap,
-                finished_ms=tick_s * 1000,
-            )
-            for job in self.jobs
-        ]
-        await self.store.record(records, history=self.day.history)
 
 
 async def table_sizes(store: PostgresStore) -> dict[str, dict[str, int]]:
