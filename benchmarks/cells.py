@@ -616,6 +616,7 @@ def measure(
         )
         row["beats_in_window"] = dict(_delta(results, "beats"))
     commands = _delta(results, "commands")
+    answers = _delta(results, "decide_answers") or {}
     wakeups = _delta(results, "wakeups")
     claims = _delta(results, "claims")
     by_phase: Counter[str] = Counter()
@@ -669,6 +670,9 @@ def measure(
             else None,
             "rtt_by_phase_per_tick": {
                 phase: round(count / ticks, 2) for phase, count in sorted(round_trips.items())
+            },
+            "decide_answers_per_tick": {
+                answer: round(count / ticks, 2) for answer, count in sorted(answers.items())
             },
             "background_rtt_per_node_s": round(
                 sum(round_trips.get(p, 0) for p in BACKGROUND_PHASES) / (n * wall_s), 3

@@ -71,6 +71,9 @@ class Counters:
     claim_rtts: list[tuple[int, float]] = field(default_factory=list)
     #: (tick, seconds the decide pipeline took, send to reply), one per winning wake-up.
     decide_rtts: list[tuple[int, float]] = field(default_factory=list)
+    #: What the decisions answered (decided, moved, covered, lost, stale; error: no reply):
+    #: a ``moved`` is planned again and sent again, one more round trip for its wake-up.
+    decide_answers: Counter[str] = field(default_factory=Counter)
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able copy of the cumulative counts."""
@@ -79,6 +82,7 @@ class Counters:
             "commands": {f"{phase}|{name}": n for (phase, name), n in self.commands.items()},
             "wakeups": self.wakeups,
             "claims": self.claims,
+            "decide_answers": dict(self.decide_answers),
         }
 
 
@@ -171,6 +175,8 @@ def _timed_decide(method: Callable[..., Any]) -> Callable[..., Any]:
         if requests:
             tick = min(request.tick_s for request in requests)
             COUNTERS.decide_rtts.append((tick, time.time() - sent_s))
+        for answer in reply:
+            COUNTERS.decide_answers[str(getattr(answer, "answer", "error"))] += 1
         return reply
 
     return decide
