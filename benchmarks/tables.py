@@ -2,9 +2,9 @@
 
 ``python -m benchmarks.tables`` starts its own postgres (benchmarks/pgserver.py) and
 drives the PostgreSQL store as one agent node does, tick after tick: every tick it claims
-every job's tick (claim.sql, the undecided claim's short TTL), decides the won claims (the
-dense cursor's decide: its ``granted`` record, and after a jump the ``missed`` range), and
-ends each run with its record (end_runs: the records pruned to ``history``); every ``heartbeat_s``
+every job's tick (claim.sql), decides the won claims (decide(): each decision's records
+written with it), and ends each run with its record (end_runs(): the records pruned to
+``history``); every ``heartbeat_s``
 it beats (and exchanges fingerprints, forgetting nodes that left), pruning every
 ``PRUNE_EVERY_BEATS``-th beat (prune() in lib.sql), with the agent's own settings (the
 claim TTL of tick/race.py, the heartbeat TTL, the job defaults).
@@ -24,7 +24,7 @@ minutes (about a thousand job ticks a second at load 11-17), so the run drives t
 TTL, ``history`` records per job, the membership TTL), then a ``--burst-s`` burst of
 consecutive ticks every ``--every-h`` hours to the end of the day, the clock jumping
 between bursts as over a paused process (each jump's missed ticks recorded by the next
-decision, as one ``missed`` range). Table rows, bytes (``pg_total_relation_size``)
+decision, as one missed range). Table rows, bytes (``pg_total_relation_size``)
 and dead tuples are sampled every ``--sample-s`` simulated seconds; the run ends with the
 growth after the plateau and a plot (``--plot``).
 """
@@ -47,7 +47,7 @@ from cronrace.fleet.heartbeat import PRUNE_EVERY_BEATS, heartbeat_ttl_ms
 from cronrace.model.job import JOB_DEFAULTS
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
-from cronrace.protocol import Answer, DecideReply, DecideRequest, Missed, Verdict
+from cronrace.protocol import DecideReply, DecideRequest, Missed, Verdict
 from cronrace.settings import AgentSettings
 from cronrace.stores.postgres import PostgresStore
 from cronrace.stores.values import Claim, ClaimOutcome, Owner, RunEnd
@@ -56,10 +56,7 @@ START_S = 1_767_225_600  # 2026-01-01T00:00:00Z
 DAY_S = 86_400
 TABLES = ("claims", "jobs", "runs", "nodes", "fleet", "control", "fenced_values", "quarantine")
 HEARTBEAT_S = 2.0
-#: How long a won claim lives undecided (the agent's ``undecided_claim_s``, tick/race.py).
-UNDECIDED_CLAIM_MS = int(AgentSettings.model_fields["undecided_claim_s"].default * 1000)
-#: How long a decided claim keeps its answer, for a job with the default catch-up window
-#: (tick/race.py).
+#: The agent's claim TTL for a job with the default catch-up window (tick/race.py).
 CLAIM_TTL_MS = int(
     (JOB_DEFAULTS["catchup_window"] + AgentSettings.model_fields["skew_tolerance_s"].default + 1)
     * 1000
@@ -126,24 +123,22 @@ class SimulatedNode:
         self.decisions: dict[str, int] = {}
 
     async def tick(self, tick_s: int) -> None:
-        """Claim, decide, run and end every job's ``tick_s``; beat when it is time.
-
-        After a jump (a paused process), each decision covers the ticks since its cursor:
-        it fires the newest (``catchup = latest``) and records the rest ``missed``, in the
-        same statement."""
+        """Claim, decide, run and end every job's ``tick_s``; beat when it is time."""
         await self.set_clock(tick_s + 0.001)
-        claims = [Claim(job, tick_s, UNDECIDED_CLAIM_MS) for job in self.jobs]
+        claims = [Claim(job, tick_s, self.day.claim_ttl_ms) for job in self.jobs]
         replies = await self.store.claim_each(claims, self.owner)
         won = [c.job for c, r in zip(claims, replies, strict=True) if r.outcome is ClaimOutcome.WON]
         cursor = self.last_tick
-        gap = 0 if cursor is None else tick_s - cursor - 1
-        missed = (Missed(tick_s - gap, tick_s - 1, gap),) if gap > 0 else ()
+        missed: tuple[Missed, ...] = ()
+        if cursor is not None and tick_s - cursor > 1:
+            # Woken after a pause (catch-up latest): the ticks between are one missed range.
+            missed = (Missed(cursor + 1, tick_s - 1, tick_s - cursor - 1),)
         requests = [
             DecideRequest(
                 job=job,
                 tick_s=tick_s,
                 cursor_s=cursor,
-                from_s=tick_s - 1 if cursor is None else cursor,
+                from_s=cursor if cursor is not None else tick_s - 1,
                 fire_s=(tick_s,),
                 missed=missed,
                 owner=str(self.owner),
@@ -156,13 +151,13 @@ class SimulatedNode:
         ]
         decided = await self.store.decide(requests)
         await self.set_clock(tick_s + 0.005)
-        ended = []
+        finished = []
         for request, reply in zip(requests, decided, strict=True):
             if not isinstance(reply, DecideReply):
-                raise RuntimeError(f"the decision failed for {request.job}: {reply}")  # noqa: TRY004
+                raise RuntimeError(f"decide failed for {request.job}: {reply}")  # noqa: TRY004
             key = str(reply.verdict or reply.answer)
             self.decisions[key] = self.decisions.get(key, 0) + 1
-            if reply.answer is not Answer.DECIDED or reply.verdict is not Verdict.RUN:
+            if reply.verdict is not Verdict.RUN:
                 continue
             record = RunRecord(
                 job=request.job,
@@ -173,20 +168,14 @@ class SimulatedNode:
                 started_ms=tick_s * 1000 + 2,
                 finished_ms=tick_s * 1000 + 5,
             )
-            ended.append(
-                RunEnd(
-                    request.job,
-                    reply.fence,
-                    self.owner,
-                    request.lease_ttl_ms,
-                    record,
-                    self.day.history,
-                )
+            ttl_ms = request.lease_ttl_ms
+            finished.append(
+                RunEnd(request.job, reply.fence, self.owner, ttl_ms, record, self.day.history)
             )
-        for end in await self.store.end_runs(ended):
-            if isinstance(end, Exception):
-                raise end
-        self.ran += len(ended)
+        for ended in await self.store.end_runs(finished):
+            if isinstance(ended, Exception):
+                raise ended
+        self.ran += len(finished)
         self.last_tick = tick_s
         if tick_s % int(HEARTBEAT_S) == 0:
             await self.beat("n0", tick_s)

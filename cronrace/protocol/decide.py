@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cronrace.model.policies import Outcome, Overlap
-from cronrace.protocol.lease import grant, hold_left_ms, next_fence, start_hold
+from cronrace.protocol.lease import fence_floor, grant, hold_left_ms, next_fence, start_hold
 from cronrace.protocol.values import (
     Answer,
     Claim,
@@ -97,7 +97,8 @@ def decide(
         # from the caller's cursor.
         data_lost = True
         records.append(Record(req.cursor_s, Outcome.DATA_LOST, req.node, last_s=req.cursor_s))
-        state = start_hold(state, now_ms=now_ms, ttl_ms=req.lease_ttl_ms)
+        floor = fence_floor(state, known_fence=req.known_fence, now_ms=now_ms, now_us=now_us)
+        state = start_hold(state, now_ms=now_ms, ttl_ms=req.lease_ttl_ms, before_fence=floor)
     state, swept = _sweep(state, req, now_ms)
     records += swept
     records += [
@@ -219,7 +220,9 @@ def _fire(state: JobState, req: DecideRequest, *, now_ms: int, now_us: int) -> _
             )
             if lost:
                 lost_any = True
-                state = start_hold(state, now_ms=now_ms, ttl_ms=req.lease_ttl_ms)
+                state = start_hold(
+                    state, now_ms=now_ms, ttl_ms=req.lease_ttl_ms, before_fence=fence - 1
+                )
             fences.append(fence)
             records.append(Record(tick_s, Outcome.GRANTED, node, fence, trigger_id=trigger))
         hold_ms = hold_left_ms(state, now_ms)
@@ -262,7 +265,7 @@ def _fire(state: JobState, req: DecideRequest, *, now_ms: int, now_us: int) -> _
         state, known_fence=req.known_fence, now_ms=now_ms, now_us=now_us
     )
     if lost:
-        state = start_hold(state, now_ms=now_ms, ttl_ms=req.lease_ttl_ms)
+        state = start_hold(state, now_ms=now_ms, ttl_ms=req.lease_ttl_ms, before_fence=fence - 1)
     hold_ms = hold_left_ms(state, now_ms)
     held = hold_ms > 0 and req.overlap is not Overlap.REPLACE
     state = grant(

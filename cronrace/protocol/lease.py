@@ -54,9 +54,27 @@ def hold_left_ms(state: JobState, now_ms: int) -> int:
     return max(0, state.hold_until_ms - now_ms)
 
 
-def start_hold(state: JobState, *, now_ms: int, ttl_ms: int) -> JobState:
-    """Hold new grants for ``ttl_ms`` from now (never shortening a hold)."""
-    return replace(state, hold_until_ms=max(state.hold_until_ms, now_ms + ttl_ms))
+def start_hold(state: JobState, *, now_ms: int, ttl_ms: int, before_fence: int) -> JobState:
+    """Hold new grants for ``ttl_ms`` from now (never shortening a hold).
+
+    ``before_fence`` is the highest fence a run granted before the loss can hold: such a
+    run may write its lost lease back during the hold; a grant made since (a fence above
+    it) may not, so a held grant never takes the lease back from an older run that
+    re-asserted it.
+    """
+    holding = state.hold_until_ms > now_ms
+    return replace(
+        state,
+        hold_until_ms=max(state.hold_until_ms, now_ms + ttl_ms),
+        hold_fence=max(state.hold_fence, before_fence) if holding else before_fence,
+    )
+
+
+def fence_floor(state: JobState, *, known_fence: int, now_ms: int, now_us: int) -> int:
+    """The highest fence handed out so far, as far as this state and the caller can tell:
+    the counter, the live lease's fence, the caller's, and the clock's floor."""
+    live = state.live_lease(now_ms)
+    return max(state.fence or 0, live.fence if live is not None else 0, known_fence, now_us)
 
 
 def as_run(lease: Lease) -> Lease:
@@ -75,11 +93,12 @@ def renew(
     """Extend the lease held with ``req.fence``; write it back when the store lost it.
 
     A lease is re-asserted (given ``owner``) when the store lost it under a live run: no
-    lease and no counter (nothing was granted since the loss: every grant seeds it), or no
-    lease while the wipe hold is on; or, during the hold, a lease that is a held grant (not
-    started) or a lease re-asserted with a lower fence (the run holding the highest fence
-    is the newest grant the store had made). The counter is raised to the re-asserted
-    fence, so fences still only rise.
+    lease and no counter (nothing was granted since the loss: every grant seeds it); or,
+    during the wipe hold, by a run granted before the loss (its fence at most the hold's
+    ``hold_fence``) when there is no lease, or the lease is a held grant (not started), or
+    a lease re-asserted with a lower fence (the run holding the highest fence is the newest
+    grant the store had made). A grant made during the hold never re-asserts. The counter
+    is raised to the re-asserted fence, so fences still only rise.
     """
     lease = state.live_lease(now_ms)
     if lease is not None and lease.fence == req.fence:
@@ -87,12 +106,12 @@ def renew(
         return Renewal.RENEWED, replace(
             state, lease=replace(lease, expires_ms=now_ms + req.ttl_ms, held=held)
         )
-    holding = hold_left_ms(state, now_ms) > 0
+    before = hold_left_ms(state, now_ms) > 0 and req.fence <= state.hold_fence
     if req.owner and (
-        (lease is None and (state.fence is None or holding))
+        (lease is None and (state.fence is None or before))
         or (
             lease is not None
-            and holding
+            and before
             and (lease.held or (lease.reasserted and lease.fence < req.fence))
         )
     ):

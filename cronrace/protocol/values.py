@@ -158,6 +158,8 @@ class JobState:
         pending: the tick waiting under ``queue_one``.
         paused: operators paused the job.
         hold_until_ms: new grants wait until then (the store lost the job's data).
+        hold_fence: during the hold, the highest fence a run granted before the loss can
+            hold (a run above it was granted during the hold, and never re-asserts).
         claims: the claim keys, sorted by key.
         triggers: outstanding manual triggers (id, posted ms), oldest first.
         history: the job's records, oldest first.
@@ -171,6 +173,7 @@ class JobState:
     pending: Pending | None = None
     paused: bool = False
     hold_until_ms: int = 0
+    hold_fence: int = 0
     claims: tuple[tuple[ClaimKey, Claim], ...] = ()
     triggers: tuple[tuple[str, int], ...] = ()
     history: tuple[Record, ...] = ()

@@ -32,11 +32,11 @@ MUTATIONS = {
     m.name: m
     for m in (
         Mutation(
-            "stale-equal-accepted",
-            "acquire accepts a tick equal to the watermark",
-            ("acquire",),
-            "if prev >= decide_tick then",
-            "if prev > decide_tick then",
+            "decide-without-cursor-check",
+            "a decision does not compare the cursor it was planned from",
+            ("decide",),
+            "elseif cursor ~= expected then",
+            "elseif false then",
         ),
         Mutation(
             "fence-from-zero",
@@ -46,31 +46,17 @@ MUTATIONS = {
             "local seed = 0",
         ),
         Mutation(
-            "release-unfenced",
-            "release does not compare the fence",
-            ("release",),
-            "if held ~= ARGV[1] then",
-            "if not held then",
-        ),
-        Mutation(
             "renew-unfenced",
             "renew does not compare the fence",
-            ("renew",),
+            ("renew_lease",),
             "if held == fence then",
             "if held then",
         ),
         Mutation(
-            "reassert-over-a-started-run",
-            "a re-asserted lease takes the lease of a run that started",
-            ("renew",),
-            "redis.call('HGET', lease_key, 'held') == '1'",
-            "true",
-        ),
-        Mutation(
             "skip-runs-anyway",
             "the skip overlap policy runs the tick anyway",
-            ("acquire",),
-            "elseif overlap ~= 'replace' or late then",
+            ("decide",),
+            "elseif live and overlap == 'skip' then",
             "elseif false then",
         ),
     )

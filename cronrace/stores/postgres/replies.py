@@ -58,11 +58,9 @@ def decode_quarantined(raw: Any) -> tuple[Quarantined, ...]:
 def decode_job_state(row: Sequence[Any]) -> JobState:
     """A row of ``job_states.sql``; a lease whose owner or fence is unusable reads as none."""
     (job, cursor, fence, owner, lease_fence, lease_tick, started_ms, left_ms, paused) = row[:9]
-    counters = {
-        name: int(value)
-        for name, value in zip(COUNTERS, row[9:14], strict=True)
-        if value is not None
-    }
+    # A decision adds to every counter at once (0 to those its records do not count):
+    # shown like Redis's, a counter is there once something was counted.
+    counters = {name: int(value) for name, value in zip(COUNTERS, row[9:14], strict=True) if value}
     spec_raw = row[14] if isinstance(row[14], dict) else {}
     lease = None
     if lease_fence is not None and left_ms is not None and owner:
@@ -141,16 +139,16 @@ def decode_decide(reply: Mapping[str, Any]) -> DecideReply:
         raise StoreError(f"decide() answered {dict(reply)!r}: {exc}") from None
 
 
-def decode_lease_renewal(answer: Any) -> LeaseRenewal:
-    """Decode ``renew_lease()``'s answer.
+def decode_lease_renewal(reply: Mapping[str, Any]) -> tuple[LeaseRenewal, tuple[Quarantined, ...]]:
+    """Decode ``renew_lease()``'s answer and what it moved aside.
 
     Raises:
         StoreError: not an answer ``renew_lease()`` gives.
     """
     try:
-        return LeaseRenewal(int(answer))
-    except (TypeError, ValueError):
-        raise StoreError(f"renew_lease() answered {answer!r}") from None
+        return LeaseRenewal(int(reply["answer"])), decode_quarantined(reply.get("warnings"))
+    except (KeyError, TypeError, ValueError):
+        raise StoreError(f"renew_lease() answered {dict(reply)!r}") from None
 
 
 def decode_end_run(reply: Mapping[str, Any]) -> RunEndReply:

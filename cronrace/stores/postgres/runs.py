@@ -25,6 +25,7 @@ from cronrace.stores.postgres.operator import OperatorSide
 from cronrace.stores.postgres.replies import (
     decode_end_run,
     decode_lease_renewal,
+    decode_quarantined,
     decode_records,
 )
 from cronrace.stores.values import (
@@ -51,7 +52,7 @@ class RunSide(OperatorSide):
     async def renew_lease(self, job: str, request: RenewRequest) -> LeaseRenewal:
         """Extend (or re-assert) a run's lease, as :func:`cronrace.protocol.renew` does
         (renew_lease(), functions/runs.sql)."""
-        answer = await self.db.value(
+        reply = await self.db.value(
             "renew_lease",
             {
                 "ns": self.ns,
@@ -63,7 +64,9 @@ class RunSide(OperatorSide):
                 "starting": request.starting,
             },
         )
-        return decode_lease_renewal(answer)
+        answer, quarantined = decode_lease_renewal(reply)
+        report_quarantined(quarantined, function="renew_lease", job=job, fence=request.fence)
+        return answer
 
     async def end_run(self, request: RunEnd) -> RunEndReply:
         """Write a run's record and hand its lease on or release it, as
@@ -108,6 +111,10 @@ class RunSide(OperatorSide):
             except StoreError as exc:
                 out.append(exc)
                 continue
+            quarantined = decode_quarantined(reply.get("warnings"))
+            report_quarantined(
+                quarantined, function="end_run", job=request.job, fence=request.fence
+            )
             self._saw_fence(request.job, request.fence, decoded.fence)
             out.append(decoded)
         return out

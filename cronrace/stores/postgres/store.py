@@ -25,8 +25,9 @@ from cronrace.stores.postgres.database import Database
 from cronrace.stores.postgres.errors import reply_error, translating
 from cronrace.stores.postgres.replies import (
     decode_decide,
+    decode_quarantined,
 )
-from cronrace.stores.postgres.runs import RunSide
+from cronrace.stores.postgres.runs import RunSide, report_quarantined
 from cronrace.stores.postgres.schema import check as check_schema
 from cronrace.stores.postgres.tables import latest_changes
 from cronrace.stores.postgres.urls import parse_postgres_url
@@ -221,6 +222,8 @@ class PostgresStore(RunSide, Store):
             except StoreError as exc:
                 out.append(exc)
                 continue
+            quarantined = decode_quarantined(reply.get("warnings"))
+            report_quarantined(quarantined, function="decide", job=req.job, tick=req.tick_s)
             self._saw_fence(req.job, decoded.fence, *decoded.fences)
             out.append(decoded)
         return out

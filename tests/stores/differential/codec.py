@@ -70,6 +70,7 @@ def visible(state: JobState, now_ms: int) -> JobState:
         state,
         lease=lease,
         hold_until_ms=state.hold_until_ms if state.hold_until_ms > now_ms else 0,
+        hold_fence=state.hold_fence if state.hold_until_ms > now_ms else 0,
         claims=tuple((k, c) for k, c in state.claims if c.expires_ms > now_ms),
         triggers=tuple(sorted(state.triggers, key=lambda t: (t[1], t[0]))),
     )
@@ -86,8 +87,9 @@ def _close(name: str, want: Any, got: Any, window: Window) -> bool:
         return computed and 0 <= got - want <= window.end_ms - window.start_ms
     if name == "hold_ms":
         return want > 0 and 0 <= want - got <= window.end_ms - window.start_ms
-    if name in ("fence", "fences"):
-        floored = window.start_us <= want <= window.start_us + FLOORED_SPAN_US
+    if name in ("fence", "fences", "hold_fence"):
+        # A fence floored at the clock (a wipe hold's fence is the one before it).
+        floored = window.start_us - 1 <= want <= window.start_us + FLOORED_SPAN_US
         return floored and want <= got <= window.end_us + FLOORED_SPAN_US
     return False
 

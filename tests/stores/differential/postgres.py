@@ -28,7 +28,7 @@ from cronrace.stores.values import reference_record
 _JOB_COLUMNS = (
     "cursor_tick, origin_tick, fence, lease_owner, lease_fence, lease_ticks, lease_trigger, "
     "lease_expires_us, lease_held, lease_reasserted, run_owner, run_fence, run_ticks, "
-    "run_trigger, pending_tick, pending_trigger, paused, hold_until_us, outstanding"
+    "run_trigger, pending_tick, pending_trigger, paused, hold_until_us, hold_fence, outstanding"
 )
 
 
@@ -117,6 +117,7 @@ class PostgresCodec:
             None if state.pending is None else state.pending.trigger_id,
             state.paused,
             hold_us,
+            state.hold_fence if hold_us is not None else 0,
             Jsonb([[trigger, at] for trigger, at in state.triggers]),
             None if lease is None else lease.ticks_s[0],
             None if run is None else run.ticks_s[0],
@@ -211,6 +212,7 @@ class PostgresCodec:
             pending_trigger,
             paused,
             hold_until_us,
+            hold_fence,
             outstanding,
         ) = rows[0]
         lease = None
@@ -239,6 +241,7 @@ class PostgresCodec:
             pending=None if pending_tick is None else Pending(int(pending_tick), pending_trigger),
             paused=bool(paused),
             hold_until_ms=hold_ms if hold_ms > now_ms else 0,
+            hold_fence=int(hold_fence) if hold_ms > now_ms else 0,
             claims=state.claims,
             triggers=tuple((str(trigger), int(at)) for trigger, at in outstanding),
             history=state.history,

@@ -70,7 +70,7 @@ class RedisCodec:
         if fields:
             pipe.hset(of.state, mapping=fields)
         if state.hold_until_ms > now_ms:
-            pipe.set(of.hold, now_ms, pxat=state.hold_until_ms)
+            pipe.set(of.hold, state.hold_fence, pxat=state.hold_until_ms)
         for key, claim in state.claims:
             if claim.expires_ms > now_ms:
                 value = claim.owner if claim.memo is None else encode_memo(claim.owner, claim.memo)
@@ -95,6 +95,7 @@ class RedisCodec:
         pipe.execute_command("PEXPIRETIME", of.lease)
         pipe.get(of.pending)
         pipe.execute_command("PEXPIRETIME", of.hold)
+        pipe.get(of.hold)
         pipe.hgetall(of.triggers)
         pipe.xrange(of.runs)
         (
@@ -105,6 +106,7 @@ class RedisCodec:
             lease_at,
             pending,
             hold_at,
+            hold_fence,
             triggers,
             runs,
         ) = await pipe.execute()
@@ -119,6 +121,7 @@ class RedisCodec:
             pending=None if pending is None else Pending(int(pending), s.get("pending_trigger")),
             paused=s.get("paused") == "1",
             hold_until_ms=max(0, int(hold_at)),
+            hold_fence=int(hold_fence) if hold_at > 0 and hold_fence is not None else 0,
             claims=await self._claims(job),
             triggers=tuple(
                 sorted(

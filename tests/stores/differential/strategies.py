@@ -204,6 +204,8 @@ def states(draw: st.DrawFn, leases: tuple[str, ...] = ("none", "live", "ran_out"
     base = counter if counter is not None else FENCE_BELOW_US
     hold = draw(st.sampled_from((0, 0, 1)))
     hold_until = draw(_future_ms()) if hold else 0
+    # Runs granted before the loss hold fences up to it; a grant of the hold, above it.
+    hold_fence = base - draw(st.integers(0, 2)) if hold else 0
     lease = run = None
     kind = draw(st.sampled_from(leases))
     if kind != "none":
@@ -241,6 +243,7 @@ def states(draw: st.DrawFn, leases: tuple[str, ...] = ("none", "live", "ran_out"
         pending=pending,
         paused=draw(st.integers(0, 3)) == 3,
         hold_until_ms=hold_until,
+        hold_fence=hold_fence,
         triggers=tuple(triggers),
         history=draw(_history()),
     )

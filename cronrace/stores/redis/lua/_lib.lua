@@ -136,9 +136,30 @@ local function hold_left_ms(hold_key)
   return 0
 end
 
-local function start_hold(hold_key, ttl_ms)
-  if hold_left_ms(hold_key) < ttl_ms then
-    redis.call('SET', hold_key, int_text(now_ms()), 'PX', ttl_ms)
+-- The highest fence handed out so far, as far as the store and the caller can tell: the
+-- counter, the lease's fence, the caller's, the clock's floor (keys already checked).
+local function fence_floor(fence_key, lease_key, known)
+  local floor = math.max(now_us(), known or 0)
+  local counter = redis.call('GET', fence_key)
+  if is_int(counter) and tonumber(counter) > floor then floor = tonumber(counter) end
+  local held = redis.call('HGET', lease_key, 'fence')
+  if is_int(held) and tonumber(held) > floor then floor = tonumber(held) end
+  return floor
+end
+
+-- Hold new grants ttl_ms from now (never shorter). The hold key's value is the highest
+-- fence a run granted before the loss can hold (before_fence): such a run may write its
+-- lost lease back during the hold; a grant made since (a fence above it) may not.
+local function start_hold(hold_key, ttl_ms, before_fence)
+  local left = hold_left_ms(hold_key)
+  if left > 0 then
+    local kept = tonumber(redis.call('GET', hold_key) or '') or 0
+    if kept > before_fence then before_fence = kept end
+  end
+  if left >= ttl_ms then
+    redis.call('SET', hold_key, int_text(before_fence), 'KEEPTTL')
+  else
+    redis.call('SET', hold_key, int_text(before_fence), 'PX', ttl_ms)
   end
 end
 

@@ -47,10 +47,11 @@ local node = string.match(owner, '^[^:]*')
 
 -- Every key is checked before the first write: a decision happens whole or not at all.
 check(hold_key, 'string', 'hold')
-if check_lease(lease_key) then
-  start_hold(hold_key, lease_ttl)  -- whether a run held the garbled lease is unknown
-end
 check_int(fence_key, 'fence')
+if check_lease(lease_key) then
+  -- Whether a run held the garbled lease is unknown: hold as after a wipe.
+  start_hold(hold_key, lease_ttl, fence_floor(fence_key, lease_key, 0))
+end
 check_int(cursor_key, 'cursor')
 check_int(pending_key, 'pending')
 check(state_key, 'hash', 'state')
@@ -116,7 +117,7 @@ elseif cursor ~= expected then
   -- runs granted before may be alive (the hold), and the decision goes on from there.
   data_lost = 1
   record(expected, 'data_lost', node, 0, nil, 1, expected)
-  start_hold(hold_key, lease_ttl)
+  start_hold(hold_key, lease_ttl, fence_floor(fence_key, lease_key, known_fence))
 end
 
 -- What ran out: a run whose lease expired unreleased (and the tick queued behind it), and
@@ -160,7 +161,7 @@ local function take_fence()
   local fence, lost = next_fence(fence_key, lease_key, known_fence)
   if lost then
     data_lost = 1
-    start_hold(hold_key, lease_ttl)
+    start_hold(hold_key, lease_ttl, fence - 1)
   end
   fences[#fences + 1] = int_text(fence)
   hold_ms = hold_left_ms(hold_key)

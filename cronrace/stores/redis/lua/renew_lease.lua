@@ -14,10 +14,11 @@
 -- ARGV[6] starting  '1' when a held run starts its handler now
 --
 -- A lease is re-asserted when the store lost it under a live run: no lease and no counter
--- (nothing was granted since the loss: every grant seeds it), or no lease while the wipe
--- hold is on; or, during the hold, a lease that is a held grant (not started) or one
--- re-asserted with a lower fence (the run with the highest fence is the newest grant the
--- store had made). The counter is raised to the re-asserted fence: fences only rise.
+-- (nothing was granted since the loss: every grant seeds it); or, during the wipe hold, by
+-- a run granted before the loss (its fence at most the hold key's value) when there is no
+-- lease, or the lease is a held grant (not started), or one re-asserted with a lower fence
+-- (the run with the highest fence is the newest grant the store had made). A grant made
+-- during the hold never re-asserts. The counter is raised to the re-asserted fence.
 --
 -- Reply: {answer, warnings}
 --   answer: 1 renewed; 2 re-asserted; 0 the lease is gone; -1 another fence holds it
@@ -29,13 +30,13 @@ quarantine_prefix = ARGV[3]
 local owner, tick, starting = ARGV[4], ARGV[5], ARGV[6] == '1'
 check(hold_key, 'string', 'hold')
 check(state_key, 'hash', 'state')
+-- A garbled counter is no sign of a wipe: it re-asserts nothing.
+local counter_garbled = check_int(fence_key, 'fence')
 local garbled = check_lease(lease_key)
 if garbled then
   -- The caller stops its run at once; a grant made before it has may not start yet.
-  start_hold(hold_key, ttl_ms)
+  start_hold(hold_key, ttl_ms, fence_floor(fence_key, lease_key, 0))
 end
--- A garbled counter is no sign of a wipe: it re-asserts nothing.
-local counter_garbled = check_int(fence_key, 'fence')
 
 local lease = redis.call('HMGET', lease_key, 'fence', 'held', 'reasserted')
 local held = tonumber(lease[1])
@@ -45,10 +46,13 @@ if held == fence then
   return {1, table.concat(warnings, ',')}
 end
 
-local holding = hold_left_ms(hold_key) > 0
+-- During the hold, only a run granted before the loss (its fence at most the hold's value)
+-- writes its lease back: a grant made during the hold never takes it from such a run.
+local hold_fence = tonumber(redis.call('GET', hold_key) or '') or 0
+local before = hold_left_ms(hold_key) > 0 and fence <= hold_fence
 local counter = redis.call('GET', fence_key)
-local lost = not held and (holding or (not counter and not counter_garbled))
-local yields = held and holding and (lease[2] == '1' or (lease[3] == '1' and held < fence))
+local lost = not held and (before or (not counter and not counter_garbled))
+local yields = held and before and (lease[2] == '1' or (lease[3] == '1' and held < fence))
 if owner ~= '' and not garbled and (lost or yields) then
   redis.call('DEL', lease_key)
   redis.call('HSET', lease_key, 'owner', owner, 'fence', ARGV[1], 'ticks', tick,

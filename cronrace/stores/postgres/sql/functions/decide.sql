@@ -9,11 +9,13 @@
 --   One row per request, i its 0-based index; reply is its DecideReply:
 --   {answer, cursor, verdict, fence, fences, ticks, hold_ms, data_lost, replayed, renewed,
 --   records (RunRecord JSON, what the decision appended)}; a reply other than `decided`
---   carries answer and cursor only. Each request is decided atomically under its job row's
---   lock by decide_one(p_ns, request), through each_request.
+--   carries answer and cursor only; warnings: garbage moved aside first (scrub, runs.sql).
+--   Each request is decided atomically under its job row's lock by decide_one(p_ns,
+--   request) (the row made if missing, scrubbed, then decide_job), through each_request.
 --
 -- each_request(p_ns, p_requests, p_function) -> TABLE (i integer, reply jsonb)
---   p_function(p_ns, request) for each request of the JSON array, in job order (two
+--   p_function(p_ns, request) (decide_one or end_run: called, not EXECUTEd, which costs
+--   a plan per request) for each request of the JSON array, in job order (two
 --   batches lock their rows in one order and never deadlock), each in a subtransaction:
 --   one that fails answers {error, sqlstate}, its writes undone, the others' kept. A row
 --   another session holds costs that job only, as in acquire_many (batches.sql): a first
@@ -38,21 +40,30 @@ CREATE OR REPLACE FUNCTION @schema@.record_json(
   p_job text, p_tick bigint, p_outcome text, p_node text, p_fence bigint, p_trigger text,
   p_now_ms bigint, p_count bigint DEFAULT 1, p_last bigint DEFAULT 0
 ) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-  SELECT jsonb_build_object('job', p_job, 'tick_s', p_tick, 'node', p_node,
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  -- PL/pgSQL, not SQL: called from PL/pgSQL, a SQL function is planned at every call.
+  RETURN jsonb_build_object('job', p_job, 'tick_s', p_tick, 'node', p_node,
     'outcome', p_outcome, 'fence', p_fence, 'started_ms', 0, 'finished_ms', p_now_ms,
     'error', NULL, 'count', p_count, 'trigger_id', p_trigger, 'detail', NULL,
-    'last_tick_s', p_last)
+    'last_tick_s', p_last);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION @schema@.records_of(
   p_job text, p_ticks bigint[], p_outcome text, p_node text, p_fence bigint, p_trigger text,
   p_now_ms bigint
 ) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-  SELECT coalesce(jsonb_agg(@schema@.record_json(p_job, t, p_outcome, p_node, p_fence,
-                                                 p_trigger, p_now_ms) ORDER BY o), '[]')
-  FROM unnest(p_ticks) WITH ORDINALITY AS u (t, o)
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+  t bigint;
+  out jsonb := '[]';
+BEGIN
+  FOREACH t IN ARRAY coalesce(p_ticks, '{}') LOOP
+    out := out || @schema@.record_json(p_job, t, p_outcome, p_node, p_fence, p_trigger, p_now_ms);
+  END LOOP;
+  RETURN out;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION @schema@.append_records(
@@ -68,7 +79,11 @@ BEGIN
   INSERT INTO @schema@.runs (ns, job, written_ms, record)
   SELECT p_ns, p_job, p_now_us / 1000, e
   FROM jsonb_array_elements(p_records) WITH ORDINALITY AS x (e, o) ORDER BY o;
-  -- What the operator's status counts (`cronrace status`): not part of the protocol.
+  -- What the operator's status counts (`cronrace status`): not part of the protocol. Most
+  -- records (granted, a run's result) count nothing: the row is not written again for them.
+  IF p_records @? '$[*] ? (@.outcome == "skipped:overlap" || @.outcome == "skipped:paused"
+                           || @.outcome == "missed" || @.outcome == "queued"
+                           || @.outcome == "abandoned")' THEN
   UPDATE @schema@.jobs AS jb SET
     skipped_overlap = coalesce(jb.skipped_overlap, 0) + c.overlap,
     skipped_paused = coalesce(jb.skipped_paused, 0) + c.paused,
@@ -84,8 +99,8 @@ BEGIN
            count(*) FILTER (WHERE e->>'outcome' = 'abandoned') AS abandoned
     FROM jsonb_array_elements(p_records) AS x (e)
   ) c
-  WHERE jb.ns = p_ns AND jb.job = p_job
-    AND c.overlap + c.paused + c.missed + c.queued + c.abandoned > 0;
+  WHERE jb.ns = p_ns AND jb.job = p_job;
+  END IF;
   SELECT id INTO oldest FROM @schema@.runs WHERE ns = p_ns AND job = p_job
   ORDER BY id DESC OFFSET CASE WHEN p_history > 0 THEN p_history ELSE 1000 END LIMIT 1;
   IF oldest IS NOT NULL THEN
@@ -109,6 +124,28 @@ $$;
 CREATE OR REPLACE FUNCTION @schema@.decide_one(p_ns text, r jsonb) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+  warnings text;
+  t_us bigint := @schema@.now_us();
+  garbage text;
+BEGIN
+  warnings := @schema@.scrub(p_ns, r->>'job', t_us, (r->>'lease_ttl_ms')::bigint, true);
+  -- A remembered answer no decide() wrote: moved aside, the claim with it.
+  DELETE FROM @schema@.claims
+  WHERE ns = p_ns AND job = r->>'job' AND trigger_id = coalesce(r->>'trigger_id', '')
+    AND tick = CASE WHEN nullif(r->>'trigger_id', '') IS NULL THEN (r->>'tick')::bigint ELSE 0 END
+    AND memo IS NOT NULL AND NOT (jsonb_typeof(memo) = 'object' AND memo ? 'answer')
+  RETURNING memo::text INTO garbage;
+  IF FOUND THEN
+    warnings := concat_ws(',', nullif(warnings, ''),
+                          @schema@.quarantine(p_ns, r->>'job', 'claim', garbage, t_us));
+  END IF;
+  RETURN @schema@.decide_job(p_ns, r) || jsonb_build_object('warnings', warnings);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.decide_job(p_ns text, r jsonb) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
   j @schema@.jobs%ROWTYPE;
   c record;
   nf record;
@@ -124,21 +161,17 @@ DECLARE
   v_window bigint := coalesce((r->>'trigger_window_ms')::bigint, 0);
   v_trigger text := nullif(r->>'trigger_id', '');
   v_fire bigint[] := ARRAY(SELECT jsonb_array_elements_text(r->'fire')::bigint);
-  v_n integer;
-  v_key bigint;
+  v_n integer := cardinality(v_fire);
+  v_key bigint := CASE WHEN v_trigger IS NULL THEN v_tick ELSE 0 END;
   live boolean;
   renewed boolean := false;
   recs jsonb := '[]';
   verdict text := 'nothing';
   fences bigint[] := '{}';
-  fired bigint[] := '{}';
   hold_ms bigint := 0;
   lost boolean := false;
   reply jsonb;
 BEGIN
-  v_n := cardinality(v_fire);
-  v_key := CASE WHEN v_trigger IS NULL THEN v_tick ELSE 0 END;
-  INSERT INTO @schema@.jobs (ns, job) VALUES (p_ns, v_job) ON CONFLICT DO NOTHING;
   SELECT * INTO j FROM @schema@.jobs WHERE ns = p_ns AND job = v_job FOR UPDATE;
   SELECT cl.owner, cl.memo INTO c FROM @schema@.claims cl
   WHERE cl.ns = p_ns AND cl.job = v_job AND cl.tick = v_key
@@ -148,14 +181,11 @@ BEGIN
   -- A retry of a decision made under this claim: its answer again. A grant may start only
   -- while its lease holds its fence and no higher fence is known (renewed, extended now).
   IF c.owner = v_owner AND c.memo IS NOT NULL THEN
-    IF c.memo->>'verdict' = 'run' THEN
-      renewed := v_overlap = 'allow' OR (live AND j.lease_fence = (c.memo->>'fence')::bigint
-        AND greatest(coalesce(j.fence, 0), v_known) <= (c.memo->>'fence')::bigint);
-      IF renewed AND v_overlap <> 'allow' THEN
-        UPDATE @schema@.jobs SET lease_expires_us = (t_ms + v_ttl) * 1000
-        WHERE ns = p_ns AND job = v_job;
-      END IF;
-    END IF;
+    renewed := c.memo->>'verdict' = 'run' AND (v_overlap = 'allow' OR (live
+      AND j.lease_fence = (c.memo->>'fence')::bigint
+      AND greatest(coalesce(j.fence, 0), v_known) <= (c.memo->>'fence')::bigint));
+    UPDATE @schema@.jobs SET lease_expires_us = (t_ms + v_ttl) * 1000
+    WHERE ns = p_ns AND job = v_job AND renewed AND v_overlap <> 'allow';
     RETURN c.memo || jsonb_build_object('replayed', true, 'renewed', renewed, 'records', '[]'::jsonb);
   END IF;
   IF v_trigger IS NULL AND j.cursor_tick >= v_tick THEN
@@ -180,6 +210,8 @@ BEGIN
     lost := true;
     recs := jsonb_build_array(@schema@.record_json(v_job, (r->>'cursor')::bigint, 'data_lost',
       v_node, 0, NULL, t_ms, 1, (r->>'cursor')::bigint));
+    j.hold_fence := @schema@.hold_fence(j.hold_until_us, j.hold_fence, t_us, greatest(
+      coalesce(j.fence, 0), CASE WHEN live THEN j.lease_fence ELSE 0 END, v_known, t_us));
     j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), (t_ms + v_ttl) * 1000);
   END IF;
 
@@ -229,8 +261,9 @@ BEGIN
         SELECT * INTO nf FROM @schema@.next_fence(
           j.fence, CASE WHEN live THEN j.lease_fence END, v_known, t_us);
         j.fence := nf.fence;
+        lost := lost OR nf.lost;
         IF nf.lost THEN
-          lost := true;
+          j.hold_fence := @schema@.hold_fence(j.hold_until_us, j.hold_fence, t_us, nf.fence - 1);
           j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), (t_ms + v_ttl) * 1000);
         END IF;
         fences := fences || nf.fence;
@@ -238,7 +271,6 @@ BEGIN
                                              v_trigger, t_ms);
       END LOOP;
       verdict := 'run';
-      fired := v_fire;
       hold_ms := greatest(0, coalesce(j.hold_until_us, 0) / 1000 - t_ms);
       EXIT fire;
     END IF;
@@ -269,8 +301,9 @@ BEGIN
     SELECT * INTO nf FROM @schema@.next_fence(
       j.fence, CASE WHEN live THEN j.lease_fence END, v_known, t_us);
     j.fence := nf.fence;
+    lost := lost OR nf.lost;
     IF nf.lost THEN
-      lost := true;
+      j.hold_fence := @schema@.hold_fence(j.hold_until_us, j.hold_fence, t_us, nf.fence - 1);
       j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), (t_ms + v_ttl) * 1000);
     END IF;
     hold_ms := greatest(0, coalesce(j.hold_until_us, 0) / 1000 - t_ms);
@@ -282,17 +315,16 @@ BEGIN
     recs := recs || @schema@.records_of(v_job, v_fire, 'granted', v_node, nf.fence, v_trigger, t_ms);
     verdict := 'run';
     fences := ARRAY[nf.fence];
-    fired := v_fire;
   END fire;
 
   IF v_trigger IS NULL THEN
-    IF j.cursor_tick IS NULL THEN
-      j.origin_tick := (r->>'from')::bigint;
-    END IF;
+    j.origin_tick := CASE WHEN j.cursor_tick IS NULL THEN (r->>'from')::bigint
+                          ELSE j.origin_tick END;
     j.cursor_tick := v_tick;
   END IF;
   UPDATE @schema@.jobs SET cursor_tick = j.cursor_tick, origin_tick = j.origin_tick,
-    fence = j.fence, hold_until_us = j.hold_until_us, outstanding = j.outstanding,
+    fence = j.fence, hold_until_us = j.hold_until_us, hold_fence = j.hold_fence,
+    outstanding = j.outstanding,
     lease_owner = j.lease_owner, lease_fence = j.lease_fence, lease_ticks = j.lease_ticks,
     lease_tick = j.lease_ticks[1], lease_trigger = j.lease_trigger,
     lease_expires_us = j.lease_expires_us, lease_held = j.lease_held,
@@ -304,7 +336,8 @@ BEGIN
   reply := jsonb_build_object('answer', 'decided', 'cursor', j.cursor_tick, 'verdict', verdict,
     'fence', coalesce(fences[1], 0),
     'fences', CASE WHEN v_overlap = 'allow' THEN to_jsonb(fences) ELSE '[]' END,
-    'ticks', to_jsonb(fired), 'hold_ms', hold_ms, 'data_lost', lost);
+    'ticks', to_jsonb(CASE WHEN verdict = 'run' THEN v_fire ELSE '{}' END), 'hold_ms', hold_ms,
+    'data_lost', lost);
   -- The answer is kept under the claim for its retries.
   INSERT INTO @schema@.claims AS cl (ns, job, tick, trigger_id, owner, expires_us, request_id,
                                      memo)
@@ -337,7 +370,8 @@ BEGIN
       CONTINUE WHEN pass = 2 AND NOT r.ord = ANY (locked);
       i := r.ord;
       BEGIN
-        EXECUTE format('SELECT @schema@.%I($1, $2)', p_function) INTO reply USING p_ns, r.req;
+        reply := CASE p_function WHEN 'decide_one' THEN @schema@.decide_one(p_ns, r.req)
+                                 ELSE @schema@.end_run(p_ns, r.req) END;
       EXCEPTION
         WHEN lock_not_available THEN
           IF pass = 1 THEN

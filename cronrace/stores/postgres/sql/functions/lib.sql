@@ -61,13 +61,13 @@ $$;
 CREATE OR REPLACE FUNCTION @schema@.next_fence(
   counter bigint, lease_fence bigint, known bigint, now_us bigint,
   OUT fence bigint, OUT lost boolean
-) LANGUAGE sql IMMUTABLE AS $$
-  SELECT greatest(
-           coalesce(counter, greatest(now_us, coalesce(lease_fence, 0))),
-           known,
-           now_us
-         ) + 1,
-         (counter IS NULL AND known > 0) OR (counter IS NOT NULL AND counter < known)
+) LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  -- PL/pgSQL, not SQL: called from PL/pgSQL, a SQL function is planned at every call.
+  fence := greatest(coalesce(counter, greatest(now_us, coalesce(lease_fence, 0))), known,
+                    now_us) + 1;
+  lost := (counter IS NULL AND known > 0) OR (counter IS NOT NULL AND counter < known);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION @schema@.quarantine(
@@ -77,6 +77,22 @@ LANGUAGE sql VOLATILE AS $$
   INSERT INTO @schema@.quarantine (ns, job, kind, value, moved_us)
   VALUES (p_ns, p_job, p_kind, p_value, p_now_us);
   SELECT p_kind || '|jobs.' || p_kind || ' of ' || p_job || '|quarantine';
+$$;
+
+-- hold_fence(hold_until_us, hold_fence, now_us, before_fence) -> bigint
+--   A wipe hold's fence as it (re)starts: the highest fence a run granted before the loss
+--   can hold (such a run may write its lease back during the hold; a grant made since, a
+--   fence above it, may not); the higher of the two while a hold is still on.
+CREATE OR REPLACE FUNCTION @schema@.hold_fence(
+  p_until_us bigint, p_fence bigint, p_now_us bigint, p_before bigint
+) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF coalesce(p_until_us, 0) > p_now_us THEN
+    RETURN greatest(coalesce(p_fence, 0), p_before);
+  END IF;
+  RETURN p_before;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION @schema@.prune(p_ns text, p_now_us bigint) RETURNS integer

@@ -8,7 +8,9 @@
 -- release() and its batch, lease_garbled(). They are dropped, and with them the columns
 -- only they read or wrote: the watermark (every job's cursor was seeded from it by version
 -- 23), the passed ticks and ranges, and the list of triggers decided (a trigger is now
--- outstanding until its decision removes it).
+-- outstanding until its decision removes it). hold_fence is new: during a wipe hold, the
+-- highest fence a run granted before the loss can hold (such a run may write its lease
+-- back; a grant made during the hold may not, so it never takes the lease from one).
 DO $drop$
 DECLARE
   f regprocedure;
@@ -25,6 +27,7 @@ BEGIN
 END
 $drop$;
 ALTER TABLE @schema@.jobs
+  ADD COLUMN IF NOT EXISTS hold_fence bigint NOT NULL DEFAULT 0,
   DROP COLUMN IF EXISTS watermark,
   DROP COLUMN IF EXISTS passed,
   DROP COLUMN IF EXISTS passed_ranges,
