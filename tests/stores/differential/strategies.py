@@ -122,6 +122,7 @@ def shift_state(state: JobState, now_ms: int, now_us: int) -> JobState:
         lease=_lease(state.lease, now_ms, now_us),
         run=_lease(state.run, now_ms, now_us),
         hold_until_ms=state.hold_until_ms + now_ms if state.hold_until_ms else 0,
+        hold_fence=_fence(state.hold_fence, now_us),
         claims=claims,
         triggers=tuple((t, at + now_ms) for t, at in state.triggers),
         history=tuple(replace(r, fence=_fence(r.fence, now_us)) for r in state.history),
