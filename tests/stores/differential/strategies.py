@@ -195,6 +195,7 @@ def states(
     draw: st.DrawFn,
     leases: tuple[str, ...] = ("live", "live", "none", "ran_out"),
     holding: bool | None = None,
+    wiped: bool = False,
 ) -> JobState:
     """A job's state, relative times: everything the stores keep for one job.
 
@@ -207,6 +208,8 @@ def states(
         origin = draw(st.sampled_from((None, tick(-10), tick(-3))))
     above = FENCE_ABOVE_US + draw(st.integers(0, 5))
     counter = draw(st.sampled_from((FENCE_BELOW_US, above, FENCE_BELOW_US, above, None)))
+    if wiped:  # the store lost the counter (and, drawn apart, the lease)
+        counter = None
     base = counter if counter is not None else FENCE_BELOW_US
     hold = draw(st.booleans()) if holding is None else holding
     hold_until = draw(_future_ms()) if hold else 0
@@ -390,7 +393,8 @@ def _run_fence(draw: st.DrawFn, state: JobState) -> int:
     """A run's fence: the lease's (the holder), or another (a run replaced, or gone)."""
     choices = []
     if state.lease is not None:
-        choices += [state.lease.fence] * 4 + [state.lease.fence + 1, state.lease.fence - 1]
+        choices += [state.lease.fence] * 4 + [state.lease.fence + 1]
+        choices += [state.lease.fence - 1] * 2  # an older run: re-asserting, or replaced
     choices += [FENCE_BELOW_US - 1, FENCE_ABOVE_US + 9]
     if state.run is not None:
         choices.append(state.run.fence)
@@ -399,10 +403,12 @@ def _run_fence(draw: st.DrawFn, state: JobState) -> int:
 
 def renew_cases() -> st.SearchStrategy[Case]:
     """A renewal: by the holder, by a replaced run, by a run re-asserting after a wipe; a
-    third of them during a wipe hold, against a live lease (held, re-asserted or not)."""
+    third of them during a wipe hold, against a live lease (held, re-asserted or not), and
+    a third after a wipe took the counter and the lease."""
     return st.one_of(
         _renew_cases(states(leases=("live", "live", "none", "ran_out"))),
         _renew_cases(states(leases=("live",), holding=True)),
+        _renew_cases(states(leases=("none", "ran_out"), wiped=True)),
     )
 
 
