@@ -188,3 +188,13 @@ async def test_runs_ending_together_share_one_round_trip_per_shard(
         Outcome.GRANTED,
     ]
     assert (await store.histories(jobs[:1], 10))[jobs[0]][0].outcome is Outcome.GRANTED
+
+
+async def test_the_status_counters_count_the_ticks_not_run(store: Store) -> None:
+    await decide(store, decision("j", 600, fire=(600,), overlap=Overlap.QUEUE_ONE))
+    reply = await decide(
+        store, decision("j", 780, cursor_s=600, fire=(660, 720, 780), overlap=Overlap.QUEUE_ONE)
+    )
+    assert reply.verdict is Verdict.QUEUED
+    (state,) = await store.job_states(["j"])
+    assert state.counters == {"skipped_overlap": 2, "queued": 1}

@@ -76,7 +76,9 @@ class RedisCodec:
                 value = claim.owner if claim.memo is None else encode_memo(claim.owner, claim.memo)
                 pipe.set(self._claim_key(job, key), value, pxat=claim.expires_ms)
         if state.triggers:
-            pipe.hset(of.triggers, mapping=dict(state.triggers))
+            # Newest first: a small hash lists its fields in the order written, and a
+            # store must not take that order for their age.
+            pipe.hset(of.triggers, mapping=dict(reversed(state.triggers)))
         for r in state.history:
             record = RunRecord(
                 job, r.tick_s, r.node, r.outcome, r.fence, 0, now_ms, None, r.count,

@@ -122,6 +122,7 @@ def shift_state(state: JobState, now_ms: int, now_us: int) -> JobState:
         lease=_lease(state.lease, now_ms, now_us),
         run=_lease(state.run, now_ms, now_us),
         hold_until_ms=state.hold_until_ms + now_ms if state.hold_until_ms else 0,
+        hold_fence=_fence(state.hold_fence, now_us),
         claims=claims,
         triggers=tuple((t, at + now_ms) for t, at in state.triggers),
         history=tuple(replace(r, fence=_fence(r.fence, now_us)) for r in state.history),
@@ -148,11 +149,12 @@ def shift_request(request: Any, now_ms: int, now_us: int) -> Any:
 
 @st.composite
 def _memos(draw: st.DrawFn, cursor_s: int | None, counter: int) -> DecideReply:
-    """A decided claim's remembered answer (relative fences)."""
-    verdict = draw(st.sampled_from(list(Verdict)))
-    fence, fences, ticks = 0, (), ()
+    """A decided claim's remembered answer (relative fences): a grant half the time, its
+    fence the one given (the lease's, or the counter), or another."""
+    verdict = draw(st.sampled_from([Verdict.RUN] * len(Verdict) + list(Verdict)))
+    fence, fences, ticks = 0, (), ()  # type: tuple[int, tuple[int, ...], tuple[int, ...]]
     if verdict is Verdict.RUN:
-        fence = draw(st.sampled_from((counter, counter - 1, counter + 3)))
+        fence = draw(st.sampled_from((counter, counter, counter - 1, counter + 3)))
         ticks = tuple(tick(i) for i in range(draw(st.integers(1, 2))))
         if draw(st.booleans()):  # granted under allow: one fence per tick
             fences = tuple(fence + i for i in range(len(ticks)))
@@ -189,7 +191,12 @@ def _history(draw: st.DrawFn) -> tuple[Record, ...]:
 
 
 @st.composite
-def states(draw: st.DrawFn, leases: tuple[str, ...] = ("none", "live", "ran_out")) -> JobState:
+def states(
+    draw: st.DrawFn,
+    leases: tuple[str, ...] = ("live", "live", "none", "ran_out"),
+    holding: bool | None = None,
+    wiped: bool = False,
+) -> JobState:
     """A job's state, relative times: everything the stores keep for one job.
 
     The claims are drawn with the request (:func:`decide_cases`), which decides whose
@@ -200,9 +207,11 @@ def states(draw: st.DrawFn, leases: tuple[str, ...] = ("none", "live", "ran_out"
     if cursor is not None or draw(st.integers(0, 9)) == 0:
         origin = draw(st.sampled_from((None, tick(-10), tick(-3))))
     above = FENCE_ABOVE_US + draw(st.integers(0, 5))
-    counter = draw(st.sampled_from((None, above, FENCE_BELOW_US)))
+    counter = draw(st.sampled_from((FENCE_BELOW_US, above, FENCE_BELOW_US, above, None)))
+    if wiped:  # the store lost the counter (and, drawn apart, the lease)
+        counter = None
     base = counter if counter is not None else FENCE_BELOW_US
-    hold = draw(st.sampled_from((0, 0, 1)))
+    hold = draw(st.booleans()) if holding is None else holding
     hold_until = draw(_future_ms()) if hold else 0
     # Runs granted before the loss hold fences up to it; a grant of the hold, above it.
     hold_fence = base - draw(st.integers(0, 2)) if hold else 0
@@ -251,15 +260,16 @@ def states(draw: st.DrawFn, leases: tuple[str, ...] = ("none", "live", "ran_out"
 
 @st.composite
 def _claims(
-    draw: st.DrawFn, state: JobState, key: ClaimKey, owner: str
+    draw: st.DrawFn, state: JobState, key: ClaimKey, owner: str, replay: bool = False
 ) -> tuple[tuple[ClaimKey, Claim], ...]:
     """The claims: the request's own key (won, decided by this owner, another's, gone),
-    and a few others."""
+    and a few others; with ``replay``, decided by this owner half the time."""
     counter = state.fence if state.fence is not None else FENCE_BELOW_US
-    if state.lease is not None and draw(st.booleans()):
+    if state.lease is not None and draw(st.integers(0, 3)) > 0:
         counter = state.lease.fence  # a memo of the grant that holds the lease
     found: dict[ClaimKey, Claim] = {}
-    mine = draw(st.sampled_from(("won", "won", "won", "decided", "other", "gone")))
+    fates = ("won", "won", "won", "decided", "other", "gone")
+    mine = draw(st.sampled_from(fates + ("decided",) * 6 if replay else fates))
     if mine == "won":
         found[key] = Claim(owner, draw(_future_ms()))
     elif mine == "decided":
@@ -290,7 +300,7 @@ def _plan(draw: st.DrawFn, from_s: int, tick_s: int) -> tuple[tuple[int, ...], t
     expired = draw(st.integers(0, len(due)))
     old, window = due[:expired], due[expired:]
     return plan(
-        draw(st.sampled_from(list(Catchup))),
+        draw(st.sampled_from((Catchup.ALL, *Catchup))),
         due_s=window,
         on_time=draw(st.booleans()),
         expired=Missed(old[0], old[-1], len(old)) if old else None,
@@ -304,10 +314,28 @@ def _known_fence(state: JobState) -> st.SearchStrategy[int]:
     return st.sampled_from((0, 0, counter, counter + 7, counter - 7, FENCE_ABOVE_US + 50))
 
 
+def decide_cases() -> st.SearchStrategy[Case]:
+    """A decision: a tick (cursor expected right, wrong, or unknown) or a manual trigger;
+    a quarter of them against a live run (the overlap policies, catch-ups behind it), and
+    a quarter replays (the answer remembered under the claim, its grant's lease held or
+    not)."""
+    live = states(leases=("live",))
+    return st.one_of(
+        _decide_cases(states()),
+        _decide_cases(states()),
+        _decide_cases(live, busy=True),
+        _decide_cases(live, replay=True),
+    )
+
+
 @st.composite
-def decide_cases(draw: st.DrawFn) -> Case:
-    """A decision: a tick (cursor expected right, wrong, or unknown) or a manual trigger."""
-    state = draw(states())
+def _decide_cases(
+    draw: st.DrawFn,
+    job_states: st.SearchStrategy[JobState],
+    busy: bool = False,
+    replay: bool = False,
+) -> Case:
+    state = draw(job_states)
     owner = draw(st.sampled_from(OWNERS))
     trigger_id = None
     if draw(st.integers(0, 4)) == 0:
@@ -324,7 +352,7 @@ def decide_cases(draw: st.DrawFn) -> Case:
         fire: tuple[int, ...] = (tick_s,)
         missed: tuple[Missed, ...] = ()
     else:
-        guess = draw(st.sampled_from(("right", "right", "wrong", "none")))
+        guess = draw(st.sampled_from(("right", "right", "right", "wrong", "none")))
         if guess == "right":
             expected = state.cursor_s
         elif guess == "wrong":
@@ -333,9 +361,15 @@ def decide_cases(draw: st.DrawFn) -> Case:
             expected = None
         from_s = expected if expected is not None else tick(draw(st.integers(-4, 3)))
         tick_s = from_s + PERIOD_S * draw(st.integers(1, 4))
-        if draw(st.integers(0, 5)) == 0:
-            tick_s = tick(draw(st.integers(-3, 4)))  # maybe at or below the cursor
+        if draw(st.integers(0, 4)) == 0:  # at or below the cursor, or anywhere
+            at_cursor = state.cursor_s is not None and draw(st.booleans())
+            tick_s = tick(draw(st.integers(-3, 4)))
+            if at_cursor and state.cursor_s is not None:
+                tick_s = state.cursor_s
         fire, missed = draw(_plan(from_s, tick_s))
+        if busy and draw(st.integers(0, 3)) > 0:  # a catch-up's ticks behind the run
+            fire = tuple(t for t in (tick_s - 2 * PERIOD_S, tick_s - PERIOD_S) if t > from_s)
+            fire, missed = (*fire, tick_s), ()
     request = DecideRequest(
         job="j",
         tick_s=tick_s,
@@ -351,25 +385,36 @@ def decide_cases(draw: st.DrawFn) -> Case:
         trigger_window_ms=draw(st.sampled_from(TRIGGER_WINDOWS_MS)),
         trigger_id=trigger_id,
     )
-    state = replace(state, claims=draw(_claims(state, request.claim_key, owner)))
-    return Case(state, request)
+    claims = draw(_claims(state, request.claim_key, owner, replay=replay))
+    return Case(replace(state, claims=claims), request)
 
 
 def _run_fence(draw: st.DrawFn, state: JobState) -> int:
     """A run's fence: the lease's (the holder), or another (a run replaced, or gone)."""
     choices = []
     if state.lease is not None:
-        choices += [state.lease.fence] * 6 + [state.lease.fence + 1]
+        choices += [state.lease.fence] * 4 + [state.lease.fence + 1]
+        choices += [state.lease.fence - 1] * 2  # an older run: re-asserting, or replaced
     choices += [FENCE_BELOW_US - 1, FENCE_ABOVE_US + 9]
     if state.run is not None:
         choices.append(state.run.fence)
     return draw(st.sampled_from(choices))
 
 
+def renew_cases() -> st.SearchStrategy[Case]:
+    """A renewal: by the holder, by a replaced run, by a run re-asserting after a wipe; a
+    third of them during a wipe hold, against a live lease (held, re-asserted or not), and
+    a third after a wipe took the counter and the lease."""
+    return st.one_of(
+        _renew_cases(states(leases=("live", "live", "none", "ran_out"))),
+        _renew_cases(states(leases=("live",), holding=True)),
+        _renew_cases(states(leases=("none", "ran_out"), wiped=True)),
+    )
+
+
 @st.composite
-def renew_cases(draw: st.DrawFn) -> Case:
-    """A renewal: by the holder, by a replaced run, by a run re-asserting after a wipe."""
-    state = draw(states(leases=("live", "live", "none", "ran_out")))
+def _renew_cases(draw: st.DrawFn, job_states: st.SearchStrategy[JobState]) -> Case:
+    state = draw(job_states)
     owner = draw(st.sampled_from((None, *OWNERS)))
     request = RenewRequest(
         fence=_run_fence(draw, state),
