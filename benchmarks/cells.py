@@ -616,6 +616,7 @@ def measure(
         )
         row["beats_in_window"] = dict(_delta(results, "beats"))
     commands = _delta(results, "commands")
+    answers = _delta(results, "decide_answers") or {}
     wakeups = _delta(results, "wakeups")
     claims = _delta(results, "claims")
     by_phase: Counter[str] = Counter()
@@ -628,7 +629,7 @@ def measure(
     winner_cmds = tick_cmds - claim_sets
     wake_lags = _window(results, "wake_lags", window)
     claim_rtts = _window(results, "claim_rtts", window)
-    acquire_rtts = _window(results, "acquire_rtts", window)
+    decide_rtts = _window(results, "decide_rtts", window)
     record_dups, record_missed, outcomes = _record_checks(records or {}, expected, window)
     raw = ctx.raw.get(f"raw:{j}", {})
     store_raw = ctx.raw.get(f"store:{j}", {})
@@ -670,6 +671,9 @@ def measure(
             "rtt_by_phase_per_tick": {
                 phase: round(count / ticks, 2) for phase, count in sorted(round_trips.items())
             },
+            "decide_answers_per_tick": {
+                answer: round(count / ticks, 2) for answer, count in sorted(answers.items())
+            },
             "background_rtt_per_node_s": round(
                 sum(round_trips.get(p, 0) for p in BACKGROUND_PHASES) / (n * wall_s), 3
             ),
@@ -677,8 +681,8 @@ def measure(
             "wake_lag_p99_ms": _round(percentile(wake_lags, 99)),
             "claim_rtt_p50_ms": _round(percentile(claim_rtts, 50)),
             "claim_rtt_p99_ms": _round(percentile(claim_rtts, 99)),
-            "acquire_rtt_p50_ms": _round(percentile(acquire_rtts, 50)),
-            "acquire_rtt_p99_ms": _round(percentile(acquire_rtts, 99)),
+            "decide_rtt_p50_ms": _round(percentile(decide_rtts, 50)),
+            "decide_rtt_p99_ms": _round(percentile(decide_rtts, 99)),
             "redis_cpu_ms_per_1k_claims": _round(redis_cpu_s / claims * 1e6, 2) if claims else None,
             "server_cpu_ms_per_1k_claims": _round(redis_cpu_s / claims * 1e6, 2)
             if claims

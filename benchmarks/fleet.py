@@ -70,7 +70,7 @@ LAG_TARGET_CELL = (10, 100)
 AGENTS_PER_PROCESS = 100
 #: From this many claims per second a cell gets two fleet processes (one per core).
 TWO_PROCESSES_FROM = 5000
-#: racers = k beside racers = all (DESIGN.md section 12): (nodes, jobs, racers).
+#: racers = k beside racers = all (docs/design.md section 12): (nodes, jobs, racers).
 RACER_CELLS_QUICK = ((10, 100, "2"), (10, 100, "3"), (5, 100, "all"), (5, 100, "2"))
 RACER_CELLS_FULL = tuple(
     (n, j, k)
@@ -625,9 +625,9 @@ def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
         "",
         report.fleet_table(out["fleet"]),
         "",
-        "Tick-path commands are the claims plus what the winners send (acquire, run "
-        "record, release); each node's background (its heartbeat pipeline and its blocking "
-        "`XREAD` of the control stream: "
+        "Tick-path commands are the claims plus what the winners send (the decision, "
+        "with its records, and the run's end, with the run's record); each node's "
+        "background (its heartbeat pipeline and its blocking `XREAD` of the control stream: "
         f"{_background(out)} commands per node per second in this run) is counted apart. "
         "'Executed' is Redis's own `INFO commandstats` count, which also counts the commands "
         "Lua scripts run.",
@@ -649,9 +649,9 @@ def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
         "The floor is bare redis-py doing what a winner must, for the same N × J on the same "
         "server, in a process of its own, measured right before cronrace in each repeat "
         "(benchmarks/floor.py: each node's claim pipelines, the preferred jobs first and the "
-        "others 100 ms later as cronrace's nodes claim, the acquire pipeline with cronrace's "
-        "own script, the handler tasks, one pipelined release with each run record). CPU "
-        "per run is the whole process's (every node's claims too) over the runs; the "
+        "others 100 ms later as cronrace's nodes claim, the decide pipeline with cronrace's "
+        "own decide.lua, the handler tasks, one pipelined end_run.lua with each run "
+        "record). CPU per run is the whole process's (every node's claims too) over the runs; the "
         "winner's path is cronrace's less its background (the same fleet, measured right "
         "after, with schedules that do not fire: heartbeats, control stream, loop turns). "
         "Ratios are medians of the repeats' ratios.",
@@ -663,7 +663,7 @@ def generated_markdown(out: dict[str, Any], out_dir: Path) -> str:
         "The sweep's simulated agents share fleet processes (at most "
         f"{AGENTS_PER_PROCESS} each, two processes from {TWO_PROCESSES_FROM:,} claims per "
         "second); the last row repeats 10 × 100 with one process per node (10 processes on "
-        "2 cores). 'Claim pipeline' and 'acquire pipeline' are from sending to the reply, as "
+        "2 cores). 'Claim pipeline' and 'decide pipeline' are from sending to the reply, as "
         "the awaiting coroutine sees it, so they include waiting for the event loop.",
         "",
         report.lag_table(out["fleet"] + out["per_node"]),

@@ -6,8 +6,8 @@ Two hooks, both outside ``cronrace/``:
   subclass): every ``send_packed_command`` is one round trip and every ``pack_command`` one
   command sent, counted under the current *phase*;
 - the agent's :class:`~cronrace.stores.redis.Store` instance has its public methods wrapped so
-  that they set the phase (``claim``, ``acquire``, ``finish``, ...) for the duration of the
-  call. The outermost phase wins, so the XADD inside ``Store.finish`` counts as ``finish``.
+  that they set the phase (``claim``, ``decide``, ``end``, ...) for the duration of the
+  call. The outermost phase wins, so a pipeline ``Store.end_runs`` sends counts as ``end``.
 
 The phase lives in a context variable: asyncio copies the context into each task, so a
 round trip is attributed to the Store call that awaited it, whatever runs concurrently.
@@ -25,31 +25,34 @@ from typing import Any
 
 from redis.asyncio.connection import Connection
 
-from cronrace.stores.values import AcquireRequest, Claim
+from cronrace.protocol import DecideRequest
+from cronrace.stores.values import Claim
 
 #: What the agent is doing when it talks to Redis.
 PHASE: ContextVar[str] = ContextVar("cronrace_bench_phase", default="other")
 
-#: Store methods and the phase they belong to. Tick path: claim, acquire, finish, record.
-#: Per-node background: heartbeat, control (the manual-trigger reader), renew.
+#: Store methods and the phase they belong to. Tick path: claim, decide (the dense cursor's
+#: decision, its records in it), end (a run's end: its record, the lease handed on or
+#: released), record (what the agent still writes itself). Per-node background: heartbeat,
+#: control (the manual-trigger reader), renew.
 STORE_PHASES = {
     "claim": "claim",
     "claim_each": "claim",
-    "resolve_claims": "claim",
-    "acquire": "acquire",
-    "finish": "finish",
-    "finish_many": "finish",
+    "read_claims": "claim",
+    "decide": "decide",
+    "end_run": "end",
+    "end_runs": "end",
     "record": "record",
-    "renew": "renew",
+    "renew_lease": "renew",
     "heartbeat": "heartbeat",
     "read_control": "control",
     "control_position": "control",
     "load_scripts": "setup",
     "register_jobs": "setup",
-    "watermarks": "setup",
+    "cursors": "setup",
     "leave": "setup",
 }
-TICK_PHASES = ("claim", "acquire", "finish", "record")
+TICK_PHASES = ("claim", "decide", "end", "record")
 BACKGROUND_PHASES = ("heartbeat", "control", "renew")
 
 
@@ -66,8 +69,11 @@ class Counters:
     wake_lags: list[tuple[int, float]] = field(default_factory=list)
     #: (tick, seconds the claim pipeline took, send to reply), one per wake-up.
     claim_rtts: list[tuple[int, float]] = field(default_factory=list)
-    #: (tick, seconds the acquire pipeline took, send to reply), one per winning wake-up.
-    acquire_rtts: list[tuple[int, float]] = field(default_factory=list)
+    #: (tick, seconds the decide pipeline took, send to reply), one per winning wake-up.
+    decide_rtts: list[tuple[int, float]] = field(default_factory=list)
+    #: What the decisions answered (decided, moved, covered, lost, stale; error: no reply):
+    #: a ``moved`` is planned again and sent again, one more round trip for its wake-up.
+    decide_answers: Counter[str] = field(default_factory=Counter)
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able copy of the cumulative counts."""
@@ -76,6 +82,7 @@ class Counters:
             "commands": {f"{phase}|{name}": n for (phase, name), n in self.commands.items()},
             "wakeups": self.wakeups,
             "claims": self.claims,
+            "decide_answers": dict(self.decide_answers),
         }
 
 
@@ -160,17 +167,19 @@ def _counting_claim(method: Callable[..., Any]) -> Callable[..., Any]:
     return claim
 
 
-def _timed_acquire(method: Callable[..., Any]) -> Callable[..., Any]:
+def _timed_decide(method: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(method)
-    async def acquire(requests: Sequence[AcquireRequest], *args: Any, **kwargs: Any) -> Any:
+    async def decide(requests: Sequence[DecideRequest], *args: Any, **kwargs: Any) -> Any:
         sent_s = time.time()
         reply = await method(requests, *args, **kwargs)
         if requests:
-            tick = min(request.decide_tick_s for request in requests)
-            COUNTERS.acquire_rtts.append((tick, time.time() - sent_s))
+            tick = min(request.tick_s for request in requests)
+            COUNTERS.decide_rtts.append((tick, time.time() - sent_s))
+        for answer in reply:
+            COUNTERS.decide_answers[str(getattr(answer, "answer", "error"))] += 1
         return reply
 
-    return acquire
+    return decide
 
 
 def _counting_rows(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -205,10 +214,10 @@ def instrument(store: Any) -> None:
         method = getattr(store, name, None)
         if method is None:  # a Redis-only method (load_scripts)
             continue
-        if name == "claim_each":  # claim and resolve_claims call it: count once
+        if name == "claim_each":  # claim (all or nothing) calls it: count once
             method = _counting_claim(method)
-        elif name == "acquire":
-            method = _timed_acquire(method)
+        elif name == "decide":
+            method = _timed_decide(method)
         setattr(store, name, _phased(phase, method))
 
 

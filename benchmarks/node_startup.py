@@ -6,7 +6,7 @@ minutely jobs spread by ``H`` (``H * * * * *``), as a fleet process of
 ``benchmarks.scale cells`` builds them. It reports, per agent:
 
 - the CPU to build it (``add_job`` for every job) and to start it (connect, heartbeat,
-  publish the jobs and the fleet details, read the watermarks, place the jobs) until its
+  publish the jobs and the fleet details, read the cursors, place the jobs) until its
   scheduler is seeded: the first agent alone (the namespace empty: it writes what it
   publishes), then the others together (what the first one stored is there already);
 - memory (``tracemalloc``, Python allocations): the first agent alone, which holds

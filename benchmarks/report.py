@@ -148,16 +148,20 @@ def _fire_lag(row: dict[str, Any]) -> str:
 
 
 def lag_table(rows: list[dict[str, Any]]) -> str:
-    """Where the fire lag goes: wake-up, claim pipeline, acquire pipeline, handler start."""
+    """Where the fire lag goes: wake-up, claim pipeline, decide pipeline, handler start.
+
+    Rows of runs before the dense cursor (issue 39) name the decision ``acquire``: their
+    ``acquire_rtt_*`` figures fill the decide column (the same step: the winner's second
+    round trip)."""
     header = [
         "N × J",
         "processes",
         "wake-up lag p50 / p99",
         "claim pipeline p50 / p99",
-        "acquire pipeline p50 / p99",
+        "decide pipeline p50 / p99",
         "fire lag p50 / p99",
         "agent CPU (cores)",
-        "Redis µs per EVALSHA acquire+release",
+        "Redis µs per EVALSHA decide+end_run",
     ]
     out = []
     for row in rows:
@@ -170,13 +174,18 @@ def lag_table(rows: list[dict[str, Any]]) -> str:
                 _fmt(row["procs"]),
                 f"{_fmt(row['wake_lag_p50_ms'], 1)} / {_fmt(row['wake_lag_p99_ms'], 1)}",
                 f"{_fmt(row['claim_rtt_p50_ms'], 1)} / {_fmt(row['claim_rtt_p99_ms'], 1)}",
-                f"{_fmt(row['acquire_rtt_p50_ms'], 1)} / {_fmt(row['acquire_rtt_p99_ms'], 1)}",
+                f"{_fmt(_decide_rtt(row, 50), 1)} / {_fmt(_decide_rtt(row, 99), 1)}",
                 f"{_fmt(row['fire_lag_p50_ms'], 1)} / {_fmt(row['fire_lag_p99_ms'], 1)}",
                 _fmt(row["client_cpu_cores"], 3),
                 _fmt(usec.get("evalsha"), 1),
             ]
         )
     return _table(header, out) + "\n\nAll times in ms, measured in the agents (wall clock)."
+
+
+def _decide_rtt(row: dict[str, Any], pct: int) -> Any:
+    """The decide pipeline's percentile (``acquire`` in rows of the old protocol)."""
+    return row.get(f"decide_rtt_p{pct}_ms", row.get(f"acquire_rtt_p{pct}_ms"))
 
 
 def losers_table(rows: list[dict[str, Any]]) -> str:

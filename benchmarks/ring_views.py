@@ -83,7 +83,7 @@ def views(nodes: int, agents: int, join_s: float, heartbeat_s: float) -> dict[st
 def turns(nodes: int, jobs: int) -> dict[str, float]:
     view = Membership("n0000", Racers(2), 5.0)
     view.ring = Ring.build([f"n{i:04d}" for i in range(nodes)], POINTS)
-    share = RacerShare("n0000", view, {}, 30.0)
+    share = RacerShare("n0000", view, {})
     share.track_all([f"job{i:05d}" for i in range(jobs)], START_S)
     t0 = time.process_time()
     for now_s in range(START_S, START_S + PLACEMENT_WINDOW_S):

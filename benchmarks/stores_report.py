@@ -12,7 +12,7 @@ LABELS = (
     ("rtt_per_node_wake", "claim round trips per node wake-up"),
     (
         "tick_rtt_per_node_wake",
-        "tick-path round trips per node wake-up (claim; a winner adds decide and release)",
+        "tick-path round trips per node wake-up (claim; a winner adds decide and end_run)",
     ),
     ("background_rtt_per_node_s", "background round trips per node-second (heartbeat, control)"),
     ("agent_cpu_us_per_claim", "agent CPU per claim, µs"),

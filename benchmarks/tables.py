@@ -2,8 +2,9 @@
 
 ``python -m benchmarks.tables`` starts its own postgres (benchmarks/pgserver.py) and
 drives the PostgreSQL store as one agent node does, tick after tick: every tick it claims
-every job's tick (claim.sql), decides the won claims (acquire_many), and releases each run
-with its record (release_many: the record pruned to ``history``); every ``heartbeat_s``
+every job's tick (claim.sql), decides the won claims (decide(): each decision's records
+written with it), and ends each run with its record (end_runs(): the records pruned to
+``history``); every ``heartbeat_s``
 it beats (and exchanges fingerprints, forgetting nodes that left), pruning every
 ``PRUNE_EVERY_BEATS``-th beat (prune() in lib.sql), with the agent's own settings (the
 claim TTL of tick/race.py, the heartbeat TTL, the job defaults).
@@ -22,8 +23,8 @@ minutes (about a thousand job ticks a second at load 11-17), so the run drives t
 ``--full-s`` simulated seconds tick after tick (past every retention window: the claim
 TTL, ``history`` records per job, the membership TTL), then a ``--burst-s`` burst of
 consecutive ticks every ``--every-h`` hours to the end of the day, the clock jumping
-between bursts as over a paused process (each jump's missed ticks recorded as the agent
-records them). Table rows, bytes (``pg_total_relation_size``)
+between bursts as over a paused process (each jump's missed ticks recorded by the next
+decision, as one missed range). Table rows, bytes (``pg_total_relation_size``)
 and dead tuples are sampled every ``--sample-s`` simulated seconds; the run ends with the
 growth after the plateau and a plot (``--plot``).
 """
@@ -46,18 +47,10 @@ from cronrace.fleet.heartbeat import PRUNE_EVERY_BEATS, heartbeat_ttl_ms
 from cronrace.model.job import JOB_DEFAULTS
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
+from cronrace.protocol import DecideReply, DecideRequest, Missed, Verdict
 from cronrace.settings import AgentSettings
 from cronrace.stores.postgres import PostgresStore
-from cronrace.stores.values import (
-    AcquireDecision,
-    AcquireMode,
-    AcquireReply,
-    AcquireRequest,
-    Claim,
-    ClaimOutcome,
-    FinishRequest,
-    Owner,
-)
+from cronrace.stores.values import Claim, ClaimOutcome, Owner, RunEnd
 
 START_S = 1_767_225_600  # 2026-01-01T00:00:00Z
 DAY_S = 86_400
@@ -130,36 +123,41 @@ class SimulatedNode:
         self.decisions: dict[str, int] = {}
 
     async def tick(self, tick_s: int) -> None:
-        """Claim, decide, run and release every job's ``tick_s``; beat when it is time."""
+        """Claim, decide, run and end every job's ``tick_s``; beat when it is time."""
         await self.set_clock(tick_s + 0.001)
-        if self.last_tick is not None and tick_s - self.last_tick > 1:
-            await self._record_missed(tick_s)
         claims = [Claim(job, tick_s, self.day.claim_ttl_ms) for job in self.jobs]
         replies = await self.store.claim_each(claims, self.owner)
         won = [c.job for c, r in zip(claims, replies, strict=True) if r.outcome is ClaimOutcome.WON]
+        cursor = self.last_tick
+        missed: tuple[Missed, ...] = ()
+        if cursor is not None and tick_s - cursor > 1:
+            # Woken after a pause (catch-up latest): the ticks between are one missed range.
+            missed = (Missed(cursor + 1, tick_s - 1, tick_s - cursor - 1),)
         requests = [
-            AcquireRequest(
+            DecideRequest(
                 job=job,
-                decide_tick_s=tick_s,
-                mark_tick_s=tick_s,
-                run_tick_s=tick_s,
-                owner=self.owner,
-                lease_ttl_ms=self.day.lease_ttl_ms,
+                tick_s=tick_s,
+                cursor_s=cursor,
+                from_s=cursor if cursor is not None else tick_s - 1,
+                fire_s=(tick_s,),
+                missed=missed,
+                owner=str(self.owner),
                 overlap=Overlap.SKIP,
-                mode=AcquireMode.RUN,
-                prior_tick_s=tick_s - 1,
+                lease_ttl_ms=self.day.lease_ttl_ms,
+                claim_ttl_ms=self.day.claim_ttl_ms,
+                history=self.day.history,
             )
             for job in won
         ]
-        decided = await self.store.acquire(requests)
+        decided = await self.store.decide(requests)
         await self.set_clock(tick_s + 0.005)
         finished = []
         for request, reply in zip(requests, decided, strict=True):
-            if not isinstance(reply, AcquireReply):
-                raise RuntimeError(f"acquire failed for {request.job}: {reply}")  # noqa: TRY004
-            key = str(reply.decision)
+            if not isinstance(reply, DecideReply):
+                raise RuntimeError(f"decide failed for {request.job}: {reply}")  # noqa: TRY004
+            key = str(reply.verdict or reply.answer)
             self.decisions[key] = self.decisions.get(key, 0) + 1
-            if reply.decision is not AcquireDecision.RUN:
+            if reply.verdict is not Verdict.RUN:
                 continue
             record = RunRecord(
                 job=request.job,
@@ -170,11 +168,13 @@ class SimulatedNode:
                 started_ms=tick_s * 1000 + 2,
                 finished_ms=tick_s * 1000 + 5,
             )
-            fence, ttl_ms = reply.fence, request.lease_ttl_ms
-            finished.append(FinishRequest(record, self.day.history, fence, self.owner, ttl_ms))
-        for reply in await self.store.finish_many(finished):
-            if isinstance(reply, Exception):
-                raise reply
+            ttl_ms = request.lease_ttl_ms
+            finished.append(
+                RunEnd(request.job, reply.fence, self.owner, ttl_ms, record, self.day.history)
+            )
+        for ended in await self.store.end_runs(finished):
+            if isinstance(ended, Exception):
+                raise ended
         self.ran += len(finished)
         self.last_tick = tick_s
         if tick_s % int(HEARTBEAT_S) == 0:
@@ -198,23 +198,6 @@ class SimulatedNode:
         if reply.dead:
             await self.store.fleet.forget(reply.dead)
         self.beats[node] = beats + 1
-
-    async def _record_missed(self, tick_s: int) -> None:
-        """What an agent with ``catchup = latest`` records on waking after a pause."""
-        assert self.last_tick is not None
-        gap = tick_s - self.last_tick - 1
-        records = [
-            RunRecord(
-                job=job,
-                tick_s=tick_s - 1,
-                node="n0",
-                outcome=Outcome.MISSED,
-                count=gap,
-                finished_ms=tick_s * 1000,
-            )
-            for job in self.jobs
-        ]
-        await self.store.record(records, history=self.day.history)
 
 
 async def table_sizes(store: PostgresStore) -> dict[str, dict[str, int]]:

@@ -345,7 +345,7 @@ class Worker:
             "run_log": RUN_LOG,
             "wake_lags": COUNTERS.wake_lags,
             "claim_rtts": COUNTERS.claim_rtts,
-            "acquire_rtts": COUNTERS.acquire_rtts,
+            "decide_rtts": COUNTERS.decide_rtts,
             "claims_by_tick": {str(t): n for t, n in COUNTERS.claims_by_tick.items()},
             "final": COUNTERS.snapshot(),
             "loop": self.config.get("loop", "asyncio"),

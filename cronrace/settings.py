@@ -154,6 +154,13 @@ class AgentSettings(BaseSettings):
         description="a tick at most this late is on time; a later one is missed and goes "
         "to the job's catch-up policy",
     )
+    undecided_claim_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="how long a won claim lives undecided (D): a winner that dies before "
+        "deciding holds its tick this long, then the next in line claims it (latency, "
+        "not safety)",
+    )
     startup_timeout_s: float = Field(
         default=10.0,
         ge=0,

@@ -14,6 +14,7 @@ import anyio
 import hiredis
 
 from cronrace import Agent, AgentSettings, RunContext, RunRecord
+from cronrace.model.policies import Outcome
 from cronrace.testing import FakeClock, memory_agent
 
 
@@ -107,11 +108,21 @@ def memory_server(agent: Agent) -> Any:
     return agent.store.client.connection_pool.connection_kwargs["server"]
 
 
-async def history(agent: Agent, job: str, *, first_s: int, last_s: int) -> list[RunRecord]:
-    """The job's records of the ticks ``first_s..last_s``, oldest tick first."""
+async def history(
+    agent: Agent, job: str, *, first_s: int, last_s: int, granted: bool = False
+) -> list[RunRecord]:
+    """The job's records of the ticks ``first_s..last_s``, oldest tick first.
+
+    A run's tick has two records: the decision's ``granted``, then the run's result; the
+    result alone is kept unless ``granted``.
+    """
     records = await agent.history(job, 1000)
     return sorted(
-        (r for r in records if first_s <= r.tick_s <= last_s),
+        (
+            r
+            for r in records
+            if first_s <= r.tick_s <= last_s and (granted or r.outcome is not Outcome.GRANTED)
+        ),
         key=lambda r: (r.tick_s, r.outcome.value),
     )
 

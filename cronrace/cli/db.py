@@ -2,7 +2,8 @@
 
 An agent refuses a schema that is missing or older than its own, naming these commands:
 ``cronrace db upgrade`` creates or upgrades it (idempotent, one transaction, safe while
-other nodes run); ``cronrace db sql`` prints the same script for a DBA who applies it with
+other nodes run; from a version before 23 it seeds every job's dense cursor from its
+watermark, and says so); ``cronrace db sql`` prints the same script for a DBA who applies it with
 ``psql -1 -f`` (then the agents' role needs no CREATE privilege: README, "PostgreSQL").
 """
 
@@ -51,7 +52,12 @@ def upgrade(
     store_url: StoreOption = None,
     redis_url: RedisOption = None,
 ) -> None:
-    """Create or upgrade cronrace's schema in the store's database (idempotent)."""
+    """Create or upgrade cronrace's schema in the store's database (idempotent).
+
+    Upgrading an older schema seeds every job's dense cursor from its watermark (version
+    23), then drops the watermark protocol's functions and columns (version 24): stop the
+    agents of the older protocol first. The message says what the upgrade did.
+    """
     from cronrace.stores.urls import upgrade_store_schema
 
     url = _url(config, store_url, redis_url)

@@ -36,6 +36,7 @@ class RunRecord:
         count: for ``missed``: how many ticks; otherwise 1.
         trigger_id: set when the run was a manual trigger.
         detail: what the handler returned (a string or JSON-able mapping), if anything.
+        last_tick_s: a range's last tick (``missed``, ``data_lost``; 0: one tick).
     """
 
     job: str
@@ -49,6 +50,7 @@ class RunRecord:
     count: int = 1
     trigger_id: str | None = None
     detail: Any = None
+    last_tick_s: int = 0
     record_id: str | None = field(default=None, compare=False)
 
     @property
@@ -79,6 +81,7 @@ class RunRecord:
                 "count": self.count,
                 "trigger_id": self.trigger_id,
                 "detail": self.detail,
+                "last_tick_s": self.last_tick_s,
             },
             default=str,
         )
@@ -102,10 +105,32 @@ class RunRecord:
                 count=int(data.get("count") or 1),
                 trigger_id=data.get("trigger_id"),
                 detail=data.get("detail"),
+                last_tick_s=int(data.get("last_tick_s") or 0),
                 record_id=record_id,
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"run record lacks a field: {exc}") from exc
+
+
+#: A tick's decision that a run's result follows: shown until the result comes.
+_PENDING_OUTCOMES = frozenset({Outcome.GRANTED, Outcome.QUEUED})
+
+
+def one_per_tick(records: list[RunRecord]) -> list[RunRecord]:
+    """A job's history as a reader wants it: a run's result in place of its decision.
+
+    The store keeps both records of a run (the decision's ``granted`` or ``queued``, then
+    the run's result, docs/design.md section 3); a tick whose result has come shows the
+    result alone, one still running (or never heard of again) its decision. Order kept.
+    """
+    settled = {(r.tick_s, r.trigger_id) for r in records if r.outcome not in _PENDING_OUTCOMES}
+    if not settled:
+        return records
+    return [
+        r
+        for r in records
+        if r.outcome not in _PENDING_OUTCOMES or (r.tick_s, r.trigger_id) not in settled
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from cronrace.errors import NoLiveNodeError, UnknownJobError
 from cronrace.fleet.definitions import NodeDetails, disagreements, live_details, stored_problems
 from cronrace.fleet.heartbeat import heartbeat_ttl_ms
 from cronrace.model.job import Handler, Job
-from cronrace.model.records import JobStatus, NodeInfo, RunRecord
+from cronrace.model.records import JobStatus, NodeInfo, RunRecord, one_per_tick
 from cronrace.operate.schedules import Schedules
 from cronrace.runtime.clock import Clock, SystemClock
 from cronrace.settings import AgentSettings
@@ -167,8 +167,9 @@ class OperatorClient:
     async def history(self, job: str, limit: int = 20) -> list[RunRecord]:
         """Return the newest ``limit`` run records of ``job``, newest tick first.
 
-        Records are written when a decision is final, so a long run's record comes after
-        the skips of the ticks it overlapped: read more than asked and sort by tick.
+        A run's result replaces its ``granted`` record (:func:`one_per_tick`); a long
+        run's result comes after the skips of the ticks it overlapped: read more than
+        asked and sort by tick.
         """
         records = await self.store.history(await self.known(job), _read_for(limit))
         return _newest_ticks(records, limit)
@@ -208,7 +209,10 @@ class OperatorClient:
         }
         problems.update(stored_problems(stored, fleet))
         states = await self.store.job_states(names)
-        last = await self.store.histories(names, 1)
+        last = {
+            name: _newest_ticks(records, 1)
+            for name, records in (await self.store.histories(names, _read_for(1))).items()
+        }
         now_s = int(self.clock.time())
         return [
             self._status(state, stored, last[state.job], problems.get(state.job), now_s)
@@ -237,7 +241,7 @@ class OperatorClient:
             schedule=spec.get("schedule", "?"),
             timezone=spec.get("timezone", "?"),
             next_tick_s=next_tick,
-            last_tick_s=state.watermark_s,
+            last_tick_s=state.cursor_s,
             last_outcome=last[0].outcome.value if last else None,
             lease_owner=state.lease.owner.node_id if state.lease else None,
             lease_fence=state.lease.fence if state.lease else None,
@@ -257,6 +261,7 @@ def _read_for(limit: int) -> int:
 
 
 def _newest_ticks(records: list[RunRecord], limit: int) -> list[RunRecord]:
+    records = one_per_tick(records)
     records.sort(key=lambda record: record.tick_s, reverse=True)  # stable: ties by write
     return records[:limit]
 

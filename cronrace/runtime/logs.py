@@ -13,7 +13,7 @@ _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "ta
 
 
 #: Extra fields holding a tick (UTC epoch seconds): logged with their ISO time beside them.
-TICK_FIELDS = frozenset({"tick", "watermark", "next_tick", "abandoned_tick"})
+TICK_FIELDS = frozenset({"tick", "last_tick", "next_tick", "abandoned_tick"})
 
 
 def iso_utc(epoch_s: int) -> str:

@@ -1,8 +1,8 @@
 """The store contract: what every backend does for cronrace, documented once.
 
-A store keeps one namespace's shared state: the per-tick claims, each job's watermark,
+A store keeps one namespace's shared state: the per-tick claims, each job's cursor,
 lease and fence counter, run records, the live node set, manual triggers, stored
-schedules and the fleet's published definitions. The protocol built on it is DESIGN.md
+schedules and the fleet's published definitions. The protocol built on it is docs/design.md
 sections 3-5 and 8; section 14 maps each part to Redis and PostgreSQL. Every backend
 gives the same answers to the same calls, which ``tests/stores/contract/`` checks against
 each of them, and speaks only the values of :mod:`cronrace.stores.values`: no driver type
@@ -11,8 +11,9 @@ crosses this line, and every error leaving a store is one of cronrace's own
 
 The methods are grouped the way the protocol uses them:
 
-- **tick**: claims, decisions (the watermark, the overlap policy, passed ticks, the wipe
-  hold, remembered answers), watermarks;
+- **tick**: claims, decisions under the dense cursor (the reference in
+  :mod:`cronrace.protocol`: the overlap policy, the wipe hold, remembered answers, records
+  written in the same step), cursors;
 - **run**: renewing, releasing and handing on leases, and run records;
 - **fleet**: heartbeat and membership, the epoch, published definitions (:attr:`Store.fleet`);
 - **schedules**: stored schedules and their version (:attr:`Store.schedules`);
@@ -28,24 +29,33 @@ service the agent runs beside its heartbeat.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from cronrace.errors import StoreAccessError, StoreError
+from cronrace.errors import StoreAccessError, StoreError, StoreUnavailableError
 from cronrace.model.records import NodeInfo, RunRecord
+from cronrace.protocol.values import (
+    DecideReply,
+    DecideRequest,
+    RenewRequest,
+)
+from cronrace.protocol.values import (
+    ReleaseReply as RunEndReply,
+)
+from cronrace.protocol.values import (
+    Renewal as LeaseRenewal,
+)
 from cronrace.stores.values import (
-    AcquireReply,
-    AcquireRequest,
     Claim,
+    ClaimOutcome,
     ClaimReply,
-    FinishRequest,
     FleetReply,
     FleetRequest,
     HeartbeatReply,
     JobState,
+    NotReplicatedError,
     Owner,
-    ReleaseReply,
-    Renewal,
+    RunEnd,
     ScheduleChange,
     ScheduleSet,
     WriteReply,
@@ -72,7 +82,7 @@ class ScheduleStore(abc.ABC):
     """Stored schedules: one consistent set of definitions (name -> JSON) with a version.
 
     The version counts changes; every live node compares it with its own at each heartbeat
-    and reads the whole set when it moved (DESIGN.md section 13).
+    and reads the whole set when it moved (docs/design.md section 13).
     """
 
     @abc.abstractmethod
@@ -164,7 +174,7 @@ class Store(abc.ABC):
     async def aclose(self) -> None:
         """Close the store's connections."""
 
-    # -- tick: claims, decisions, watermarks ----------------------------------------------
+    # -- tick: claims -----------------------------------------------------------------------
 
     @abc.abstractmethod
     async def claim_each(
@@ -192,66 +202,28 @@ class Store(abc.ABC):
             One reply per claim, in order: won, lost, or unknown (no answer).
         """
 
-    @abc.abstractmethod
     async def claim(
         self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
     ) -> list[bool]:
-        """Race for every claim; True where this node won.
+        """Race for every claim (:meth:`claim_each`), all or nothing: True where won.
 
         Raises:
+            StoreUnavailableError: some claim got no answer (it may have been written).
             NotReplicatedError: claims were won but fewer replicas than asked confirmed.
-            StoreError: the backend did not answer for some claim.
         """
-
-    @abc.abstractmethod
-    async def resolve_claims(
-        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
-    ) -> list[bool]:
-        """Claim again and read each claim back: one whose reply was lost may have won."""
+        replies = await self.claim_each(claims, owner, wait_replicas=wait_replicas, wait_ms=wait_ms)
+        if any(reply.outcome is ClaimOutcome.UNKNOWN for reply in replies):
+            raise StoreUnavailableError("claim failed: some claim got no answer")
+        short = [reply for reply in replies if reply.outcome is ClaimOutcome.NOT_REPLICATED]
+        if short:
+            won = [reply.outcome is not ClaimOutcome.LOST for reply in replies]
+            raise NotReplicatedError(won, min(reply.acked for reply in short))
+        return [reply.outcome is ClaimOutcome.WON for reply in replies]
 
     @abc.abstractmethod
     async def read_claims(self, claims: Sequence[Claim], owner: Owner) -> list[bool]:
-        """Read claims back without claiming: True where ``owner`` holds one."""
-
-    @abc.abstractmethod
-    async def take_over(
-        self, claims: Sequence[Claim], departed: Collection[str], owner: Owner
-    ) -> list[Owner | None]:
-        """Take over won claims that nobody decided and whose winner's node has departed.
-
-        Each claim is a compare-and-set: it changes to ``owner`` only if it still holds a
-        process of a node in ``departed`` (whose heartbeat expired) and no decision, in
-        one atomic step. The winner, should it come back, is then answered ``stale`` by
-        :meth:`acquire` (its claim no longer names it), so the tick is decided once: by
-        the taker, which claims it again with ``read_back`` and decides it.
-
-        Returns:
-            One reply per claim: the process it was taken from, or None (decided, gone,
-            held by a live node, or taken by another node first).
-        """
-
-    @abc.abstractmethod
-    async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
-        """Decide every won claim, each atomically (DESIGN.md section 3, step 4).
-
-        Refuses a tick an earlier decision covered (``stale``), advances the watermark,
-        applies the pause flag and the overlap policy against the lease, notes passed ticks,
-        holds grants after a wipe, and remembers its answer under the claim, so that a retry
-        after a lost reply gets the same decision and fence; the claim keeps that answer at
-        least ``keep_ms`` from the decision, made anew if it had run out. A passed tick
-        decided late takes its backlog (from ``first_tick_s``) out of the passed ticks and
-        says from which (``late_from``). Fences only ever grow. A
-        claim another owner took over (:meth:`take_over`) is answered ``stale``. A replayed
-        grant may start (``renewed``) only while its lease holds its fence and no fence
-        above it is known (a lagging failover can put back a grant others followed).
-
-        Returns:
-            One reply per request, or the error of that request alone.
-        """
-
-    @abc.abstractmethod
-    async def watermarks(self, jobs: Sequence[str]) -> dict[str, int | None]:
-        """The newest decided tick of each job (None: none yet, or unreadable)."""
+        """Read claims back without claiming: True where ``owner`` holds one (a live claim,
+        undecided or decided)."""
 
     @abc.abstractmethod
     def known_fence(self, job: str) -> int:
@@ -261,69 +233,48 @@ class Store(abc.ABC):
         the backend lost the job's data, not that the job is new.
         """
 
+    # -- tick: the dense cursor (the reference in cronrace/protocol/) ----------------------
+
+    @abc.abstractmethod
+    async def decide(self, requests: Sequence[DecideRequest]) -> list[DecideReply | Exception]:
+        """Decide each request atomically, exactly as :func:`cronrace.protocol.decide` does.
+
+        A request's replay, ``covered``, ``lost``, ``moved`` (or ``stale`` trigger) writes
+        nothing; a decision appends its records to the job's history in the same atomic
+        step, sets the cursor, and keeps its answer under the claim for ``claim_ttl_ms``.
+        The store's clock is the reference's ``now_ms`` / ``now_us``. One round trip per
+        shard for the whole batch.
+
+        Returns:
+            One reply per request (its ``records`` are those appended), or the error of
+            that request alone.
+        """
+
+    @abc.abstractmethod
+    async def renew_lease(self, job: str, request: RenewRequest) -> LeaseRenewal:
+        """Extend (or re-assert) a run's lease, as :func:`cronrace.protocol.renew` does."""
+
+    @abc.abstractmethod
+    async def end_run(self, request: RunEnd) -> RunEndReply:
+        """Write a run's record and hand its lease on or release it, as
+        :func:`cronrace.protocol.release` does (the record only while the fence holds)."""
+
+    async def end_runs(self, requests: Sequence[RunEnd]) -> list[RunEndReply | StoreError]:
+        """End many runs: one reply, or that run's error, per request (a store that can
+        sends them in one round trip per shard)."""
+        replies: list[RunEndReply | StoreError] = []
+        for request in requests:
+            try:
+                replies.append(await self.end_run(request))
+            except StoreError as exc:
+                replies.append(exc)
+        return replies
+
+    @abc.abstractmethod
+    async def cursors(self, jobs: Sequence[str]) -> dict[str, int | None]:
+        """Each job's cursor (None: no decision yet, or unreadable)."""
+
     # -- run: leases and records -----------------------------------------------------------
-
-    @abc.abstractmethod
-    async def renew(
-        self,
-        job: str,
-        fence: int,
-        ttl_ms: int,
-        *,
-        owner: Owner | None = None,
-        tick_s: int = 0,
-        starting: bool = False,
-    ) -> Renewal:
-        """Extend the lease held with ``fence``; say whether it was, or why not.
-
-        Args:
-            job, fence, ttl_ms: the lease and how long it lives from now.
-            owner: the run's owner; given, a lease the store lost with the job's data while
-                the run went on (a wipe: no lease and no fence counter, or the wipe hold on)
-                is written back (:attr:`Renewal.REASSERTED`), and so is one granted during
-                the hold whose run has not started: that grant then answers ``TAKEN``.
-            tick_s: the run's tick, written in a re-asserted lease.
-            starting: a run held after a wipe is starting its handler now: from here on no
-                re-asserted older run may take its lease.
-        """
-
-    @abc.abstractmethod
-    async def release(
-        self,
-        job: str,
-        fence: int,
-        *,
-        owner: Owner,
-        lease_ttl_ms: int,
-        continue_tick_s: int = 0,
-        record: RunRecord | None = None,
-        history: int = 1000,
-    ) -> ReleaseReply:
-        """Release the lease held with ``fence``, or hand it on to a queued or continued tick.
-
-        The record (when given) is written once, however often a lost reply makes the
-        caller retry: the fence makes a retry safe.
-        """
-
-    @abc.abstractmethod
-    async def finish(
-        self,
-        record: RunRecord,
-        *,
-        history: int,
-        release_fence: int | None,
-        owner: Owner,
-        lease_ttl_ms: int,
-        continue_tick_s: int = 0,
-        retried: bool = False,
-    ) -> ReleaseReply | None:
-        """Write a run's record and, when ``release_fence`` is set, release its lease."""
-
-    @abc.abstractmethod
-    async def finish_many(
-        self, requests: Sequence[FinishRequest]
-    ) -> list[ReleaseReply | StoreError]:
-        """Finish many runs at once: one reply, or that run's error, per request."""
 
     @abc.abstractmethod
     async def record(self, records: Sequence[RunRecord], *, history: int) -> None:
@@ -396,7 +347,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def job_states(self, jobs: Sequence[str]) -> list[JobState]:
-        """What the store knows of each job (lease, watermark, pause flag), in one read."""
+        """What the store knows of each job (lease, cursor, pause flag), in one read."""
 
     @abc.abstractmethod
     async def set_paused(self, job: str, paused: bool) -> None:

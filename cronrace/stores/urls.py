@@ -152,7 +152,7 @@ async def upgrade_store_schema(url: str, **options: Any) -> str:
     try:
         if scheme_of(url) not in POSTGRES_SCHEMES:
             return f"{redact_url(url)}: Redis keeps no schema; nothing to upgrade"
-        from cronrace.stores.postgres.schema import upgrade
+        from cronrace.stores.postgres.schema import upgrade, upgrade_notes
 
         before, after = await upgrade(check.db)  # type: ignore[attr-defined]
         schema = check.db.target.schema  # type: ignore[attr-defined]
@@ -160,7 +160,8 @@ async def upgrade_store_schema(url: str, **options: Any) -> str:
         await check.aclose()
     if before == after:
         return f"schema {schema!r} is at version {after}; its functions were refreshed"
-    return f"schema {schema!r} upgraded from version {before} to {after}"
+    done = f"schema {schema!r} upgraded from version {before} to {after}"
+    return "; ".join([done, *upgrade_notes(before, after)])
 
 
 def store_schema_sql(url: str | None, schema: str | None = None, from_version: int = 0) -> str:

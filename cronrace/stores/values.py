@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Self
 
 from cronrace.errors import StoreError
-from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
+from cronrace.protocol.values import Record, ReleaseRequest
+from cronrace.protocol.values import Renewal as Renewal  # the store contract's answer
 
 
 class NotReplicatedError(StoreError):
@@ -33,7 +34,7 @@ class ClaimOutcome(enum.Enum):
     WON = "won"
     LOST = "lost"
     #: Its shard did not answer: the claim may or may not have been written. The next
-    #: attempt at the same key reads it back (DESIGN.md section 8).
+    #: attempt at the same key reads it back (docs/design.md section 8).
     UNKNOWN = "unknown"
     #: Won, but fewer replicas than asked confirmed its shard's writes in time.
     NOT_REPLICATED = "not_replicated"
@@ -52,7 +53,7 @@ class Owner:
     """Who holds a claim or a lease: one agent process, ``<node_id>:<nonce>`` in Redis.
 
     The nonce tells two processes of one node id apart (a restart, a duplicate), so a claim
-    value found after a lost reply is known to be this process's own (DESIGN.md section 8).
+    value found after a lost reply is known to be this process's own (docs/design.md section 8).
     Node ids never contain ``:`` (``AgentSettings`` refuses them).
     """
 
@@ -74,68 +75,6 @@ class Owner:
         return f"{self.node_id}:{self.nonce}"
 
 
-class AcquireMode(enum.StrEnum):
-    """What a won claim asks ``acquire.lua`` for."""
-
-    RUN = "run"
-    """Decide the tick and run it (if the overlap policy allows)."""
-    MARK = "mark"
-    """Decide the tick (a catch-up that fires nothing): advance the watermark, run nothing."""
-    TRIGGER = "trigger"
-    """Run a manual trigger (or a further tick of a catch-up): leave the watermark alone."""
-
-
-class AcquireDecision(enum.StrEnum):
-    """What ``acquire.lua`` decided for one won claim."""
-
-    RUN = "run"
-    STALE = "stale"
-    MARKED = "marked"
-    SKIPPED_PAUSED = "skipped:paused"
-    SKIPPED_OVERLAP = "skipped:overlap"
-    QUEUED = "queued"
-    MISSED = "missed"
-    """A won tick whose answer came after a later tick's decision (which passed it), when
-    the job's catch-up policy does not run late ticks."""
-
-    @property
-    def outcome(self) -> Outcome | None:
-        """The outcome recorded for a tick decided this way, None when it runs or is only
-        marked (its record comes from the run, or from the catch-up's ``missed``)."""
-        return _DECISION_OUTCOMES.get(self)
-
-
-_DECISION_OUTCOMES = {
-    AcquireDecision.STALE: Outcome.STALE,
-    AcquireDecision.SKIPPED_PAUSED: Outcome.SKIPPED_PAUSED,
-    AcquireDecision.SKIPPED_OVERLAP: Outcome.SKIPPED_OVERLAP,
-    AcquireDecision.QUEUED: Outcome.QUEUED,
-    AcquireDecision.MISSED: Outcome.MISSED,
-}
-
-
-class ReleaseDecision(enum.StrEnum):
-    """What ``release.lua`` did with a lease."""
-
-    RELEASED = "released"
-    HANDED_ON = "run"
-    """Kept with a new fence for the next tick (queued, or a catch-up's next)."""
-    NOT_OWNER = "not_owner"
-    """The lease had moved on (another fence): nothing was released."""
-
-
-class Renewal(enum.IntEnum):
-    """What ``renew.lua`` answered."""
-
-    RENEWED = 1
-    GONE = 0
-    """No lease (it expired)."""
-    TAKEN = -1
-    """Another fence holds it."""
-    REASSERTED = 2
-    """The store had lost it with the job's data (a wipe); it is back, held by this run."""
-
-
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
     """Who holds a job's running lease."""
@@ -152,7 +91,7 @@ class JobState:
     """What Redis knows of one job (shared by every node)."""
 
     job: str
-    watermark_s: int | None
+    cursor_s: int | None
     lease: LeaseInfo | None
     paused: bool
     counters: dict[str, int]
@@ -174,47 +113,6 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
-class AcquireRequest:
-    """The arguments of ``acquire.lua`` for one won claim.
-
-    A request for a won claim (mode ``run`` or ``mark``, or ``trigger`` with its
-    ``trigger_id``) is idempotent for its owner: sent again after a lost reply it returns
-    the first answer (``AcquireReply.replayed``), never a second fence. A ``trigger``
-    without ``trigger_id`` (a further tick of a running catch-up) is not remembered.
-    """
-
-    job: str
-    decide_tick_s: int
-    mark_tick_s: int
-    run_tick_s: int
-    owner: Owner
-    lease_ttl_ms: int
-    overlap: Overlap
-    mode: AcquireMode
-    trigger_id: str | None = None
-    prior_tick_s: int = 0
-    """The tick before those this decision covers (0: unknown). If another node's claim
-    on it is undecided, the script notes it passed, so that node may still decide it."""
-    late_ok: bool = False
-    """A passed tick decided late runs (catchup = all) rather than being answered missed."""
-    keep_ms: int = 0
-    """How long after the decision its remembered answer must still be there for a retry
-    (the claim's lifetime; 0: as long as the claim lives). A decision made as its claim
-    runs out, or after (a node frozen past it), keeps the claim this long, so a retry after
-    a lost answer reads it back rather than finding the tick decided by nobody it knows."""
-    first_tick_s: int = 0
-    """The oldest tick the decision covers: its backlog's, fired or counted missed (0:
-    ``run_tick_s``). A passed tick decided late takes its backlog from there."""
-
-    @property
-    def request_id(self) -> str:
-        """What names this decision for retries ('' when it is never retried)."""
-        if self.mode != AcquireMode.TRIGGER:
-            return f"{self.mode}:{self.decide_tick_s}"
-        return f"trigger:{self.trigger_id}" if self.trigger_id else ""
-
-
-@dataclass(frozen=True, slots=True)
 class Quarantined:
     """A key that held garbage (a wrong type, an unreadable value), moved aside by a script.
 
@@ -230,66 +128,11 @@ class Quarantined:
 
 
 @dataclass(frozen=True, slots=True)
-class AcquireReply:
-    """What ``acquire.lua`` decided (the script's header explains each field)."""
-
-    decision: AcquireDecision
-    fence: int
-    prev_watermark_s: int | None
-    holder_fence: int
-    holder_owner: Owner | None
-    abandoned_tick_s: int
-    abandoned_fence: int
-    abandoned_owner: Owner | None
-    warnings: tuple[str, ...]
-    superseded_tick_s: int
-    hold_ms: int = 0
-    data_lost: bool = False
-    superseded_trigger_id: str | None = None
-    replayed: bool = False
-    renewed: bool = False
-    quarantined: tuple[Quarantined, ...] = ()
-    #: A passed tick decided late and run: the oldest tick of its backlog decided with it
-    #: (0: none; the run covers only ticks above the watermark found).
-    late_from_s: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseReply:
-    """What ``release.lua`` decided, and for a hand-on the new fence and tick."""
-
-    decision: ReleaseDecision
-    fence: int
-    tick_s: int
-    warnings: tuple[str, ...]
-    hold_ms: int = 0
-    quarantined: tuple[Quarantined, ...] = ()
-    trigger_id: str | None = None  # a handed-on queued trigger keeps its id
-
-
-@dataclass(frozen=True, slots=True)
-class FinishRequest:
-    """A finished run's record and the release of its lease (``release.lua``).
-
-    ``continue_tick_s`` asks to hand the lease on to that tick (catch-up ``all``);
-    ``retried`` says an earlier attempt's reply was lost, so it may have written the record.
-    """
-
-    record: RunRecord
-    history: int
-    release_fence: int
-    owner: Owner
-    lease_ttl_ms: int
-    continue_tick_s: int = 0
-    retried: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class HeartbeatReply:
     """The server's clock, the epoch and the members, read in one round trip.
 
     A full read (``full``) lists every live member. A read of the changes since a cursor
-    lists only what changed since (DESIGN.md section 12, "membership changes"): the members
+    lists only what changed since (docs/design.md section 12, "membership changes"): the members
     that joined or came back, those that left, those gone silent, and how many are live,
     so that the reader can tell whether its view adds up (if not, it reads in full).
     """
@@ -388,3 +231,48 @@ class FleetReply:
     cursor: str = ""
     #: Changes only: the log no longer holds every change since the cursor.
     gap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """A run's end, sent to the store: its record, then its lease handed on or released.
+
+    The store's form of :class:`cronrace.protocol.ReleaseRequest`: the record is the whole
+    run record (times, error, detail), of which the reference keeps a projection.
+
+    Attributes:
+        job: the job.
+        fence: the run's fence.
+        owner: the run's owner, and the owner of a handed-on run.
+        lease_ttl_ms: a handed-on lease's lifetime.
+        record: the run's result (written only while the fence holds the lease).
+        history: how many records the store keeps of the job.
+        hand_on: run the grant's next tick or the queued one (False: record them
+            ``cancelled``; the caller stops).
+    """
+
+    job: str
+    fence: int
+    owner: Owner
+    lease_ttl_ms: int
+    record: RunRecord | None
+    history: int
+    hand_on: bool = True
+
+    def reference(self) -> ReleaseRequest:
+        """The reference protocol's request for this run's end."""
+        record = None if self.record is None else reference_record(self.record)
+        return ReleaseRequest(self.fence, str(self.owner), self.lease_ttl_ms, record, self.hand_on)
+
+
+def reference_record(record: RunRecord) -> Record:
+    """The reference protocol's projection of a run record."""
+    return Record(
+        record.tick_s,
+        record.outcome,
+        record.node,
+        record.fence,
+        record.count,
+        record.last_tick_s,
+        record.trigger_id,
+    )

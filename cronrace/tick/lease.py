@@ -20,6 +20,7 @@ from anyio.abc import TaskGroup
 
 from cronrace.errors import StoreError
 from cronrace.model.job import Flag
+from cronrace.protocol import RenewRequest
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
 from cronrace.stores.contract import Store
@@ -140,14 +141,14 @@ class Lease:
                 return
 
     async def _renew(self, *, starting: bool = False) -> Renewal:
-        return await self.store.renew(
-            self.job,
+        request = RenewRequest(
             self.fence,
             int(self.ttl_s * 1000),
-            owner=self.owner,
+            owner=str(self.owner) if self.owner is not None else None,
             tick_s=self.tick_s,
             starting=starting,
         )
+        return await self.store.renew_lease(self.job, request)
 
     def answered(
         self,

@@ -1,16 +1,20 @@
-"""The tick loop: wake, plan, race, advance (DESIGN.md section 3, steps 1-3).
+"""The tick loop: wake, plan, race (docs/design.md section 3, steps 1-3).
 
-A heap holds each job's next tick. At each wake-up the loop pops every due job, plans
-what to fire (one tick in the steady state, a catch-up plan after a backlog), and hands
-the proposals to the claim step (:class:`~cronrace.tick.race.TickRace`: claims,
-decisions, runs). It never awaits a handler. With ``racers = k`` the heap holds only the
-jobs this node races in their current placement window (tick/share.py): a node's work
-follows the ticks it races, not every job's every tick.
+A heap holds each job's next tick. At each wake-up the loop pops every due job, plans the
+decision of its newest due tick from the job's cursor (one tick in the steady state; the
+whole backlog after a late wake-up), and hands the proposals to the race
+(:class:`~cronrace.tick.race.TickRace`: claims, decisions, runs). It never awaits a handler.
+
+A tick this node raced and lost is decided by its winner; for a job whose period is longer
+than ``undecided_claim_s`` (D), the loser ranked next claims it again D later, so that a
+winner that died before deciding is covered without waiting for the job's next tick. With
+``racers = k`` the heap holds only the jobs this node races in their current placement
+window (tick/share.py), and a node that becomes a racer of a job claims its newest due tick
+once: the decision covers whatever is open since the cursor.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import logging
 import math
@@ -20,7 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from cronrace.errors import CronraceError, StoreError
-from cronrace.fleet.membership import Membership, late_fire_bound_s
+from cronrace.fleet.membership import Membership
 from cronrace.fleet.racers import Ring
 from cronrace.model.job import Job
 from cronrace.runtime.clock import Clock
@@ -32,7 +36,7 @@ from cronrace.stores.contract import Store
 from cronrace.stores.values import Owner
 from cronrace.tick.decisions import Proposal
 from cronrace.tick.outbox import Outbox
-from cronrace.tick.plans import plan_due, plan_orphaned
+from cronrace.tick.plans import Plan, newest_tick
 from cronrace.tick.race import TickRace
 from cronrace.tick.runner import Runner
 from cronrace.tick.share import RacerShare
@@ -49,8 +53,9 @@ WATCHED_MAX_SLEEP_S = 60.0
 #: the wake-up jitter of a loaded 2-core machine (tens of ms), so the preferred node wins
 #: when alive and runs spread across the fleet; the others still fire it if it is not.
 PREFERRED_HEAD_START_S = 0.1
-#: How often a stopping loop tries to decide the claims whose answers were lost.
-STOP_ATTEMPTS = 5
+#: How long after its undecided claim ran out the next in line claims a lost tick again:
+#: the winner's claim was made a little after the tick (its wake-up, the round trip).
+RECHECK_MARGIN_S = 0.5
 
 
 class Scheduler:
@@ -83,36 +88,28 @@ class Scheduler:
             settings.node_id, settings.racer_setting, settings.heartbeat_s
         )
         self.membership.on_change = self._members_changed
-        #: racers = k: the jobs this node races, window by window, and the ticks their
-        #: racers may have lost (passed, orphans, left: tick/share.py).
-        self.share = RacerShare(settings.node_id, self.membership, jobs, self._orphan_window_s())
-        self._passed = self.share.passed
-        self._orphans = self.share.orphans
-        #: A taken-over backlog's ticks past the catch-up window: job -> (oldest, count).
-        self._expired: dict[str, tuple[int, int]] = {}
-        #: Each job's newest tick this node planned (raced or left to others) and had an
-        #: answer for: the tick before its next plan's. A decision passing it while its
-        #: claim is still undecided (a slow answer on another node) notes it, so that node
-        #: can still decide it late instead of finding it stale (acquire.lua, passed).
-        self._prior_tick: dict[str, int] = {}
+        #: racers = k: the jobs this node races, window by window (tick/share.py).
+        self.share = RacerShare(settings.node_id, self.membership, jobs)
+        #: Each job's cursor as this node last learnt it (read at the start, then from the
+        #: answers to its own decisions).
+        self.cursors: dict[str, int | None] = {}
+        #: Each job's newest tick this node raced: in the steady state the cursor its next
+        #: decision expects (whoever won it decided it). A wrong guess costs one
+        #: ``moved`` answer, never a tick.
+        self._raced: dict[str, int] = {}
         #: (when to wake for it, tick, job): a job whose claim got no answer wakes later
         #: than its tick (backoff), and only the entry matching ``next_tick`` counts.
         self._heap: list[tuple[float, int, str]] = []
+        #: (when, tick, job): ticks this node lost and claims again, second in line.
+        self._rechecks: list[tuple[float, int, str]] = []
         self._unanswered: dict[str, int] = {}
-        #: Each job's claim sent without an answer: it may be this node's (the write went
-        #: through, the answer was lost). The job's next plans claim that tick again (read
-        #: back), the ticks after it follow once it is answered. A plan claiming a newer tick
-        #: never read it back: the node that lost it left it to this one, a third decided
-        #: the newer tick and passed it, and it was neither run nor recorded (the scheduler
-        #: model found it). Won, it is decided late (``missed``, or run if catchup = all).
-        self._pinned: dict[str, int] = {}
         #: The loop's sleep: put_job, membership changes and a moved clock end it.
         self.nap = Nap(clock)
         #: Each job's next tick, for the jobs in the heap (racers = k: those this node races).
         self.next_tick: dict[str, int] = {}
         #: Jobs whose next tick cannot be computed: out of the heap until replaced.
         self._broken: set[str] = set()
-        #: Whether every job has been started from its watermark (the loop is running).
+        #: Whether every job has been started from its cursor (the loop is running).
         self.seeded = False
         self.gate = StopGate()
         #: The claim step: every tick's claim and decision goes through it.
@@ -122,11 +119,11 @@ class Scheduler:
             settings=settings,
             owner=owner,
             runner=runner,
-            outbox=outbox,
             observer=observer,
             set_ready=set_ready,
+            cursors=self.cursors,
         )
-        self.tick_race.watch_departures(self.membership, self._wake_up)
+        self.tick_race.on_lost = self._lost
         # A clock waking its sleepers exactly as it steps (FakeClock) says so: max_sleep_s.
         self._max_sleep_s = float(getattr(clock, "max_sleep_s", MAX_SLEEP_S))
 
@@ -142,10 +139,6 @@ class Scheduler:
             await self._seed()
         while not self.gate.stopping:
             now = self.clock.time()
-            await self.tick_race.take_over_claims(self._orphans, self.jobs, self._expired)
-            if self._orphans:
-                await self._race_orphans(runs, now)
-                continue
             turning = self._turn_windows(now)
             due = bool(self._heap) and self._heap[0][0] <= now
             if self.share.pending or turning:
@@ -153,7 +146,12 @@ class Scheduler:
                 if not due:
                     await anyio.lowlevel.checkpoint()  # the rest of the change next turn
                     continue
-            next_s = min(self._heap[0][0] if self._heap else math.inf, self.share.next_turn_s())
+            recheck = bool(self._rechecks) and self._rechecks[0][0] <= now
+            next_s = min(
+                self._heap[0][0] if self._heap else math.inf,
+                self._rechecks[0][0] if self._rechecks else math.inf,
+                self.share.next_turn_s(),
+            )
             if next_s == math.inf:
                 with self.gate.waiting():
                     await self.nap.sleep(self._max_sleep_s)
@@ -167,45 +165,11 @@ class Scheduler:
                 continue
             if due:
                 await self._wake(now, runs)
-        await self._decide_unanswered(runs)
-
-    async def _decide_unanswered(self, runs: TaskGroup) -> None:
-        """Stopping: decide the ticks whose claims got no answer before the loop ended.
-
-        Such a claim may have been written, and other nodes then lost it and moved on; a
-        stop that never read it back left the tick won, undecided and unrecorded (the
-        scheduler model found it). Those jobs are claimed again and read back, and what
-        was won is decided and started as in any wake-up, for a few attempts while Redis
-        is away (the shutdown grace bounds them too).
-        """
-        for attempt in range(STOP_ATTEMPTS):
-            names = [name for name in self._unanswered if name in self.next_tick]
-            if not names:
-                return
-            planned = {name: self.jobs[name] for name in names}
-            now = self.clock.time()
-            plans, _following, newest = self._propose(
-                planned, [(self.next_tick[name], name) for name in names], now
-            )
-            unanswered = await self.tick_race.race(plans, runs) if plans else set()
-            for name in names:
-                self._pin(name, newest, unanswered)
-                if name not in unanswered:
-                    self._unanswered.pop(name, None)
-                    if name in newest:
-                        self._prior_tick[name] = newest[name]
-            if not unanswered:
-                return
-            if attempt + 1 < STOP_ATTEMPTS:
-                await self.clock.sleep(backoff_s(attempt))
-        log.error(
-            "stopping with claims Redis never answered: their ticks may have been won, and "
-            "will not run",
-            extra={"jobs": sorted(self._unanswered), "node": self.settings.node_id},
-        )
+            if recheck:
+                await self._recheck(now, runs)
 
     async def _wake(self, now: float, runs: TaskGroup) -> None:
-        """Pop every due job, propose what it fires, race, and push each job's next tick."""
+        """Pop every due job, plan its newest due tick, race, and push each job's next tick."""
         planned: dict[str, Job] = {}
         due: list[tuple[int, str]] = []
         while self._heap and self._heap[0][0] <= now:
@@ -215,108 +179,103 @@ class Scheduler:
             if self.next_tick.get(name) == first_due and name not in planned:
                 planned[name] = self.jobs[name]
                 due.append((first_due, name))
-        plans, following, newest = self._propose(planned, due, now)
+        proposals: list[Proposal] = []
+        following: dict[str, int] = {}
+        now_s = int(now)
+        skipped = 0
+        for first_due, name in due:
+            job = planned[name]
+            try:
+                tick_s, following[name] = self._due_tick(job, first_due, now_s)
+                if self.membership.racers_of(name, tick_s) is not None:
+                    # racers = k: others race this tick (the view moved since it was pushed).
+                    skipped += 1
+                    continue
+                proposals.append(Proposal(job, self._plan(job, tick_s, now, first_due - 1)))
+            except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
+                self._unschedule(job, exc)
+        if skipped:
+            self.observer.claims_skipped(skipped)
         try:
-            unanswered = await self.tick_race.race(plans, runs) if plans else set()
+            unanswered = await self.tick_race.race(proposals, runs) if proposals else set()
         except Exception:  # the outermost loop: one job's surprise must not stop the rest
             log.exception(
                 "unexpected error deciding ticks; moving on",
-                extra={"jobs": [p.job.name for p in plans]},
+                extra={"jobs": [p.job.name for p in proposals]},
             )
             unanswered = set()
+        for p in proposals:
+            self._raced[p.job.name] = max(self._raced.get(p.job.name, 0), p.plan.tick_s)
         # A job replaced or removed while its claims were out has its new next tick
         # already (put_job, drop_job): the old definition's must not overwrite it.
         following = {n: s for n, s in following.items() if self.jobs.get(n) is planned[n]}
         for first_due, name in due:
             if name not in following:  # dropped by _unschedule, replaced or removed
                 continue
-            self._pin(name, newest, unanswered)
             if name not in unanswered:
                 self._unanswered.pop(name, None)
-                if name in newest:
-                    self._prior_tick[name] = newest[name]
                 self._push(name, following[name])
                 continue
-            # Redis (or this job's shard) did not answer: nothing was decided. Put the
-            # tick back and back off; the next attempt plans it again, as a backlog
-            # for the catch-up policy if late. Other shards' jobs go on meanwhile.
+            # The store (or this job's shard) did not answer: nothing was decided. Put the
+            # tick back and back off; the next attempt plans the job again from its cursor.
             attempt = self._unanswered.get(name, 0)
             self._unanswered[name] = attempt + 1
             self._push(name, first_due, wake_s=self.clock.time() + backoff_s(attempt))
 
-    def _pin(self, name: str, newest: dict[str, int], unanswered: set[str]) -> None:
-        """Pin a job's next plans to its claim that got no answer (``_pinned``), or unpin it."""
-        tick_s = newest.get(name)
-        if name not in unanswered:
-            self._pinned.pop(name, None)
-        elif tick_s is not None and self.tick_race.unanswered_claim(name, tick_s):
-            self._pinned[name] = tick_s
+    def _due_tick(self, job: Job, first_due_s: int, now_s: int) -> tuple[int, int]:
+        """The newest due tick of a job popped at ``first_due_s``, and the one after now."""
+        following = job.schedule.next_tick(first_due_s)
+        if following > now_s or first_due_s >= now_s:
+            return first_due_s, following  # the steady state: one tick due
+        return newest_tick(job, first_due_s - 1, now_s), job.schedule.next_tick(now_s)
 
-    def _propose(
-        self, planned: dict[str, Job], due: list[tuple[int, str]], now: float
-    ) -> tuple[list[Proposal], dict[str, int], dict[str, int]]:
-        """What this node races for among the due jobs, each job's following tick, and the
-        newest tick each plan covers."""
-        plans: list[Proposal] = []
-        following: dict[str, int] = {}
-        newest: dict[str, int] = {}
-        skipped = 0
-        for first_due, name in due:
-            job = planned[name]
-            pinned_s = self._pinned.get(name)
-            try:
-                plan, following[name] = plan_due(
-                    job, first_due, now, self.settings.live_grace_s, until_s=pinned_s
-                )
-                if plan is not None:
-                    newest[name] = plan.claim_tick_s
-                others = (  # a pinned claim may be this node's: read it back in any case
-                    None
-                    if plan is None or pinned_s is not None
-                    else self.membership.racers_of(name, plan.claim_tick_s)
-                )
-                if plan is not None and others is not None:
-                    # racers = k: other nodes race for this one (racers.py).
-                    self._passed.setdefault(name, first_due)
-                    self.share.left_to(name, plan.claim_tick_s, others, now)
-                    skipped += 1
-                    continue
-                if plan is not None:
-                    prior_s = self._prior_tick.get(name, 0)
-                    proposal = (
-                        self.share.with_passed(
-                            job,
-                            plan,
-                            first_due,
-                            now,
-                            prior_tick_s=prior_s,
-                            live_grace_s=self.settings.live_grace_s,
-                        )
-                        if pinned_s is None  # what others left waits for the plan after it
-                        else Proposal(job, plan, prior_tick_s=prior_s)
-                    )
-                    if proposal.shared_from_s is None and plan.missed:
-                        # A backlog from this node's own last tick: other nodes may have
-                        # decided some of it while this one was frozen or cut off (the
-                        # scheduler model found missed 2 for two ticks another node ran).
-                        proposal = dataclasses.replace(proposal, shared_from_s=first_due)
-                    plans.append(proposal)
-            except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
-                self._unschedule(job, exc)
+    def _plan(self, job: Job, tick_s: int, now: float, since_s: int) -> Plan:
+        """Plan ``tick_s`` from the cursor this node expects: the one it knows, or the tick
+        it raced last (whoever won that decided it), whichever is newer. Only a cursor the
+        node has seen is ever expected: a store without one then lost the job's data."""
+        name = job.name
+        known = self.cursors.get(name)
+        raced = self._raced.get(name)
+        if known is not None and raced is not None and known < raced < tick_s:
+            self.cursors[name] = raced
+        return self.tick_race.plan(job, tick_s, now, since_s=since_s)
+
+    def _lost(self, job: Job, tick_s: int) -> None:
+        """A claim this node lost: claim it again D later if it is second in line and the
+        job's next tick is further away than that (docs/design.md section 3, step 6)."""
+        wait_s = self.settings.undecided_claim_s
+        try:
+            if job.schedule.interval_s(tick_s) <= wait_s:
+                return  # the job's next decision comes about as soon
+        except Exception:  # noqa: BLE001 (a broken schedule is reported by the loop)
+            return
+        if self.membership.next_after_preferred(job.name, tick_s):
+            heapq.heappush(self._rechecks, (tick_s + wait_s + RECHECK_MARGIN_S, tick_s, job.name))
+
+    async def _recheck(self, now: float, runs: TaskGroup) -> None:
+        """Claim again the lost ticks that are due: a winner that died before deciding
+        leaves its claim to run out; won now, the tick is decided here, late."""
+        proposals: list[Proposal] = []
+        while self._rechecks and self._rechecks[0][0] <= now:
+            _when, tick_s, name = heapq.heappop(self._rechecks)
+            job = self.jobs.get(name)
+            known = self.cursors.get(name)
+            if job is None or (known is not None and known >= tick_s):
                 continue
-        if skipped:
-            self.observer.claims_skipped(skipped)
-        return plans, following, newest
+            proposals.append(Proposal(job, self.tick_race.plan(job, tick_s, now)))
+        if not proposals:
+            return
+        try:
+            await self.tick_race.race(proposals, runs, recheck=True)
+        except Exception:  # the outermost loop: one job's surprise must not stop the rest
+            log.exception("unexpected error re-claiming lost ticks; moving on")
 
     async def _seed(self) -> None:
-        """Start each job this node races from its watermark, or from now when it has none.
+        """Start each job this node races from its cursor, or from now when it has none.
 
         With ``racers = k`` every job is placed in its window, and only those this node
-        races in it (its own arcs on its view: about k·J/N) are read and planned: a node
-        joining a 1,000-node fleet of 10,000 jobs planned all of them to push 20, and took
-        0.24 s of CPU to be ready against 0.11 s now (benchmarks/node_startup.py). The
-        others come in at their window's turn or a membership change, as they would have
-        at their first tick.
+        races in it are read and planned; the others come in at their window's turn or a
+        membership change, as they would have at their first tick.
         """
         self.share.track_all(list(self.jobs), int(self.clock.time()))
         raced = self.share.raced_now()
@@ -324,19 +283,20 @@ class Scheduler:
         retry = Retry(self.clock)
         while True:
             try:
-                marks = await self.store.watermarks(names)
+                cursors = await self.store.cursors(names)
                 break
             except StoreError as exc:
-                self._set_ready(False, why=f"cannot read watermarks: {exc}", source="seed")
-                log.warning("cannot read watermarks yet", extra={"error": str(exc)})
+                self._set_ready(False, why=f"cannot read cursors: {exc}", source="seed")
+                log.warning("cannot read the jobs' cursors yet", extra={"error": str(exc)})
                 await retry.wait()
+        self.cursors.update(cursors)
         now_s = int(self.clock.time())
         for name in names:
             job = self.jobs.get(name)
-            if job is None:  # removed while the watermarks were read
+            if job is None:  # removed while the cursors were read
                 continue
-            mark = marks.get(name)
-            start = mark if mark is not None and mark < now_s else now_s
+            cursor = cursors.get(name)
+            start = cursor if cursor is not None and cursor < now_s else now_s
             try:
                 first_s = job.schedule.next_tick(start)
             except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
@@ -373,7 +333,7 @@ class Scheduler:
 
     def put_job(self, job: Job) -> None:
         """Add a job, or replace one, while the loop runs: it fires from its next tick
-        after now (every node computes the same one), not from an older watermark."""
+        after now (every node computes the same one), not from an older cursor."""
         self.jobs[job.name] = job
         self._broken.discard(job.name)
         self.share.track(job.name, int(self.clock.time()))
@@ -391,7 +351,8 @@ class Scheduler:
         self.jobs.pop(name, None)
         self.next_tick.pop(name, None)
         self._broken.discard(name)
-        self._expired.pop(name, None)
+        self.cursors.pop(name, None)
+        self._raced.pop(name, None)
         self.share.forget(name)
 
     def _push(self, name: str, tick_s: int, *, wake_s: float | None = None) -> None:
@@ -406,92 +367,53 @@ class Scheduler:
             wake_s = tick_s if preferred else tick_s + PREFERRED_HEAD_START_S
         heapq.heappush(self._heap, (wake_s, tick_s, name))
 
-    # -- racers = k: ticks left to others, and ticks whose racers left ---------------------
-
-    def _orphan_window_s(self) -> float:
-        """How far back a tick may lack a racer: the late-fire bound and a heartbeat."""
-        return late_fire_bound_s(self.settings.heartbeat_s) + self.settings.heartbeat_s
+    # -- racers = k: windows and membership changes --------------------------------------
 
     def _members_changed(self, before: Ring, after: Ring, last_beat_ms: int) -> None:
         """The membership's hook: queue the jobs the change moved, wake the loop for them."""
         self.share.changed(before, after, last_beat_ms)
-        if self.share.pending or self._orphans:
+        if self.share.pending:
             self._wake_up()
 
     def _turn_windows(self, now: float) -> bool:
         """Place a chunk of the jobs whose window began (True: more are due): those this
-        node races enter the heap (the others are raced elsewhere: a first tick past this
-        window is that window's, and its turn looks again)."""
+        node races enter the heap."""
         turned, more = self.share.due_turns(now)
         for start_s, name in turned:
             job = self.jobs.get(name)
             if job is None or name in self.next_tick or name in self._broken:
                 continue  # in the heap already: its next pop sees whom the window chose
-            self._take_over(job, start_s - 1, now)
+            self._take_up(job, start_s - 1)
         return more
 
     def _rehome(self, now: float) -> None:
-        """Re-home one chunk of the jobs a membership change moved (tick/share.py)."""
+        """Re-home one chunk of the jobs a membership change moved (tick/share.py): a job
+        this node now races, and did not, claims its newest due tick once."""
         now_s = int(now)
-        for change, name in self.share.take():
+        for _change, name in self.share.take():
             job = self.jobs.get(name)
-            if job is None or name in self._broken:
+            if job is None or name in self._broken or name in self.next_tick:
                 continue
-            first_s = self.next_tick.get(name)
-            if first_s is None:
-                first_s = self._take_over(job, now_s - 1, now, since_s=change.since_s)
-            if first_s is not None:
-                self.share.recover(change, job, first_s, now_s)
+            try:
+                newest_s = newest_tick(job, now_s - int(job.catchup_window_s) - 1, now_s)
+            except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
+                self._unschedule(job, exc)
+                continue
+            if newest_s and self.share.races(name, newest_s):
+                self.next_tick[name] = newest_s
+                heapq.heappush(self._heap, (now, newest_s, name))
+            else:
+                self._take_up(job, now_s)
 
-    def _take_over(
-        self, job: Job, after_s: int, now: float, *, since_s: int | None = None
-    ) -> int | None:
-        """Push a job's first tick after ``after_s`` when this node races it.
-
-        Returns that tick (raced or not); None when it cannot be computed. A job taken
-        over covers, with its first claim, the ticks of the last few heartbeats: their
-        racers may have died before the membership said so.
-        """
-        name = job.name
+    def _take_up(self, job: Job, after_s: int) -> None:
+        """Push a job's first tick after ``after_s`` when this node races it."""
         try:
             first_s = job.schedule.next_tick(after_s)
         except Exception as exc:  # noqa: BLE001 (logged by _unschedule; the rest go on)
             self._unschedule(job, exc)
-            return None
-        if self.share.races(name, first_s):
-            oldest_s = int(now - self._orphan_window_s())
-            if since_s is not None:
-                oldest_s = max(oldest_s, since_s)
-            self._passed.setdefault(name, oldest_s)
-            self._push(name, first_s)
-        return first_s
-
-    async def _race_orphans(self, runs: TaskGroup, now: float) -> None:
-        """Race, late, for the ticks this node became a racer for when members left."""
-        # Emptied in place: the share (tick/share.py) adds later orphans to this same dict.
-        orphans = dict(self._orphans)
-        self._orphans.clear()
-        plans = []
-        for name, ticks in orphans.items():
-            job = self.jobs.get(name)
-            if job is None:
-                continue
-            unlisted = self.share.unlisted.pop(name, 0)
-            shared_s = ticks[0]
-            if name in self._expired:  # older than the catch-up window: counted, not raced
-                oldest_s, count = self._expired.pop(name)
-                unlisted, shared_s = unlisted + count, min(shared_s, oldest_s)
-            plan = plan_orphaned(job, ticks, now, self.settings.live_grace_s, unlisted=unlisted)
-            if plan is not None:
-                plans.append(Proposal(job, plan, shared_from_s=shared_s))
-        try:
-            unanswered = await self.tick_race.race(plans, runs) if plans else set()
-        except Exception:  # the outermost loop: one job's surprise must not stop the rest
-            log.exception("unexpected error racing for orphaned ticks; moving on")
             return
-        uncovered = self.share.uncovered
-        for name in unanswered:  # Redis did not answer: the next claim covers them all
-            uncovered[name] = min(uncovered.get(name, orphans[name][0]), orphans[name][0])
+        if self.share.races(job.name, first_s):
+            self._push(job.name, first_s)
 
     async def fire_trigger(
         self, job: Job, trigger_id: str, runs: TaskGroup, *, age_s: float = 0.0

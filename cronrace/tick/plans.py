@@ -1,20 +1,22 @@
-"""What a due job fires: its expired, late and on-time ticks, under its catch-up policy; pure.
+"""What a decision of one job covers: (cursor, tick], split by the catch-up policy; pure.
 
-The loop pops a job when its first due tick comes; this classifies the ticks from there
-to now (DESIGN.md section 5): one on time in the steady state, or a backlog after a late
-wake-up, of which ticks older than ``catchup_window`` are only counted.
-
-With ``racers = k`` it also plans the ticks whose racers all left, found by the share
-(tick/share.py, ``orphans``) and raced late by this node (:func:`plan_orphaned`).
+A node decides a job's tick T from the cursor C it expects (docs/design.md section 3):
+every tick of (C, T] is in its plan, fired or counted. The ticks older than the catch-up
+window are counted, never fired; of those inside it the policy fires some
+(:func:`cronrace.protocol.plan`). A new job (no cursor) decides its tick alone.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from cronrace.model.job import Job
-from cronrace.model.policies import TickPlan, plan_ticks
-from cronrace.tick.decisions import EXPIRED_COUNT_CAP
+from cronrace.protocol import Missed, plan
+
+#: The most ticks counted one by one in a backlog past the catch-up window: a count that
+#: reaches it is recorded as this many, "at least" (a minutely job down for 69 days).
+EXPIRED_COUNT_CAP = 100_000
 
 
 def window_start_s(now: float, catchup_window_s: float) -> int:
@@ -22,66 +24,89 @@ def window_start_s(now: float, catchup_window_s: float) -> int:
     return math.ceil(now - catchup_window_s)
 
 
-def plan_orphaned(
-    job: Job, ticks_s: list[int], now: float, live_grace_s: float, *, unlisted: int = 0
-) -> TickPlan | None:
-    """Plan the ticks a job's racers left behind when they left (tick/share.py, orphans):
-    raced late by this node, under the job's catch-up policy. ``unlisted`` more of them
-    (past the share's cap, among the listed ones) are counted missed with them."""
-    return plan_ticks(
-        job.catchup,
-        due_ticks_s=ticks_s,
-        newest_on_time=now - ticks_s[-1] <= live_grace_s,
-        expired=unlisted,
-        first_expired_s=None,
-        cutoff_s=window_start_s(now, job.catchup_window_s),
-        max_catchup=job.max_catchup,
-    )
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One decision's plan: (from_s, tick_s], the ticks it fires and those it does not.
+
+    Attributes:
+        tick_s: the tick whose claim decides the plan (the newest due tick).
+        cursor_s: the cursor the plan expects (None: none known, a new job).
+        from_s: the plan's exclusive lower bound (the cursor, or the tick before).
+        fire_s: the ticks to fire, oldest first.
+        missed: the rest, as a range with its count.
+    """
+
+    tick_s: int
+    cursor_s: int | None
+    from_s: int
+    fire_s: tuple[int, ...]
+    missed: tuple[Missed, ...]
+
+    @property
+    def missed_count(self) -> int:
+        """How many ticks the plan does not fire."""
+        return sum(m.count for m in self.missed)
 
 
-def plan_due(
+def plan_tick(
     job: Job,
-    first_due_s: int,
+    tick_s: int,
+    cursor_s: int | None,
     now: float,
     live_grace_s: float,
     *,
-    until_s: int | None = None,
-) -> tuple[TickPlan | None, int]:
-    """Classify a job's due ticks: expired, late (a backlog) or on time; and its next tick.
+    since_s: int | None = None,
+) -> Plan:
+    """Plan the decision of ``tick_s`` from ``cursor_s`` (which must be below it).
 
-    A backlog may hold ticks other nodes decided meanwhile: the decision counts what
-    was really missed, and logs it (decisions.report), so nothing is logged here.
-
-    ``until_s`` pins the plan's claim to that tick, one this node claimed without an
-    answer (only claiming that key again reads it back: it may be this node's): the plan
-    decides the backlog's ticks up to it, as the catch-up policy would decide them in the
-    whole backlog, and the next tick is the one after it (the rest follows at once).
+    In the steady state the cursor is the tick before: the plan fires ``tick_s`` alone. A
+    job without a cursor (its first decision) covers the ticks after ``since_s`` (the
+    node's first due tick, less one), or ``tick_s`` alone.
     """
-    now_s = int(now)
     schedule = job.schedule
-    following = schedule.next_tick(first_due_s)
-    if following > now_s and now - first_due_s <= live_grace_s:
-        # The steady state: one tick, on time.
-        return TickPlan(first_due_s, first_due_s, (first_due_s,), 0), following
-    cutoff_s = window_start_s(now, job.catchup_window_s)
-    expired = 0
-    first_expired: int | None = None
-    if first_due_s < cutoff_s:
-        first_expired = first_due_s
-        expired = schedule.count_between(first_due_s - 1, cutoff_s - 1, EXPIRED_COUNT_CAP)
-    due = schedule.ticks_between(max(first_due_s, cutoff_s) - 1, now_s, EXPIRED_COUNT_CAP)
-    newest_on_time = bool(due) and now - due[-1] <= live_grace_s
-    plan = plan_ticks(
+    on_time = now - tick_s <= live_grace_s
+    lower_s = cursor_s if cursor_s is not None else (tick_s - 1 if since_s is None else since_s)
+    start_s = window_start_s(now, job.catchup_window_s)
+    expired: Missed | None = None
+    if lower_s < start_s - 1:
+        upper_s = min(start_s - 1, tick_s)
+        count = schedule.count_between(lower_s, upper_s, EXPIRED_COUNT_CAP)
+        if count:
+            expired = Missed(schedule.next_tick(lower_s), upper_s, count)
+    due = schedule.ticks_between(max(lower_s, start_s - 1), tick_s, job.max_catchup + 1)
+    if len(due) > job.max_catchup:
+        # A long backlog inside the window: count all but the newest max_catchup + 1,
+        # which are enough for every policy (all fires at most max_catchup of them).
+        inside_s = max(lower_s, start_s - 1)
+        newest = newest_ticks(job, inside_s, tick_s, job.max_catchup + 1)
+        older = schedule.count_between(inside_s, newest[0] - 1, EXPIRED_COUNT_CAP)
+        if older:
+            first_s = expired.first_s if expired is not None else schedule.next_tick(inside_s)
+            expired = Missed(first_s, newest[0] - 1, older + (expired.count if expired else 0))
+        due = newest
+    fire, missed = plan(
         job.catchup,
-        due_ticks_s=due,
-        newest_on_time=newest_on_time,
+        due_s=due,
+        on_time=on_time,
         expired=expired,
-        first_expired_s=first_expired,
-        cutoff_s=cutoff_s,
         max_catchup=job.max_catchup,
     )
-    if plan is None or until_s is None or until_s == plan.claim_tick_s or until_s < first_due_s:
-        return plan, schedule.next_tick(now_s)
-    fire = tuple(t for t in plan.fire_ticks_s if t <= until_s)
-    covered = schedule.count_between(first_due_s - 1, until_s, EXPIRED_COUNT_CAP)
-    return TickPlan(until_s, until_s, fire, covered - len(fire)), schedule.next_tick(until_s)
+    return Plan(tick_s, cursor_s, lower_s, fire, missed)
+
+
+def newest_tick(job: Job, after_s: int, until_s: int) -> int:
+    """The newest tick of (after_s, until_s] (0: none)."""
+    ticks = newest_ticks(job, after_s, until_s, 1)
+    return ticks[-1] if ticks else 0
+
+
+def newest_ticks(job: Job, after_s: int, until_s: int, count: int) -> list[int]:
+    """The newest ``count`` ticks of (after_s, until_s], oldest first."""
+    schedule = job.schedule
+    period_s = max(1, schedule.interval_s(until_s))
+    lower_s = max(after_s, until_s - period_s * (count + 1))
+    while True:
+        ticks = schedule.ticks_between(lower_s, until_s, EXPIRED_COUNT_CAP)
+        if len(ticks) >= count or lower_s <= after_s:
+            return ticks[-count:]
+        lower_s = max(after_s, until_s - (until_s - lower_s) * 2)

@@ -1,6 +1,6 @@
 """Releasing finished runs' leases: retried until they expire, and before the next decision.
 
-A run's record and its release go out in one ``release.lua`` call. When Redis cannot be
+A run's record and its release go out in one ``end_run.lua`` call. When Redis cannot be
 reached (down, restarting, a stale pooled connection) the release is retried, safely (the
 script compares the fence and writes the record only with it), until the lease has surely
 expired: given up earlier, a finished run's lease would block its job for the rest of
@@ -27,10 +27,11 @@ import anyio.lowlevel
 from cronrace.errors import RedisAmbiguousError, StoreError
 from cronrace.model.job import Job
 from cronrace.model.records import RunRecord
+from cronrace.protocol import ReleaseReply
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.retry import Backoff
 from cronrace.stores.contract import Store
-from cronrace.stores.values import FinishRequest, Owner, ReleaseReply
+from cronrace.stores.values import Owner, RunEnd
 from cronrace.tick.outbox import Outbox
 
 log = logging.getLogger("cronrace.run")
@@ -67,7 +68,7 @@ class _Batch:
     flight (the runs are plain asyncio tasks, tick/tasks.py).
     """
 
-    requests: list[FinishRequest]
+    requests: list[RunEnd]
     waiting: list[asyncio.Future[object]] = field(default_factory=list)
     replies: list[object] = field(default_factory=list)
 
@@ -113,8 +114,8 @@ class Releases:
         record: RunRecord,
         fence: int,
         *,
-        next_tick_s: int = 0,
         until_mono: float,
+        hand_on: bool = True,
     ) -> ReleaseReply | None:
         """Record the run and release its lease (or hand it on), retrying until ``until_mono``.
 
@@ -128,14 +129,14 @@ class Releases:
         self._pending[job.name] = self._pending.get(job.name, 0) + 1
         try:
             while True:
-                request = FinishRequest(
-                    record,
-                    job.history,
+                request = RunEnd(
+                    job.name,
                     fence,
                     self.owner,
                     job.lease_ttl_ms,
-                    next_tick_s,
-                    retried=attempt > 0,
+                    record,
+                    job.history,
+                    hand_on=hand_on,
                 )
                 # Sent in the batch of the releases of this turn of the loop (_lead); here,
                 # not in a coroutine of its own: one frame less for each run in flight.
@@ -196,7 +197,7 @@ class Releases:
                     self._settled.set()
                     self._settled = None
 
-    async def _lead(self, request: FinishRequest) -> object:
+    async def _lead(self, request: RunEnd) -> object:
         """Open a batch, let this turn's other releases join it, send it, share the replies.
 
         Runs that finish together (a tick's runs, released after a Redis outage) share one
@@ -212,7 +213,7 @@ class Releases:
             self._forming = None
             sent = True
             try:
-                batch.replies = list(await self.store.finish_many(batch.requests))
+                batch.replies = list(await self.store.end_runs(batch.requests))
             except StoreError as exc:
                 batch.replies = [exc] * len(batch.requests)
         finally:

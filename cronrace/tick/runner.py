@@ -2,7 +2,7 @@
 
 A run is started as a task in the agent's run group; the scheduler never awaits it. One
 task may run several ticks in a row under one lease: a queued tick handed on by
-``release.lua`` (queue-one) or the next tick of a catch-up backlog (catch-up ``all``),
+``end_run.lua`` (queue-one) or the next tick of a catch-up backlog (catch-up ``all``),
 each with its own new fence.
 """
 
@@ -16,23 +16,17 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
-from cronrace.errors import StoreError, StoreUnavailableError, error_text
+from cronrace.errors import StoreError, error_text
 from cronrace.model.job import FencedWriter, Job, RunContext
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
+from cronrace.protocol import Release
 from cronrace.runtime import tracing
 from cronrace.runtime.clock import Clock
 from cronrace.runtime.observer import Observer
-from cronrace.runtime.retry import BACKOFF, Retry
 from cronrace.stores.contract import Store
-from cronrace.stores.values import (
-    AcquireDecision,
-    AcquireReply,
-    Owner,
-    ReleaseDecision,
-)
+from cronrace.stores.values import Owner
 from cronrace.tick.cancel import HandlerCancel
-from cronrace.tick.decisions import further_tick_request
 from cronrace.tick.lease import Lease, Renewals
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.releases import Releases
@@ -126,9 +120,12 @@ class Runner(UnrunRuns):
         fence: int,
         granted_mono: float,
         trigger_id: str | None = None,
+        fences: list[int] | None = None,
     ) -> Grant:
-        """Register a granted run before its task starts (see :class:`Grant`)."""
-        grant = Grant(job, ticks, fence, granted_mono, trigger_id)
+        """Register a granted run before its task starts (see :class:`Grant`).
+
+        ``fences``: under ``allow``, one per tick (each runs apart, with no lease)."""
+        grant = Grant(job, ticks, fence, granted_mono, trigger_id, fences or [])
         self._unstarted.add(grant)
         return grant
 
@@ -174,7 +171,7 @@ class Runner(UnrunRuns):
                         )
                     record = await self._run_once(job, tick_s, lease, trigger_id, renew=leased)
                     go_on, trigger_id = await self._after_run(
-                        job, record, lease, ticks, leased=leased
+                        job, record, lease, ticks, grant.fences, leased=leased
                     )
                     if not go_on:
                         return
@@ -193,7 +190,14 @@ class Runner(UnrunRuns):
                 self._idle = None
 
     async def _after_run(
-        self, job: Job, record: RunRecord, lease: Lease, ticks: list[int], *, leased: bool
+        self,
+        job: Job,
+        record: RunRecord,
+        lease: Lease,
+        ticks: list[int],
+        fences: list[int],
+        *,
+        leased: bool,
     ) -> tuple[bool, str | None]:
         """Record a run, release or hand on its lease.
 
@@ -202,32 +206,38 @@ class Runner(UnrunRuns):
             trigger handed on by the release runs as that trigger).
         """
         if not leased:
+            # allow: no lease; each tick was granted its own fence by the decision.
             await self.outbox.write([record], history=job.history)
             if ticks:
-                next_fence = await self._fence_for_allowed_run(job, ticks[0])
-                if next_fence is None:
+                if fences:
+                    fences.pop(0)
+                if not fences:
                     self._keep_unrun(job, ticks)
                     return False, None
-                lease.rebase(next_fence, self.clock.monotonic())
+                lease.rebase(fences[0], self.clock.monotonic())
             return True, None
         if lease.lost:
-            # Not released: a sync handler's thread may still be running, and the lease
-            # expires by itself within the safety margin anyway.
-            await self.outbox.write([record], history=job.history)
-            self._keep_unrun(job, ticks)
+            # Ended once the lease has surely run out, never before: a sync handler's
+            # thread may still be running. Its record then says how it ended, unless a
+            # decision met the lapsed lease first and recorded the run abandoned (or a
+            # replace recorded it lease_lost): one result either way.
+            await self.clock.sleep(max(0.0, lease.expiry_mono - self.clock.monotonic()))
+            await self.releases.finish(
+                job,
+                record,
+                lease.fence,
+                until_mono=self.clock.monotonic() + lease.ttl_s,
+                hand_on=False,
+            )
             return False, None
-        next_tick = ticks[0] if ticks else 0
         sent = self.clock.monotonic()
-        reply = await self.releases.finish(
-            job, record, lease.fence, next_tick_s=next_tick, until_mono=lease.expiry_mono
-        )
-        if reply is None or reply.decision is not ReleaseDecision.HANDED_ON:
-            if reply is not None and reply.decision is ReleaseDecision.NOT_OWNER:
+        reply = await self.releases.finish(job, record, lease.fence, until_mono=lease.expiry_mono)
+        if reply is None or reply.decision is not Release.HANDED_ON:
+            if reply is not None and reply.decision is Release.NOT_OWNER:
                 log.warning(
                     "release refused: the lease had moved on",
                     extra={"job": job.name, "tick": record.tick_s, "fence": lease.fence},
                 )
-            self._keep_unrun(job, ticks)
             return False, None
         if reply.hold_ms:
             self.hold_job(job.name, reply.hold_ms / 1000)
@@ -236,34 +246,6 @@ class Runner(UnrunRuns):
             ticks.insert(0, reply.tick_s)
             return True, reply.trigger_id  # a queued trigger runs as that trigger
         return True, None
-
-    async def _fence_for_allowed_run(self, job: Job, tick_s: int) -> int | None:
-        """The fence of a catch-up's next tick under ``allow``, asked again while the store
-        is unreachable, until the tick leaves its catch-up window. Asked once, a failover
-        under way stopped the catch-up and its further ticks never ran (the Cluster fault
-        test, a primary killed: a tick of a healthy shard's job missed). Not remembered by
-        the store, a call whose answer was lost only burns a fence (no lease to hold)."""
-        request = further_tick_request(job, tick_s, self.owner)
-        attempts = Retry(self.clock, BACKOFF)
-        while True:
-            try:
-                (reply,) = await self.store.acquire([request])
-            except StoreError as exc:
-                reply = exc
-            if isinstance(reply, AcquireReply):
-                return reply.fence if reply.decision is AcquireDecision.RUN else None
-            more = self.clock.time() < tick_s + job.catchup_window_s
-            if not (more and isinstance(reply, StoreUnavailableError)):
-                log.error(
-                    "catch-up stopped: Redis failed",
-                    extra={"job": job.name, "tick": tick_s, "error": str(reply)},
-                )
-                return None
-            log.warning(
-                "catch-up's next fence failed; retrying",
-                extra={"job": job.name, "tick": tick_s, "error": str(reply)},
-            )
-            await attempts.wait()
 
     async def _run_once(
         self, job: Job, tick_s: int, lease: Lease, trigger_id: str | None, *, renew: bool
@@ -305,10 +287,9 @@ class Runner(UnrunRuns):
                 )
                 with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
                     if renew and not lease.lost:
-                        reply = await self.releases.finish(
-                            job, record, lease.fence, until_mono=lease.expiry_mono
+                        await self.releases.finish(
+                            job, record, lease.fence, until_mono=lease.expiry_mono, hand_on=False
                         )
-                        await self._refuse_hand_on(job, reply)
                     else:
                         await self.outbox.write([record], history=job.history)
                 raise
@@ -406,7 +387,7 @@ class Runner(UnrunRuns):
         """Renew a held run's lease as it starts; lose it (cancelling ``victim``) if taken.
 
         A run alive since before the wipe that re-asserted its lease during the hold took
-        it from this unstarted grant (renew.lua). Retried until the lease's deadline when
+        it from this unstarted grant (renew_lease.lua). Retried until the lease's deadline when
         the store does not answer; past it the lease counts as lost.
         """
         while not lease.check_deadline():

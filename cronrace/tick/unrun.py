@@ -3,20 +3,19 @@
 A grant is registered before its run's task starts (:class:`Grant`), so that a run the
 agent never got to start (a forced stop) is still recorded and released; a catch-up
 sequence or a queued tick cut short by a stop gets its records too. Nothing won is
-dropped without a record (DESIGN.md section 3, step 7).
+dropped without a record (docs/design.md section 3, step 7).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cronrace.model.job import Job
 from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
 from cronrace.runtime.clock import Clock
-from cronrace.stores.values import ReleaseDecision, ReleaseReply
 from cronrace.tick.outbox import Outbox
 from cronrace.tick.releases import Releases
 
@@ -36,6 +35,8 @@ class Grant:
     fence: int
     granted_mono: float
     trigger_id: str | None = None
+    #: Under ``allow``: one fence per tick (each runs apart, with no lease).
+    fences: list[int] = field(default_factory=list)
 
 
 class UnrunRuns:
@@ -86,9 +87,10 @@ class UnrunRuns:
     ) -> None:
         """Record a granted run that will not start, and release its lease.
 
-        The release is retried for ``retry_s`` at most (0: once); a record Redis did not
-        take goes to the outbox. Further ticks of a catch-up sequence are recorded too,
-        with the same outcome and reason (the release records the first).
+        The release is retried for ``retry_s`` at most (0: once); a record the store did
+        not take goes to the outbox. The release hands nothing on: the store records the
+        grant's further ticks, and a tick queued behind it, ``cancelled``. Under ``allow``
+        (no lease) the further ticks are recorded here.
         """
         record = RunRecord(
             job.name,
@@ -100,31 +102,12 @@ class UnrunRuns:
             error=why,
             trigger_id=trigger_id,
         )
-        self._keep_unrun(job, ticks[1:], outcome, why)
         if job.overlap is Overlap.ALLOW:
+            self._keep_unrun(job, ticks[1:], outcome, why)
             await self.outbox.write([record], history=job.history)
         else:
             until = self.clock.monotonic() + retry_s
-            reply = await self.releases.finish(job, record, fence, until_mono=until)
-            await self._refuse_hand_on(job, reply)
-
-    async def _refuse_hand_on(self, job: Job, reply: ReleaseReply | None) -> None:
-        """Record and release a queued tick a release handed to a run that will not go on.
-
-        ``release.lua`` hands the lease to the tick waiting (queue-one) whatever the record
-        says; a run cancelled by a stop, or never started, cannot run it, and the tick was
-        left with no record while its lease blocked the job (the scheduler model found it).
-        """
-        if reply is not None and reply.decision is ReleaseDecision.HANDED_ON:
-            await self.release_unrun(
-                job,
-                [reply.tick_s],
-                reply.fence,
-                Outcome.CANCELLED,
-                "the agent stopped before this queued tick ran",
-                trigger_id=reply.trigger_id,
-                retry_s=0,
-            )
+            await self.releases.finish(job, record, fence, until_mono=until, hand_on=False)
 
     def _keep_unrun(
         self,

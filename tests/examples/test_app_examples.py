@@ -31,7 +31,7 @@ async def one_run(client: OperatorClient, job: str, trigger_id: str) -> RunRecor
 
     async def over() -> bool:
         found[:] = [r for r in await client.history(job, 20) if r.trigger_id == trigger_id]
-        return bool(found) and found[0].outcome != "queued"
+        return bool(found) and found[0].outcome not in ("queued", "granted")
 
     await wait_for(over, timeout_s=20, what=f"the run of trigger {trigger_id}")
     return found[0]

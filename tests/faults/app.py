@@ -145,20 +145,16 @@ if FREEZE_JOB:
 
     _decide = _race.TickRace._decide
 
-    async def _decide_frozen(self: Any, wakeup: Any, runs: Any, **options: Any) -> Any:
+    async def _decide_frozen(self: Any, winners: Any, runs: Any, **options: Any) -> Any:
         arm = os.environ["FAULT_FREEZE_ARM"]
-        won = [
-            p.plan.claim_tick_s
-            for p in wakeup.winners or ()
-            if p.job.name == FREEZE_JOB and p.trigger_id is None
-        ]
+        won = [p.plan.tick_s for p in winners if p.job.name == FREEZE_JOB and p.trigger_id is None]
         if won and os.path.exists(arm):  # noqa: ASYNC240 (the point is to block: a freeze)
             os.unlink(arm)
             fd = os.open(os.environ["FAULT_FREEZE_MARK"], os.O_WRONLY | os.O_CREAT, 0o644)
             os.write(fd, f"{won[0]} {time.time()} {os.getpid()}".encode())
             os.close(fd)
             os.kill(os.getpid(), signal.SIGSTOP)
-        return await _decide(self, wakeup, runs, **options)
+        return await _decide(self, winners, runs, **options)
 
     _race.TickRace._decide = _decide_frozen  # type: ignore[method-assign]
 
@@ -181,7 +177,7 @@ if FREEZE_TAKEN_FROM:
     _taken_job = os.environ["FAULT_FREEZE_TAKEN_JOB"]
     _taken_frozen = False
 
-    async def _decide_taken_frozen(self: Any, wakeup: Any, runs: Any, **options: Any) -> Any:
+    async def _decide_taken_frozen(self: Any, winners: Any, runs: Any, **options: Any) -> Any:
         global _taken_frozen
         try:
             with open(FREEZE_TAKEN_FROM) as mark:  # noqa: ASYNC230 (the point is to block)
@@ -189,11 +185,7 @@ if FREEZE_TAKEN_FROM:
             frozen_tick = int(tick_text) if int(pid_text) != os.getpid() else None
         except (FileNotFoundError, ValueError):
             frozen_tick = None
-        won = [
-            p.plan.claim_tick_s
-            for p in wakeup.winners or ()
-            if p.job.name == _taken_job and p.trigger_id is None
-        ]
+        won = [p.plan.tick_s for p in winners if p.job.name == _taken_job and p.trigger_id is None]
         if not _taken_frozen and frozen_tick is not None and frozen_tick in won:
             _taken_frozen = True
             try:  # the first taker only: the next one must decide it
@@ -206,7 +198,7 @@ if FREEZE_TAKEN_FROM:
                 os.write(fd, str(os.getpid()).encode())
                 os.close(fd)
                 os.kill(os.getpid(), signal.SIGSTOP)
-        return await _decide_taken(self, wakeup, runs, **options)
+        return await _decide_taken(self, winners, runs, **options)
 
     _race.TickRace._decide = _decide_taken_frozen  # type: ignore[method-assign]
 

@@ -38,7 +38,6 @@ import redis
 
 from cronrace.model.records import RunRecord
 from cronrace.stores.redis import Store
-from cronrace.tick.decisions import PASSED_WHILE_UNDECIDED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -294,30 +293,25 @@ def decided_late_or_overlapping(
     """Ticks of ``job`` not run, but decided so under its policies (recorded, not lost).
 
     - ``missed``: the nodes came to the tick too late and the catch-up policy (``latest``)
-      fired a newer one; the record names the newest and counts the ones before it. Or a
-      won tick whose answer came after a later tick's decision, under a catch-up policy
-      that runs none late: the record names that tick, and its reason says so.
+      fired a newer one, or did not fire a tick decided after its window: the record names
+      the range (``tick_s`` to ``last_tick_s``) and counts it.
     - ``skipped:overlap`` for a run still going at the decision, or one that had ended at
       most ``release_slack_s`` before it (its release on the wire; a loaded machine).
 
     Anything else missing was lost. A skip for a run that had ended long before its
     decision (a release that never came) is not excused here.
     """
+    starts = {e["fence"]: e["wall"] for e in events if e["job"] == job and e["event"] == "start"}
     ended = {e["fence"]: e["wall"] for e in events if e["job"] == job and e["event"] == "end"}
+    spans = [(at, ended.get(fence, float("inf"))) for fence, at in starts.items()]
     excused: set[int] = set()
     for record in records:
         if record.job != job:
             continue
-        if record.outcome == "missed" and _reason(record) == PASSED_WHILE_UNDECIDED:
-            excused.add(record.tick_s)  # a won tick passed while undecided: this one
-        elif record.outcome == "missed":
-            excused |= set(range(record.tick_s - record.count, record.tick_s))
-        elif record.outcome == "skipped:overlap" and isinstance(record.detail, dict):
-            holder_end_s = ended.get(record.detail.get("holder_fence"), float("inf"))
-            if holder_end_s >= record.finished_ms / 1000 - release_slack_s:
+        if record.outcome == "missed":
+            excused |= set(range(record.tick_s, max(record.tick_s, record.last_tick_s) + 1))
+        elif record.outcome == "skipped:overlap":
+            decided_s = record.finished_ms / 1000
+            if any(s <= decided_s and e >= decided_s - release_slack_s for s, e in spans):
                 excused.add(record.tick_s)
     return excused
-
-
-def _reason(record: RunRecord) -> object:
-    return record.detail.get("reason") if isinstance(record.detail, dict) else None

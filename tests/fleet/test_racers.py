@@ -440,7 +440,7 @@ async def test_ticks_orphaned_by_a_second_departure_also_fire() -> None:
 @pytest.mark.timeout(60)
 async def test_a_node_joining_a_fleet_reads_and_plans_only_the_jobs_it_races() -> None:
     """Issue 19: a node that starts with a view of the fleet places every job but reads
-    the watermarks of, and plans, only those it races (its own arcs): about k·J/N. It
+    the cursors of, and plans, only those it races (its own arcs): about k·J/N. It
     planned all J before (0.5 s of CPU for a node joining 1,000 nodes with 10,000 jobs).
     The jobs it leaves still fire, each once, from the nodes that race them."""
     clock = FakeClock(start_s=START_S + 0.5)
@@ -467,13 +467,13 @@ async def test_a_node_joining_a_fleet_reads_and_plans_only_the_jobs_it_races() -
         await clock.advance(3)  # each has read the others and what they run
         late = node(5)
         asked: list[list[str]] = []
-        read = late.store.watermarks
+        read = late.store.cursors
 
-        async def watermarks(jobs: list[str]) -> dict[str, int | None]:
+        async def cursors(jobs: list[str]) -> dict[str, int | None]:
             asked.append(list(jobs))
             return await read(jobs)
 
-        late.store.watermarks = watermarks  # type: ignore[method-assign]
+        late.store.cursors = cursors  # type: ignore[method-assign]
         await tg.start(late.run)
         scheduler = late.scheduler
         assert scheduler is not None

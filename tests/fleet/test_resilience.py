@@ -38,7 +38,7 @@ async def test_garbage_under_one_jobs_keys_is_reported_and_other_jobs_keep_firin
         await clock.advance(2.0)  # ticks 0 and 1
         client = agent.store.client
         await client.set(keys.fence("dirty"), "NaN")
-        await client.set(keys.last("dirty"), "yesterday")
+        await client.set(keys.cursor("dirty"), "yesterday")
         await client.delete(keys.lease("dirty"))
         await client.hset(keys.lease("dirty"), mapping={"owner": "?", "fence": "x"})
         await client.xadd(keys.runs("dirty"), {"r": b"\x80 not json"})
@@ -50,9 +50,9 @@ async def test_garbage_under_one_jobs_keys_is_reported_and_other_jobs_keep_firin
     assert len(dirty) >= 4, f"the dirty job fires again after its hold: {dirty}"
     assert {r.tick_s - T0 for r in history if r.outcome == "ok"} >= set(dirty[2:-1])
     garbage = [r for r in caplog.records if "garbage" in r.getMessage()]
-    assert {getattr(r, "kind", None) for r in garbage} >= {"fence", "watermark", "lease"}
+    assert {getattr(r, "kind", None) for r in garbage} >= {"fence", "cursor", "lease"}
     # The log names the full key and where it was moved.
-    assert {getattr(r, "key", None) for r in garbage} >= {keys.fence("dirty"), keys.last("dirty")}
+    assert {getattr(r, "key", None) for r in garbage} >= {keys.fence("dirty"), keys.cursor("dirty")}
     assert all(getattr(r, "moved_to", "").startswith(keys.quarantine("dirty")) for r in garbage)
 
 

@@ -1,6 +1,6 @@
 """Put each mutation in (tests/model/mutations.py) and report which machine catches it.
 
-    python -m tests.model.mutate [NAME ...] [--machine protocol|scheduler]
+    python -m tests.model.mutate [NAME ...] [--machine scheduler]
 
 For every mutation and machine: whether the machine failed, the number of steps of the
 example hypothesis shrank it to, the first line of the failure, and the steps. The table
@@ -22,12 +22,10 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from tests.model.mutations import ENV, MUTATIONS, PYTHON_MUTATIONS
-from tests.model.protocol import FakeRedisProtocolModel
 from tests.model.scheduler import SchedulerModel
 
 MACHINES: dict[str, tuple[type[RuleBasedStateMachine], int, int]] = {
     # name: (machine, examples, steps)
-    "protocol": (FakeRedisProtocolModel, 300, 40),
     "scheduler": (SchedulerModel, 60, 15),
 }
 

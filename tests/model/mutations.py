@@ -9,7 +9,6 @@ each machine and reports which caught it, in how many steps (tests/model/README.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,11 +32,11 @@ MUTATIONS = {
     m.name: m
     for m in (
         Mutation(
-            "stale-equal-accepted",
-            "acquire accepts a tick equal to the watermark",
-            ("acquire",),
-            "if prev >= decide_tick then",
-            "if prev > decide_tick then",
+            "decide-without-cursor-check",
+            "a decision does not compare the cursor it was planned from",
+            ("decide",),
+            "elseif cursor ~= expected then",
+            "elseif false then",
         ),
         Mutation(
             "fence-from-zero",
@@ -47,31 +46,17 @@ MUTATIONS = {
             "local seed = 0",
         ),
         Mutation(
-            "release-unfenced",
-            "release does not compare the fence",
-            ("release",),
-            "if held ~= ARGV[1] then",
-            "if not held then",
-        ),
-        Mutation(
             "renew-unfenced",
             "renew does not compare the fence",
-            ("renew",),
+            ("renew_lease",),
             "if held == fence then",
             "if held then",
         ),
         Mutation(
-            "reassert-over-a-started-run",
-            "a re-asserted lease takes the lease of a run that started",
-            ("renew",),
-            "redis.call('HGET', lease_key, 'held') == '1'",
-            "true",
-        ),
-        Mutation(
             "skip-runs-anyway",
             "the skip overlap policy runs the tick anyway",
-            ("acquire",),
-            "elseif overlap ~= 'replace' or late then",
+            ("decide",),
+            "elseif live and overlap == 'skip' then",
             "elseif false then",
         ),
     )
@@ -100,23 +85,22 @@ def _fires_early() -> Callable[[], None]:
 
 
 def _catchup_fires_twice() -> Callable[[], None]:
-    from cronrace.model.policies import Catchup, TickPlan
+    from cronrace.model.policies import Catchup
+    from cronrace.protocol import Missed
     from cronrace.tick import plans
 
-    real = plans.plan_ticks
+    real = plans.plan
 
-    def plan_ticks(policy: Catchup, **kwargs: Any) -> TickPlan | None:
-        plan = real(policy, **kwargs)
-        if plan is not None and policy is Catchup.ALL and len(plan.fire_ticks_s) > 1:
-            fire = (*plan.fire_ticks_s, plan.fire_ticks_s[-1])
-            return dataclasses.replace(plan, fire_ticks_s=fire)
-        return plan
+    def plan(policy: Catchup, **kwargs: Any) -> tuple[tuple[int, ...], tuple[Missed, ...]]:
+        fire, missed = real(policy, **kwargs)
+        if policy is Catchup.ALL and len(fire) > 1:
+            return (*fire, fire[-1]), missed
+        return fire, missed
 
-    # The loop plans due ticks and orphaned ones alike in tick/plans.py.
-    plans.plan_ticks = plan_ticks
+    plans.plan = plan  # type: ignore[assignment]
 
     def undo() -> None:
-        plans.plan_ticks = real
+        plans.plan = real
 
     return undo
 

@@ -14,10 +14,10 @@ Every handler writes to a witness outside the store. After every step: no tick o
 trigger started twice, and none before its tick. At the end, with Redis back and every
 node thawed, a node runs until every backlog is decided, the fleet stops gracefully, and
 each job's ticks since its first decision are counted from the run records: each one
-fired exactly once, or was decided without a run (skipped, cancelled, lease lost) by one
-record, or is counted by a ``missed`` record, exactly as many as there are (README,
-"Guarantees"). Only a crash, or a stop while Redis was unreachable, may lose a tick
-(README: the node takes it with it, or logs the record it could not write).
+has exactly one decision record (granted, skipped, queued, or a missed range that counts
+it), up to the job's cursor, which reached the last tick (I-cursor, docs/design.md section
+3), and every run record names a start the witness saw. Crashes included: a node that
+dies takes no tick with it, the job's next decision covers it.
 """
 
 from __future__ import annotations
@@ -59,13 +59,14 @@ FINAL_NODE = "n-last"
 #: Long enough for every backlog to be decided and every run to finish (the longest lasts
 #: 35 s, a queue_one chain ends once nothing is queued).
 SETTLE_S = int(CATCHUP_WINDOW_S + 2 * LEASE_TTL_S + 45)
-#: Decisions that run nothing and stand for their tick alone.
-UNRUN = {
+#: The records a decision writes for the ticks it covers (one per tick, or a range).
+DECIDED = {
+    Outcome.GRANTED,
     Outcome.SKIPPED_OVERLAP,
     Outcome.SKIPPED_PAUSED,
-    Outcome.CANCELLED,
-    Outcome.LEASE_LOST,
-    Outcome.NOT_REPLICATED,
+    Outcome.QUEUED,
+    Outcome.MISSED,
+    Outcome.DATA_LOST,
 }
 RAN = {Outcome.OK, Outcome.ERROR}
 
@@ -171,9 +172,6 @@ class SchedulerModel(RuleBasedStateMachine):
         self.starts: list[Start] = []
         self.seen: Counter[tuple[str, int | str]] = Counter()
         self.first_decided: dict[str, int] = {}
-        #: Why ticks may have been lost without a record (README: a crash takes the ticks it
-        #: won with it; a record Redis could not take before the agent exited is logged).
-        self.lossy: list[str] = []
         self.triggers: list[str] = []
 
     # -- plumbing ----------------------------------------------------------------------
@@ -308,7 +306,7 @@ class SchedulerModel(RuleBasedStateMachine):
             self._start(name)
         self.run(self.clock.advance(max(spec.every_s for spec in jobs)))
         for name in self.specs:
-            mark = self.raw.get(self.keys.last(name))
+            mark = self.raw.get(self.keys.cursor(name))
             assert mark is not None, f"{name}: no first decision"
             self.first_decided[name] = int(mark)
 
@@ -363,7 +361,7 @@ class SchedulerModel(RuleBasedStateMachine):
         if node is None or not node.running:
             return
         node.process.kill()
-        self.lossy.append(f"{name} crashed")
+        _event("a node crashed (no tick may be lost for it)")
         _event("a node crashed")
 
     @rule(name=st.sampled_from(NODES), forced=st.booleans())
@@ -380,7 +378,7 @@ class SchedulerModel(RuleBasedStateMachine):
         if forced:
             self.stop(node)
         if not self.network.reachable:
-            self.lossy.append(f"{name} stopped while Redis was unreachable")
+            _event("a node stopped while Redis was unreachable")
         self.settle()
 
     @precondition(lambda self: self.network.reachable)
@@ -402,7 +400,7 @@ class SchedulerModel(RuleBasedStateMachine):
             self.network.answers_lost = True
         for node in self.nodes.values():
             if node.stopping and not node.done:
-                self.lossy.append(f"{node.name} was stopping when Redis became unreachable")
+                _event("a node was stopping when Redis became unreachable")
         self.settle()
 
     @rule()
@@ -468,50 +466,52 @@ class SchedulerModel(RuleBasedStateMachine):
             self._check_job(spec, records, stopped_s)
 
     def _check_job(self, spec: JobSpec, records: list[RunRecord], stopped_s: int) -> None:
+        """I-cursor, checked from the records: every tick after the first decision up to
+        the job's cursor has exactly one decision record (a tick's own, or a range that
+        counts it), the cursor reached the last tick before the stop, and every run record
+        names a start the witness saw. Crashes included: a tick is never lost, only
+        decided late (or recorded missed)."""
         job = spec.name
         first = self.first_decided[job]
+        raw = self.raw.get(self.keys.cursor(job))
+        assert raw is not None, f"{job}: no cursor at the end"
+        cursor = int(raw)
         last = stopped_s - stopped_s % spec.every_s
-        fired = {s.tick_s for s in self.starts if s.job == job and not s.trigger_id}
+        assert cursor >= last - spec.every_s, f"{job}: cursor {cursor} behind the last tick {last}"
         started = {(s.trigger_id or s.tick_s, s.fence) for s in self.starts if s.job == job}
-        ticks = [r for r in records if r.trigger_id is None]
-        if last == stopped_s and last not in fired and all(r.tick_s < last for r in ticks):
-            # A tick at the stop's own instant: the loop may not have woken for it when
-            # the stop came (then nothing decided it, rightly), or it may have.
-            last -= spec.every_s
-        window = set(range(first + spec.every_s, last + 1, spec.every_s))
         for r in records:
             if r.outcome in RAN:
                 assert (r.trigger_id or r.tick_s, r.fence) in started, (
                     f"{job}: a record says tick {r.tick_s} ran with fence {r.fence}; "
                     "no handler started so"
                 )
-        unrun = Counter(r.tick_s for r in ticks if r.outcome in UNRUN and r.tick_s not in fired)
-        twice = sorted(t for t, n in unrun.items() if n > 1)
-        assert not twice, f"{job}: ticks decided twice without running: {twice}"
-        missed = sum(r.count for r in ticks if r.outcome is Outcome.MISSED)
-        # A grant whose answer never came back in time (its acquire retried until the tick
-        # left its catch-up window) never started: the next decision records it abandoned.
-        abandoned = {r.tick_s for r in ticks if r.outcome is Outcome.ABANDONED}
-        abandoned -= fired | set(unrun)
-        accounted = len(fired & window) + len(set(unrun) & window) + len(abandoned & window)
-        accounted += missed
-        outside = sorted(
-            (fired | set(unrun)) - window - {t for t in fired | set(unrun) if t <= first}
-        )
-        assert not outside, f"{job}: ticks decided outside the window {first}..{last}: {outside}"
+        window = range(first + spec.every_s, cursor + 1, spec.every_s)
+        decided: Counter[int] = Counter()
+        for r in records:
+            if r.trigger_id is not None or r.outcome not in DECIDED:
+                continue
+            if r.outcome in (Outcome.MISSED, Outcome.DATA_LOST):
+                covered = [t for t in window if r.tick_s <= t <= max(r.tick_s, r.last_tick_s)]
+                if r.outcome is Outcome.MISSED:
+                    ticks = range(r.tick_s - r.tick_s % spec.every_s, r.last_tick_s + 1)
+                    counted = len([t for t in ticks if t % spec.every_s == 0 and t >= r.tick_s])
+                    assert counted == r.count, f"{job}: a missed record counts {r.count} of {r}"
+                decided.update(covered)
+            else:
+                decided[r.tick_s] += 1
+        fired = {s.tick_s for s in self.starts if s.job == job and not s.trigger_id}
+        granted = {r.tick_s for r in records if r.outcome is Outcome.GRANTED}
         summary = (
-            f"{job} ({spec.overlap.value}, catch-up {spec.catchup.value}): {len(window)} ticks "
-            f"after {first} up to {last}; fired {len(fired & window)}, decided without a run "
-            f"{len(set(unrun) & window)}, abandoned unstarted {len(abandoned & window)}, "
-            f"missed records count {missed}"
+            f"{job} ({spec.overlap.value}, catch-up {spec.catchup.value}): ticks after {first} "
+            f"up to the cursor {cursor}: {len(window)}; fired {len(fired & set(window))}"
         )
         _note(summary)
-        assert accounted <= len(window), f"more ticks accounted for than there were: {summary}"
-        if accounted < len(window) and not self.lossy:
-            lost = sorted(window - fired - set(unrun) - abandoned)
-            raise AssertionError(f"ticks lost without a record: {summary}; not fired: {lost}")
-        if accounted < len(window):
-            _event("ticks lost, excused by a crash or a stop while Redis was unreachable")
+        twice = sorted(t for t in window if decided[t] > 1)
+        assert not twice, f"{job}: ticks decided twice: {twice}; {summary}"
+        lost = sorted(t for t in window if not decided[t])
+        assert not lost, f"ticks without a decision record: {lost}; {summary}"
+        unrecorded = sorted(t for t in fired if t > first and t not in granted)
+        assert not unrecorded, f"{job}: ticks started without a granted record: {unrecorded}"
 
     def teardown(self) -> None:
         low = self.steps // 20 * 20

@@ -1,26 +1,17 @@
-"""The mutation harness still bites: a bug put in on purpose makes its machine fail.
+"""The mutation harness still bites: a bug put in on purpose makes the scheduler model fail.
 
-The whole table (every mutation against every machine, shrunk) is
-``python -m tests.model.mutate`` (tests/model/README.md); these two keep the harness from
-rotting, without shrinking: the scheduler model catches a tick fired before its time, the
-protocol model a renewal that does not compare the fence, on Redis (Lua) and on
-PostgreSQL (SQL, in a schema of its own).
+The whole table (every mutation, shrunk) is ``python -m tests.model.mutate``
+(tests/model/README.md); these keep the harness from rotting, without shrinking: the
+scheduler model catches a tick fired before its time (the agent's Python) and a decision
+that skips its cursor check (the store's Lua). The reference protocol's own mutations are
+the exhaustive checker's (tests/model/explore.py).
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.model.mutate import catch
-from tests.model.postgres_state import (
-    PostgresProtocolModel,
-    create_model_schema,
-    drop_model_schema,
-    mutate_model_schema,
-)
-from tests.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.model
 
@@ -31,27 +22,6 @@ def test_the_scheduler_model_catches_a_tick_fired_before_its_time() -> None:
     assert "before its tick" in found.error
 
 
-def test_the_protocol_model_catches_a_renewal_without_a_fence_check() -> None:
-    found = catch("renew-unfenced", "protocol", examples=30, shrink=False)
+def test_the_scheduler_model_catches_a_decision_without_its_cursor_check() -> None:
+    found = catch("decide-without-cursor-check", "scheduler", examples=10, shrink=False)
     assert found.failed
-    assert "renewal" in found.error
-
-
-@pytest.mark.postgres
-def test_the_protocol_model_on_postgresql_catches_a_renewal_without_a_fence_check(
-    postgres_server: PostgresServer,
-) -> None:
-    schema = f"model_mutant_{os.getpid()}"
-    create_model_schema(postgres_server.url, schema)
-    try:
-        mutate_model_schema(postgres_server.url, schema, "renew-unfenced")
-
-        class Mutant(PostgresProtocolModel):
-            url = postgres_server.url
-
-        Mutant.schema = schema
-        found = catch("renew-unfenced", "protocol", examples=30, shrink=False, cls=Mutant)
-    finally:
-        drop_model_schema(postgres_server.url, schema)
-    assert found.failed
-    assert "renewal" in found.error

@@ -22,7 +22,7 @@ from cronrace.stores.contract import Store
 from cronrace.stores.values import Claim, Owner
 
 #: The parts of a job's data a wipe erases (:meth:`Faults.wipe`).
-JOB_PARTS = ("lease", "fence", "watermark", "state", "pending")
+JOB_PARTS = ("lease", "fence", "cursor", "state", "pending")
 
 
 @dataclass
@@ -49,8 +49,9 @@ class Faults(Protocol):
 
         Args:
             job: the job.
-            parts: some of :data:`JOB_PARTS` (lease, fence counter, watermark, state with
-                the pause flag, counters and passed ticks, queued tick); all when empty.
+            parts: some of :data:`JOB_PARTS` (lease, fence counter, cursor with its
+                origin, state with the pause flag, the run, the counters and the
+                outstanding triggers, queued tick); all when empty.
                 Claims and run records are kept: the tests that use this wipe one job's
                 data, not a whole server.
         """

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
-import orjson
 
 from cronrace.model.records import NodeInfo, RunRecord
 from cronrace.stores.contract import FleetStore, Refusals, ScheduleStore
@@ -117,17 +116,14 @@ class OperatorSide:
         """Pause or resume a job for every node (``acquire()`` reads the flag)."""
         await self.db.rows("set_paused", {"ns": self.ns, "job": job, "paused": paused})
 
-    async def _post(self, fields: dict[str, str]) -> str:
-        return str(
-            await self.db.value(
-                "post_control", {"ns": self.ns, "fields": orjson.dumps(fields).decode()}
-            )
-        )
-
     async def request_trigger(self, job: str) -> str:
-        """Ask every node to race for one immediate run of ``job``; return its id."""
+        """Ask every node to race for one immediate run of ``job``; return its id.
+
+        The trigger is outstanding in the job's row until a decision takes it (or sweeps it
+        past its window), and its notice is posted, in one transaction (post_trigger()).
+        """
         trigger_id = secrets.token_hex(8)
-        await self._post({"op": "trigger", "job": job, "id": trigger_id})
+        await self.db.value("post_trigger", {"ns": self.ns, "job": job, "id": trigger_id})
         return trigger_id
 
     async def trigger_claimant(self, job: str, trigger_id: str) -> str | None:

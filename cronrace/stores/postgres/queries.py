@@ -18,7 +18,7 @@ from cronrace.stores.postgres.urls import validate_schema_name
 
 SQL_DIR = Path(__file__).parent / "sql"
 #: The functions, in the order they are created (each may call those before it).
-FUNCTION_FILES = ("lib", "lease", "acquire", "batches", "fleet", "control")
+FUNCTION_FILES = ("lib", "records", "fleet", "control", "decide", "runs")
 
 
 @functools.cache

@@ -12,18 +12,27 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from cronrace.errors import StoreError
 from cronrace.model.records import RunRecord
+from cronrace.protocol.values import (
+    Answer,
+    DecideReply,
+    Record,
+    Release,
+    Verdict,
+)
+from cronrace.protocol.values import ReleaseReply as RunEndReply
+from cronrace.protocol.values import (
+    Renewal as LeaseRenewal,
+)
 from cronrace.stores.values import (
-    AcquireDecision,
-    AcquireReply,
     JobState,
     LeaseInfo,
     Owner,
     Quarantined,
-    ReleaseDecision,
-    ReleaseReply,
-    Renewal,
+    reference_record,
 )
 
 log = logging.getLogger("cronrace.stores.postgres")
@@ -46,80 +55,12 @@ def decode_quarantined(raw: Any) -> tuple[Quarantined, ...]:
     return tuple(out)
 
 
-def decode_acquire(reply: Mapping[str, Any]) -> AcquireReply:
-    """Decode one ``acquire()`` answer (a fresh one or a remembered one).
-
-    Raises:
-        StoreError: not an answer ``acquire()`` gives.
-    """
-    try:
-        decision = AcquireDecision(str(reply["decision"]))
-        prev = int(reply["prev_watermark"])
-        quarantined = decode_quarantined(reply.get("warnings"))
-        return AcquireReply(
-            decision=decision,
-            fence=int(reply["fence"]),
-            prev_watermark_s=None if prev < 0 else prev,
-            holder_fence=int(reply["holder_fence"]),
-            holder_owner=owner_or_none(reply.get("holder_owner")),
-            abandoned_tick_s=int(reply["abandoned_tick"]),
-            abandoned_fence=int(reply["abandoned_fence"]),
-            abandoned_owner=owner_or_none(reply.get("abandoned_owner")),
-            warnings=tuple(q.kind for q in quarantined),
-            superseded_tick_s=int(reply["superseded_tick"]),
-            hold_ms=int(reply["hold_ms"]),
-            data_lost=bool(reply["data_lost"]),
-            superseded_trigger_id=str(reply.get("superseded_trigger") or "") or None,
-            replayed=bool(reply.get("replayed")),
-            renewed=bool(reply.get("renewed")),
-            quarantined=quarantined,
-            late_from_s=int(reply.get("late_from") or 0),  # absent: remembered before it
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StoreError(f"acquire() answered {dict(reply)!r}: {exc}") from None
-
-
-def decode_release(reply: Mapping[str, Any]) -> ReleaseReply:
-    """Decode one ``release()`` answer.
-
-    Raises:
-        StoreError: not an answer ``release()`` gives.
-    """
-    try:
-        quarantined = decode_quarantined(reply.get("warnings"))
-        return ReleaseReply(
-            decision=ReleaseDecision(str(reply["decision"])),
-            fence=int(reply["fence"]),
-            tick_s=int(reply["tick"]),
-            warnings=tuple(q.kind for q in quarantined),
-            hold_ms=int(reply["hold_ms"]),
-            quarantined=quarantined,
-            trigger_id=str(reply.get("trigger") or "") or None,
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StoreError(f"release() answered {dict(reply)!r}: {exc}") from None
-
-
-def decode_renewal(reply: Mapping[str, Any]) -> tuple[Renewal, tuple[Quarantined, ...]]:
-    """Decode ``renew()``'s answer and what it moved aside.
-
-    Raises:
-        StoreError: not an answer ``renew()`` gives.
-    """
-    try:
-        return Renewal(int(reply["answer"])), decode_quarantined(reply.get("warnings"))
-    except (KeyError, TypeError, ValueError):
-        raise StoreError(f"renew() answered {dict(reply)!r}") from None
-
-
 def decode_job_state(row: Sequence[Any]) -> JobState:
     """A row of ``job_states.sql``; a lease whose owner or fence is unusable reads as none."""
-    (job, watermark, fence, owner, lease_fence, lease_tick, started_ms, left_ms, paused) = row[:9]
-    counters = {
-        name: int(value)
-        for name, value in zip(COUNTERS, row[9:14], strict=True)
-        if value is not None
-    }
+    (job, cursor, fence, owner, lease_fence, lease_tick, started_ms, left_ms, paused) = row[:9]
+    # A decision adds to every counter at once (0 to those its records do not count):
+    # shown like Redis's, a counter is there once something was counted.
+    counters = {name: int(value) for name, value in zip(COUNTERS, row[9:14], strict=True) if value}
     spec_raw = row[14] if isinstance(row[14], dict) else {}
     lease = None
     if lease_fence is not None and left_ms is not None and owner:
@@ -132,7 +73,7 @@ def decode_job_state(row: Sequence[Any]) -> JobState:
         )
     return JobState(
         job=str(job),
-        watermark_s=None if watermark is None or watermark < 0 else int(watermark),
+        cursor_s=None if cursor is None else int(cursor),
         lease=lease,
         paused=bool(paused),
         counters=counters,
@@ -155,3 +96,76 @@ def decode_records(job: str, rows: Sequence[Sequence[Any]]) -> list[RunRecord]:
                 extra={"job": job, "record_id": name, "error": str(exc)},
             )
     return out
+
+
+def decode_protocol_records(raw: Any) -> tuple[Record, ...]:
+    """The records a function says it appended (RunRecord JSON objects), as the reference's.
+
+    Raises:
+        ValueError: one is not a run record.
+    """
+    if not isinstance(raw, list):
+        raise ValueError(f"records is {raw!r}, not a list")  # noqa: TRY004
+    return tuple(reference_record(RunRecord.from_json(orjson.dumps(item))) for item in raw)
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def decode_decide(reply: Mapping[str, Any]) -> DecideReply:
+    """Decode one ``decide()`` answer, or an answer remembered under a claim (its ``memo``:
+    no records, neither replayed nor renewed).
+
+    Raises:
+        StoreError: not an answer ``decide()`` gives.
+    """
+    try:
+        verdict = reply.get("verdict")
+        return DecideReply(
+            answer=Answer(str(reply["answer"])),
+            cursor_s=_optional_int(reply.get("cursor")),
+            verdict=None if verdict is None else Verdict(str(verdict)),
+            fence=int(reply.get("fence") or 0),
+            fences=tuple(int(fence) for fence in reply.get("fences") or ()),
+            ticks_s=tuple(int(tick) for tick in reply.get("ticks") or ()),
+            hold_ms=int(reply.get("hold_ms") or 0),
+            data_lost=bool(reply.get("data_lost")),
+            replayed=bool(reply.get("replayed")),
+            renewed=bool(reply.get("renewed")),
+            records=decode_protocol_records(reply.get("records") or []),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"decide() answered {dict(reply)!r}: {exc}") from None
+
+
+def decode_lease_renewal(reply: Mapping[str, Any]) -> tuple[LeaseRenewal, tuple[Quarantined, ...]]:
+    """Decode ``renew_lease()``'s answer and what it moved aside.
+
+    Raises:
+        StoreError: not an answer ``renew_lease()`` gives.
+    """
+    try:
+        return LeaseRenewal(int(reply["answer"])), decode_quarantined(reply.get("warnings"))
+    except (KeyError, TypeError, ValueError):
+        raise StoreError(f"renew_lease() answered {dict(reply)!r}") from None
+
+
+def decode_end_run(reply: Mapping[str, Any]) -> RunEndReply:
+    """Decode one ``end_run()`` answer.
+
+    Raises:
+        StoreError: not an answer ``end_run()`` gives.
+    """
+    try:
+        trigger = reply.get("trigger")
+        return RunEndReply(
+            decision=Release(str(reply["decision"])),
+            fence=int(reply.get("fence") or 0),
+            tick_s=int(reply.get("tick") or 0),
+            trigger_id=None if trigger is None else str(trigger),
+            hold_ms=int(reply.get("hold_ms") or 0),
+            records=decode_protocol_records(reply.get("records") or []),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"end_run() answered {dict(reply)!r}: {exc}") from None

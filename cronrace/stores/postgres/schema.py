@@ -50,7 +50,29 @@ FUNCTION_DIGESTS = {
     20: "1859de2d6b2e3e5e",
     21: "4ea7b066427871d0",
     22: "e222d16f5d3abf69",
+    23: "7f8b88b960d34b05",
+    24: "1b8fb911259c4235",
 }
+
+
+#: What an upgrade across a version does to the data, said by ``cronrace db upgrade``.
+UPGRADE_NOTES = {
+    23: "every job's dense cursor was seeded from its watermark; the new functions "
+    "(decide, renew_lease, end_run) stand beside the old ones",
+    24: "the watermark's functions (acquire, renew, release) and columns (watermark, passed "
+    "ticks and ranges, triggers decided) were dropped: agents of the watermark protocol must be "
+    "stopped before this upgrade",
+}
+
+
+def upgrade_notes(before: int, after: int) -> list[str]:
+    """What upgrading an existing schema from ``before`` to ``after`` did to its data (a new
+    schema, ``before`` 0, holds none)."""
+    if before <= 0:
+        return []
+    return [
+        f"version {v}: {note}" for v, note in sorted(UPGRADE_NOTES.items()) if before < v <= after
+    ]
 
 
 async def current_version(db: Database) -> tuple[int, str] | None:

@@ -1,6 +1,6 @@
-"""The PostgreSQL store: the protocol of DESIGN.md sections 3-5 and 8 on one database.
+"""The PostgreSQL store: the protocol of docs/design.md sections 3-5 and 8 on one database.
 
-DESIGN.md section 14 maps each concept from Redis: a claim is a row inserted with
+docs/design.md section 14 maps each concept from Redis: a claim is a row inserted with
 ``ON CONFLICT DO NOTHING`` (one statement per wake-up for every due job); decide, renew and
 release are PL/pgSQL functions that lock the job's row, so each is atomic as a Lua script
 is on its slot, and answer what the scripts answer; fences are a per-job counter floored
@@ -13,25 +13,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Self
 
 import orjson
 
 from cronrace.errors import StoreAccessError, StoreError, StoreUnavailableError
+from cronrace.protocol.values import DecideReply, DecideRequest
 from cronrace.stores.contract import Store
 from cronrace.stores.postgres.database import Database
 from cronrace.stores.postgres.errors import reply_error, translating
 from cronrace.stores.postgres.replies import (
-    decode_acquire,
+    decode_decide,
+    decode_quarantined,
 )
 from cronrace.stores.postgres.runs import RunSide, report_quarantined
 from cronrace.stores.postgres.schema import check as check_schema
 from cronrace.stores.postgres.tables import latest_changes
 from cronrace.stores.postgres.urls import parse_postgres_url
 from cronrace.stores.values import (
-    AcquireReply,
-    AcquireRequest,
     Claim,
     ClaimOutcome,
     ClaimReply,
@@ -171,22 +171,6 @@ class PostgresStore(RunSide, Store):
             self._lost_unseen.pop(job, None)
             self._saw_fence(job, 1)
 
-    async def claim(
-        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
-    ) -> list[bool]:
-        """Race for every claim (see :meth:`claim_each`); True where this node won."""
-        replies = await self.claim_each(claims, owner, wait_replicas=wait_replicas, wait_ms=wait_ms)
-        return _won(replies)
-
-    async def resolve_claims(
-        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
-    ) -> list[bool]:
-        """Claim again and read each claim back: a claim whose reply was lost may have won."""
-        replies = await self.claim_each(
-            claims, owner, read_back=True, wait_replicas=wait_replicas, wait_ms=wait_ms
-        )
-        return _won(replies)
-
     async def read_claims(self, claims: Sequence[Claim], owner: Owner) -> list[bool]:
         """Read claims back without claiming: True where one holds ``owner`` (ours)."""
         if not claims:
@@ -203,108 +187,61 @@ class PostgresStore(RunSide, Store):
         value = str(owner)
         return [found == value for _index, found in rows]
 
-    async def take_over(
-        self, claims: Sequence[Claim], departed: Collection[str], owner: Owner
-    ) -> list[Owner | None]:
-        """Take over undecided claims of departed nodes, in one statement (take_over.sql)."""
-        if not claims or not departed:
-            return [None] * len(claims)
-        rows = await self.db.rows(
-            "take_over",
-            {
-                "ns": self.ns,
-                "owner": str(owner),
-                "departed": sorted(departed),
-                "jobs": [claim.job for claim in claims],
-                "ticks": [0 if claim.trigger_id else claim.tick_s for claim in claims],
-                "triggers": [claim.trigger_id or "" for claim in claims],
-            },
-        )
-        taken = {int(index): Owner.parse(str(holder)) for index, holder in rows}
-        return [taken.get(i) for i in range(1, len(claims) + 1)]
-
-    async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
-        """Decide every won claim in one statement (acquire_many(), one commit).
+    async def decide(self, requests: Sequence[DecideRequest]) -> list[DecideReply | Exception]:
+        """Decide every request in one statement (decide(), functions/decide.sql): each
+        atomically under its job's row lock, exactly as :func:`cronrace.protocol.decide`.
 
         Returns:
-            One reply per request, or its error: :class:`StoreUnavailableError` when that
-            request's function did not run to its end (retry), a :class:`StoreError` when
-            it failed.
+            One reply per request, or its error: :class:`JobBusyError` (its row stayed
+            locked) or :class:`StoreUnavailableError` when that request's function did not
+            run to its end (retry), a :class:`StoreError` when it failed.
 
         Raises:
             StoreUnavailableError: no answer; the decisions may or may not have been
-                committed. Sending the same requests again is safe: each returns its first
-                answer (``replayed``) when it had been.
+                committed. Sending the same requests again is safe: a decision made answers
+                as it did (``replayed``), from the claim it kept its answer under.
         """
         if not requests:
             return []
-        payload = [
-            {
-                "job": req.job,
-                "decide_tick": req.decide_tick_s,
-                "mark_tick": req.mark_tick_s,
-                "run_tick": req.run_tick_s,
-                "owner": str(req.owner),
-                "ttl_ms": req.lease_ttl_ms,
-                "overlap": str(req.overlap),
-                "mode": str(req.mode),
-                "request_id": req.request_id,
-                "known_fence": self.known_fence(req.job),
-                "trigger_id": req.trigger_id or "",
-                "prior_tick": req.prior_tick_s,
-                "late_ok": req.late_ok,
-                "keep_ms": req.keep_ms,
-                "first_tick": req.first_tick_s,
-            }
-            for req in requests
-        ]
+        payload = [_decide_request(req, self.known_fence(req.job)) for req in requests]
         try:
             rows = await self.db.rows(
-                "acquire", {"ns": self.ns, "requests": orjson.dumps(payload).decode()}
+                "decide", {"ns": self.ns, "requests": orjson.dumps(payload).decode()}
             )
         except StoreAccessError:
             raise
         except StoreError as exc:
-            raise StoreUnavailableError(f"acquire failed: {exc}") from exc
-        out: list[AcquireReply | Exception] = []
+            raise StoreUnavailableError(f"decide failed: {exc}") from exc
+        out: list[DecideReply | Exception] = []
         for req, (_index, reply) in zip(requests, rows, strict=True):
             if "error" in reply:
-                out.append(reply_error(req.job, "acquire()", reply["error"], reply["sqlstate"]))
+                out.append(reply_error(req.job, "decide()", reply["error"], reply["sqlstate"]))
                 continue
             try:
-                decoded = decode_acquire(reply)
+                decoded = decode_decide(reply)
             except StoreError as exc:
                 out.append(exc)
                 continue
-            self._saw_fence(req.job, decoded.fence, decoded.holder_fence, decoded.abandoned_fence)
-            report_quarantined(
-                decoded.quarantined, function="acquire", job=req.job, tick=req.decide_tick_s
-            )
+            quarantined = decode_quarantined(reply.get("warnings"))
+            report_quarantined(quarantined, function="decide", job=req.job, tick=req.tick_s)
+            self._saw_fence(req.job, decoded.fence, *decoded.fences)
             out.append(decoded)
         return out
 
-    async def watermarks(self, jobs: Sequence[str]) -> dict[str, int | None]:
-        """Read the watermark of each job; garbage reads as None and is logged.
+    async def cursors(self, jobs: Sequence[str]) -> dict[str, int | None]:
+        """Each job's cursor (None: no decision yet, or the database lost the job's row).
 
         The fence counters are read too: this node's first evidence that a job has had
         fences (see :meth:`known_fence`).
         """
         if not jobs:
             return {}
-        rows = await self.db.rows("watermarks", {"ns": self.ns, "jobs": list(jobs)})
+        rows = await self.db.rows("cursors", {"ns": self.ns, "jobs": list(jobs)})
         out: dict[str, int | None] = dict.fromkeys(jobs)
-        for job, watermark, fence in rows:
-            self._saw_fence(str(job), int(fence or 0))
-            if watermark is not None and watermark < 0:
-                log.error(
-                    "garbage in a job's watermark; treating it as absent",
-                    extra={"job": job, "value": watermark},
-                )
-                continue
-            out[str(job)] = None if watermark is None else int(watermark)
+        for job, cursor, fence in rows:
+            self._saw_fence(str(job), max(0, int(fence or 0)))
+            out[str(job)] = None if cursor is None else int(cursor)
         return out
-
-    # -- node bookkeeping ----------------------------------------------------------------
 
     async def heartbeat(
         self,
@@ -456,6 +393,26 @@ class PostgresStore(RunSide, Store):
                 {"ns": self.ns, "key": key, "value": data, "fence": fence, "ttl_ms": ttl_ms},
             )
         )
+
+
+def _decide_request(req: DecideRequest, known_fence: int) -> dict[str, object]:
+    """``decide()``'s input for one request; the fence sent is the highest this node knows."""
+    return {
+        "job": req.job,
+        "tick": req.tick_s,
+        "cursor": req.cursor_s,
+        "from": req.from_s,
+        "fire": list(req.fire_s),
+        "missed": [[m.first_s, m.last_s, m.count] for m in req.missed],
+        "owner": req.owner,
+        "overlap": str(req.overlap),
+        "lease_ttl_ms": req.lease_ttl_ms,
+        "claim_ttl_ms": req.claim_ttl_ms,
+        "known_fence": max(req.known_fence, known_fence),
+        "trigger_window_ms": req.trigger_window_ms,
+        "trigger_id": req.trigger_id,
+        "history": req.history,
+    }
 
 
 def _won(replies: Sequence[ClaimReply]) -> list[bool]:

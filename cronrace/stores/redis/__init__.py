@@ -1,4 +1,4 @@
-"""Every Redis key and command cronrace uses, and the Lua scripts (DESIGN.md section 7).
+"""Every Redis key and command cronrace uses, and the Lua scripts (docs/design.md section 7).
 
 This package is the only place that spells a key or a Redis command: ``keys`` spells the
 keys, ``commands`` holds :class:`Store` with every command and script call, ``replies`` the
@@ -11,41 +11,27 @@ from cronrace.stores.redis.client import make_client
 from cronrace.stores.redis.commands import Store
 from cronrace.stores.redis.keys import Keys
 from cronrace.stores.values import (
-    AcquireDecision,
-    AcquireMode,
-    AcquireReply,
-    AcquireRequest,
     Claim,
     ClaimOutcome,
     ClaimReply,
-    FinishRequest,
     HeartbeatReply,
     JobState,
     LeaseInfo,
     NotReplicatedError,
     Owner,
-    ReleaseDecision,
-    ReleaseReply,
     Renewal,
 )
 
 __all__ = [
-    "AcquireDecision",
-    "AcquireMode",
-    "AcquireReply",
-    "AcquireRequest",
     "Claim",
     "ClaimOutcome",
     "ClaimReply",
-    "FinishRequest",
     "HeartbeatReply",
     "JobState",
     "Keys",
     "LeaseInfo",
     "NotReplicatedError",
     "Owner",
-    "ReleaseDecision",
-    "ReleaseReply",
     "Renewal",
     "Store",
     "make_client",

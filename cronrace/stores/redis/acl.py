@@ -22,7 +22,7 @@ CLIENT_COMMANDS = (
     "hmget",
     "hset",
     "info",  # the eviction check at start-up (base.py): INFO memory, read only
-    "mget",  # the watermarks read at start-up, on one primary (shards.py)
+    "mget",  # the cursors read at start-up, on one primary (shards.py)
     "ping",
     "pttl",
     "sadd",
@@ -50,6 +50,7 @@ SCRIPT_COMMANDS = (
     "hdel",
     "hexists",
     "hget",
+    "hgetall",  # decide.lua reads the state hash and the outstanding triggers whole
     "hincrby",
     "hmget",
     "hset",

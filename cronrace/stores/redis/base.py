@@ -101,7 +101,7 @@ class StoreBase(contract.Store):
         """Log an ERROR when Redis may evict keys; return the eviction policy found.
 
         A Redis with ``maxmemory`` and an evicting policy (``allkeys-*``, ``volatile-*``:
-        every claim, lease and hold has an expiry) drops claims, leases, watermarks and
+        every claim, lease and hold has an expiry) drops claims, leases, cursors and
         fences when it fills up: ticks fire twice, runs overlap. Read from ``INFO memory``
         (on every primary of a cluster); where the ACL or the service refuses it, one
         WARNING says how to check by hand. Returns None when nothing could be read. The
@@ -131,7 +131,7 @@ class StoreBase(contract.Store):
         if limited and evicting:
             log.error(
                 "Redis may EVICT keys: maxmemory is set with an evicting policy, so a full "
-                "Redis drops claims, leases, watermarks and fences (ticks may fire twice, "
+                "Redis drops claims, leases, cursors and fences (ticks may fire twice, "
                 "runs overlap); set maxmemory-policy noeviction (cronrace then reports "
                 "writes refused for memory) or maxmemory 0",
                 extra={"maxmemory_policy": ",".join(evicting)},
@@ -142,7 +142,7 @@ class StoreBase(contract.Store):
         return await self.scripts.eval(name, keys, args)
 
     def _command(self, job: str, kind: str, method: str, *args: Any, **kwargs: Any) -> Command:
-        """A pipelined command on the ``kind`` key of ``job`` (runs, state) or of the
+        """A pipelined command on the ``kind`` key of ``job`` (runs, state, triggers) or of the
         namespace (jobs, nodes, epoch, control: ``job`` is then ignored)."""
         if kind in NAMESPACE_KEY_TYPES:
             key = getattr(self.keys, kind)
@@ -151,6 +151,7 @@ class StoreBase(contract.Store):
         key, key_type = {
             "runs": (self.keys.runs(job), "stream"),
             "state": (self.keys.state(job), "hash"),
+            "triggers": (self.keys.triggers(job), "hash"),
         }[kind]
         return Command(method, key, args, kwargs, key_type, kind, self.keys.quarantine(job))
 

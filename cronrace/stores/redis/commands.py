@@ -1,7 +1,7 @@
 """Every Redis command cronrace uses: :class:`Store`.
 
-This package is the only place that spells a key or a Redis command (DESIGN.md section
-7). All keys of one job share the hash tag ``{<job>}``, so every script touches one
+This package is the only place that spells a key or a Redis command (docs/design.md
+section 7). All keys of one job share the hash tag ``{<job>}``, so every script touches one
 Cluster slot. Scripts live in ``scripts``; garbage under our keys is moved aside and
 reported (``garbage``), never left to fail every tick of its job.
 """
@@ -26,25 +26,20 @@ from cronrace.stores.redis.claimreplies import (
     failed_items,
     first_error,
     slot_moving,
-    won_or_raise,
 )
-from cronrace.stores.redis.errors import Passage, passage, translate, translating
+from cronrace.stores.redis.cursor import CursorCommands
+from cronrace.stores.redis.errors import translating
 from cronrace.stores.redis.garbage import is_wrong_type, report_quarantined
 from cronrace.stores.redis.keys import fence_key
 from cronrace.stores.redis.members import MemberCommands
 from cronrace.stores.redis.replies import (
-    decode_acquire,
     decode_claim_owner,
     decode_quarantined,
     decode_text,
     int_or_none,
 )
-from cronrace.stores.redis.scripts import locate_lines
-from cronrace.stores.redis.shards import ShardReply, get_many, per_shard
-from cronrace.stores.redis.takeover import TakeoverCommands
+from cronrace.stores.redis.shards import ShardReply, per_shard
 from cronrace.stores.values import (
-    AcquireReply,
-    AcquireRequest,
     Claim,
     ClaimOutcome,
     ClaimReply,
@@ -59,13 +54,13 @@ WITNESS_MARGIN_S = 1.0
 
 
 @translating
-class Store(TakeoverCommands, MemberCommands):
+class Store(CursorCommands, MemberCommands):
     """Redis operations of one namespace: the race, decisions, leases, records, handlers.
 
     The shared state lives in :class:`~cronrace.stores.redis.base.StoreBase`, the operator side
-    in :class:`~cronrace.stores.redis.operator.OperatorCommands`, runs' leases and records in
-    :class:`~cronrace.stores.redis.runs.RunCommands`, dead winners' claims in
-    :class:`~cronrace.stores.redis.takeover.TakeoverCommands`, heartbeats and membership in
+    in :class:`~cronrace.stores.redis.operator.OperatorCommands`, decisions under the dense
+    cursor in :class:`~cronrace.stores.redis.cursor.CursorCommands`, runs' records in
+    :class:`~cronrace.stores.redis.runs.RunCommands`, heartbeats and membership in
     :class:`~cronrace.stores.redis.members.MemberCommands`.
     """
 
@@ -88,8 +83,8 @@ class Store(TakeoverCommands, MemberCommands):
             read_back: read every key back after claiming it (:attr:`Claim.read_back`
                 asks it for one), for claims that may have been written by an attempt
                 whose reply was lost: the value is unique to this process, so finding it
-                means this node won, whichever attempt set it (DESIGN.md section 8).
-                Found decided (acquire.lua appended its answer), it was this process's
+                means this node won, whichever attempt set it (docs/design.md section 8).
+                Found decided (decide.lua appended its answer), it was this process's
                 and is decided: lost, not won again.
             wait_replicas: when > 0, each shard's pipeline ends with ``WAIT``, so that a
                 won claim counts only once that many replicas have it (a failover could
@@ -161,7 +156,7 @@ class Store(TakeoverCommands, MemberCommands):
                 out.append(ClaimReply(ClaimOutcome.UNKNOWN))
                 continue
             assert isinstance(answers, list)
-            # acquire.lua appends its answer to the claim's value once decided: a claim read
+            # decide.lua appends its answer to the claim's value once decided: a claim read
             # back is this process's to decide only while it holds the bare value. Decided,
             # it was decided here (by an earlier wake-up); won again, the remembered grant
             # of a run that has finished was granted a second time (a tick ran twice).
@@ -265,28 +260,6 @@ class Store(TakeoverCommands, MemberCommands):
             self._saw_fence(job, 1)
         return True
 
-    async def claim(
-        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
-    ) -> list[bool]:
-        """Race for every claim (see :meth:`claim_each`); True where this node won.
-
-        Raises:
-            RedisUnavailableError: some shard did not answer; the claims are ambiguous and
-                the caller must call :meth:`resolve_claims` before deciding anything.
-            NotReplicatedError: claims were won but fewer replicas confirmed them.
-        """
-        replies = await self.claim_each(claims, owner, wait_replicas=wait_replicas, wait_ms=wait_ms)
-        return won_or_raise(replies)
-
-    async def resolve_claims(
-        self, claims: Sequence[Claim], owner: Owner, *, wait_replicas: int = 0, wait_ms: int = 0
-    ) -> list[bool]:
-        """Claim again and read each key back: a claim whose reply was lost may have won."""
-        replies = await self.claim_each(
-            claims, owner, read_back=True, wait_replicas=wait_replicas, wait_ms=wait_ms
-        )
-        return won_or_raise(replies)
-
     async def read_claims(self, claims: Sequence[Claim], owner: Owner) -> list[bool]:
         """Read claim keys back without claiming: True where one holds ``owner`` (ours)."""
         if not claims:
@@ -297,87 +270,6 @@ class Store(TakeoverCommands, MemberCommands):
         found = await pipe.execute()
         value = str(owner)
         return [raw is not None and str(decode_claim_owner(raw)) == value for raw in found]
-
-    async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
-        """Decide every won claim in one pipeline (``acquire.lua``).
-
-        Each request carries the highest fence this store has seen for its job, so the
-        script can tell a wiped job (counter missing, fence known) from a brand-new one.
-
-        Returns:
-            One reply per request, or its error: :class:`RedisUnavailableError` when that
-            call did not run and may be sent again (Redis loading, read-only, ...), a
-            :class:`StoreError` for a script failure.
-
-        Raises:
-            RedisUnavailableError: Redis did not answer; the scripts may or may not have
-                run. Sending the same requests again is safe: each returns its first
-                answer (``replayed``) when it had run.
-        """
-        calls = []
-        spelled: tuple[Owner | None, str] = (None, "")  # one per agent: spelled once
-        for req in requests:
-            job = self.keys.of(req.job)
-            if req.trigger_id is not None:
-                decided = self.keys.trigger_claim(req.job, req.trigger_id)
-            else:
-                decided = self.keys.claim(req.job, req.decide_tick_s)
-            keys = (
-                job.lease,
-                job.fence,
-                job.last,
-                job.pending,
-                job.state,
-                decided,
-                job.hold,
-                self.keys.claim(req.job, req.prior_tick_s),
-            )
-            if spelled[0] is not req.owner:
-                spelled = (req.owner, str(req.owner))
-            owner = spelled[1]
-            args = (
-                req.decide_tick_s,
-                req.mark_tick_s,
-                req.run_tick_s,
-                owner,
-                req.lease_ttl_ms,
-                str(req.overlap),
-                str(req.mode),
-                req.request_id,
-                self.known_fence(req.job),
-                job.quarantine,
-                req.trigger_id or "",
-                req.prior_tick_s,
-                "1" if req.late_ok else "0",
-                req.keep_ms,
-                req.first_tick_s,
-            )
-            calls.append((keys, args))
-        replies = await self.scripts.eval_many("acquire", calls)
-        out: list[AcquireReply | Exception] = []
-        for req, reply in zip(requests, replies, strict=True):
-            if isinstance(reply, BaseException):
-                meaning = passage(reply, in_reply=True)
-                if meaning.passes or meaning is Passage.REFUSED:
-                    # Not run, or maybe run: sent again, it answers what it decided. One
-                    # table says so for every path (errors.py), the releases' too.
-                    out.append(translate(reply, in_reply=True))
-                else:
-                    where = locate_lines("acquire", str(reply))
-                    out.append(StoreError(f"acquire.lua failed for job {req.job!r}: {where}"))
-                continue
-            try:
-                decoded = decode_acquire(reply)
-            except StoreError as exc:
-                out.append(exc)
-                continue
-            self._saw_fence(req.job, decoded.fence, decoded.holder_fence, decoded.abandoned_fence)
-            if decoded.quarantined:  # nearly never: no call with its keywords per decision
-                report_quarantined(
-                    decoded.quarantined, script="acquire", job=req.job, tick=req.decide_tick_s
-                )
-            out.append(decoded)
-        return out
 
     # -- node bookkeeping ------------------------------------------------------------
 
@@ -419,37 +311,6 @@ class Store(TakeoverCommands, MemberCommands):
             self._command("", "specs", "hset", mapping={job: published[job] for job in changed})
         )
         await self._pipeline_repairing(commands)
-
-    async def watermarks(self, jobs: Sequence[str]) -> dict[str, int | None]:
-        """Read the watermark of each job; garbage reads as None and is logged.
-
-        The fence counters are read too: they are this node's first evidence that a job
-        has had fences (see :meth:`known_fence`).
-        """
-        if not jobs:
-            return {}
-        # MGET on one primary, one GET per key on a cluster (each in its job's slot);
-        # garbage of another type reads as unset here, and the job's first acquire moves
-        # it aside and reports it.
-        keys = [key for job in jobs for key in (self.keys.last(job), self.keys.fence(job))]
-        replies = [
-            None if isinstance(reply, Exception) and is_wrong_type(reply) else reply
-            for reply in await get_many(self.client, keys)
-        ]
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        values, fences = replies[0::2], replies[1::2]
-        out: dict[str, int | None] = {}
-        for job, raw, fence in zip(jobs, values, fences, strict=True):
-            out[job] = int_or_none(raw)
-            self._saw_fence(job, int_or_none(fence) or 0)
-            if raw is not None and out[job] is None:
-                log.error(
-                    "garbage under watermark key; treating it as absent",
-                    extra={"job": job, "key": self.keys.last(job), "value": decode_text(raw)[:80]},
-                )
-        return out
 
     # -- what handlers and targets write --------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The spelling of every Redis key of a namespace (DESIGN.md section 2).
+"""The spelling of every Redis key of a namespace (docs/design.md section 2).
 
 All keys of one job share the hash tag ``{<job>}``, so every script touches one Cluster slot.
 """
@@ -18,12 +18,13 @@ class JobKeys(NamedTuple):
 
     lease: str
     fence: str
-    last: str
     pending: str
     state: str
     runs: str
     hold: str
     quarantine: str
+    cursor: str
+    triggers: str
 
 
 class Keys:
@@ -41,12 +42,13 @@ class Keys:
             keys = JobKeys(
                 self.lease(job),
                 self.fence(job),
-                self.last(job),
                 self.pending(job),
                 self.state(job),
                 self.runs(job),
                 self.hold(job),
                 self.quarantine(job),
+                self.cursor(job),
+                self.triggers(job),
             )
             if len(self._jobs) >= KEPT_JOBS_MAX:
                 self._jobs.clear()
@@ -65,8 +67,13 @@ class Keys:
     def fence(self, job: str) -> str:
         return f"{self.ns}:fence:{{{job}}}"
 
-    def last(self, job: str) -> str:
-        return f"{self.ns}:last:{{{job}}}"
+    def cursor(self, job: str) -> str:
+        """Every tick of ``job`` up to this one is decided and recorded (docs/design.md 3)."""
+        return f"{self.ns}:cursor:{{{job}}}"
+
+    def triggers(self, job: str) -> str:
+        """Hash: the manual triggers of ``job`` still outstanding, id -> posted (ms)."""
+        return f"{self.ns}:triggers:{{{job}}}"
 
     def pending(self, job: str) -> str:
         return f"{self.ns}:pending:{{{job}}}"

@@ -58,9 +58,9 @@ class OperatorCommands(StoreBase):
         pipe = self.client.pipeline(transaction=False)
         read = []
         for job in jobs:
-            read += [self.keys.last(job), self.keys.lease(job), self.keys.lease(job)]
+            read += [self.keys.cursor(job), self.keys.lease(job), self.keys.lease(job)]
             read += [self.keys.state(job), self.keys.fence(job)]
-            pipe.get(self.keys.last(job))
+            pipe.get(self.keys.cursor(job))
             pipe.hgetall(self.keys.lease(job))
             pipe.pttl(self.keys.lease(job))
             pipe.hgetall(self.keys.state(job))
@@ -85,7 +85,7 @@ class OperatorCommands(StoreBase):
     # -- operator controls -----------------------------------------------------------
 
     async def set_paused(self, job: str, paused: bool) -> None:
-        """Pause or resume a job for every node (``acquire.lua`` reads the flag)."""
+        """Pause or resume a job for every node (``decide.lua`` reads the flag)."""
         if paused:
             command = self._command(job, "state", "hset", "paused", "1")
         else:
@@ -93,8 +93,16 @@ class OperatorCommands(StoreBase):
         await self._pipeline_repairing([command])
 
     async def request_trigger(self, job: str) -> str:
-        """Ask every node to race for one immediate run of ``job``; return its id."""
+        """Ask every node to race for one immediate run of ``job``; return its id.
+
+        The trigger is outstanding (``triggers:{<job>}``, posted at the server's clock)
+        before any node reads it: a decision removes it (docs/design.md section 3).
+        """
         trigger_id = secrets.token_hex(8)
+        seconds, micros = await self.client.time()
+        posted_ms = int(seconds) * 1000 + int(micros) // 1000
+        outstanding = self._command(job, "triggers", "hset", trigger_id, posted_ms)
+        await self._pipeline_repairing([outstanding])
         fields = {"op": "trigger", "job": job, "id": trigger_id}
         xadd = self._command("", "control", "xadd", fields, maxlen=1000, approximate=True)
         await self._pipeline_repairing([xadd])

@@ -25,7 +25,14 @@ from cronrace.stores.redis.shards import per_shard
 
 log = logging.getLogger("cronrace.stores.redis")
 
-SCRIPTS = ("acquire", "renew", "release", "fenced_set", "quarantine", "schedules", "takeover")
+SCRIPTS = (
+    "decide",
+    "renew_lease",
+    "end_run",
+    "fenced_set",
+    "quarantine",
+    "schedules",
+)
 
 
 def _read_lua(name: str) -> str:
@@ -46,7 +53,7 @@ def locate_lines(name: str, message: str) -> str:
     """Rewrite the line numbers of a script error to point into the files we ship.
 
     Redis numbers lines of the source it was sent, ``_lib.lua`` and the script joined:
-    ``user_script:212`` becomes ``acquire.lua:64`` (or ``_lib.lua:N``).
+    ``user_script:212`` becomes ``decide.lua:64`` (or ``_lib.lua:N``).
     """
     lib_lines = _read_lua("_lib.lua").count("\n")
 

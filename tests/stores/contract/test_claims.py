@@ -6,10 +6,16 @@ from dataclasses import replace
 
 from cronrace.stores.contract import Store
 from cronrace.stores.values import Claim, ClaimOutcome, Owner
-from tests.stores.contract.helpers import acquire, request
+from tests.stores.contract.helpers import decide, request
 from tests.stores.harness import Backend
 
 A, B = Owner.parse("a:1"), Owner.parse("b:1")
+
+
+async def read_back(store: Store, claim: Claim, owner: Owner) -> bool:
+    """Whether ``owner`` wins ``claim`` read back (its earlier reply was lost)."""
+    (reply,) = await store.claim_each([claim], owner, read_back=True)
+    return reply.outcome is ClaimOutcome.WON
 
 
 async def test_claim_is_won_by_exactly_one_node(store: Store) -> None:
@@ -47,19 +53,19 @@ async def test_a_wake_up_claims_every_due_job_in_one_round_trip(
     assert 1 <= trips.count <= backend.shards
 
 
-async def test_resolve_claims_finds_a_claim_whose_reply_was_lost(store: Store) -> None:
+async def test_a_claim_read_back_finds_a_claim_whose_reply_was_lost(store: Store) -> None:
     await store.claim([Claim("j", 100, 5000)], A)
     # Node a retries after an error: the read-back says it had won.
-    assert await store.resolve_claims([Claim("j", 100, 5000)], A) == [True]
-    assert await store.resolve_claims([Claim("j", 100, 5000)], B) == [False]
-    assert await store.resolve_claims([Claim("j", 101, 5000)], B) == [True]
+    assert await read_back(store, Claim("j", 100, 5000), A)
+    assert not await read_back(store, Claim("j", 100, 5000), B)
+    assert await read_back(store, Claim("j", 101, 5000), B)
 
 
 async def test_a_claim_is_read_back_by_its_own_process_only(store: Store) -> None:
     """Another process of the same node id (a restart) did not win what this one did."""
     await store.claim([Claim("j", 100, 5000)], A)
     assert await store.read_claims([Claim("j", 100, 5000)], Owner("a", "2")) == [False]
-    assert await store.resolve_claims([Claim("j", 100, 5000)], Owner("a", "2")) == [False]
+    assert not await read_back(store, Claim("j", 100, 5000), Owner("a", "2"))
     assert await store.read_claims([Claim("j", 101, 5000)], A) == [False]  # never claimed
 
 
@@ -73,9 +79,9 @@ async def test_a_claim_holding_its_decision_is_never_won_again(store: Store) -> 
     """
     claim = Claim("j", 100, 5000)
     assert await store.claim([claim], A) == [True]
-    await acquire(store, request(100, owner=A))
-    assert await store.resolve_claims([claim], A) == [False]
-    assert await store.resolve_claims([claim], B) == [False]
+    await decide(store, request(100, owner=A))
+    assert not await read_back(store, claim, A)
+    assert not await read_back(store, claim, B)
     assert await store.read_claims([claim], A) == [True]
 
 

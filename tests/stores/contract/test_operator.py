@@ -7,30 +7,30 @@ import pytest
 from cronrace.model.policies import Outcome
 from cronrace.model.records import RunRecord
 from cronrace.stores.contract import Store
-from tests.stores.contract.helpers import N1, acquire, request, state
+from tests.stores.contract.helpers import N1, decide, request, state
 
 
 @pytest.mark.parametrize("paused", [True, False])
 async def test_job_states_report_lease_pause_and_counters(store: Store, paused: bool) -> None:
-    reply = await acquire(store, request(tick=100))
+    reply = await decide(store, request(tick=100))
     await store.set_paused("j", paused)
     (job,) = await store.job_states(["j"])
-    assert job.watermark_s == 100
+    assert job.cursor_s == 100
     assert job.lease is not None
     assert job.lease.fence == reply.fence
     assert job.paused is paused
-    await acquire(store, request(tick=101))  # skipped (overlap, or paused)
+    await decide(store, request(tick=101, cursor=100))  # skipped (overlap, or paused)
     counter = "skipped_paused" if paused else "skipped_overlap"
     assert (await state(store)).counters == {counter: 1}
 
 
 async def test_a_job_nothing_happened_to_reads_as_empty(store: Store) -> None:
     (job,) = await store.job_states(["never"])
-    assert (job.job, job.watermark_s, job.lease, job.paused) == ("never", None, None, False)
+    assert (job.job, job.cursor_s, job.lease, job.paused) == ("never", None, None, False)
     assert (job.counters, job.spec, job.last_fence) == ({}, {}, None)
     assert await store.history("never", 10) == []
     assert await store.histories(["never"], 10) == {"never": []}
-    assert await store.watermarks(["never"]) == {"never": None}
+    assert await store.cursors(["never"]) == {"never": None}
 
 
 async def test_registered_jobs_are_listed_with_their_definitions(store: Store) -> None:
@@ -84,8 +84,8 @@ async def test_ping_answers(store: Store) -> None:
 
 
 async def test_job_states_read_many_jobs_at_once(store: Store) -> None:
-    await acquire(store, request(100, job="a"))
-    await acquire(store, request(200, job="b"))
+    await decide(store, request(100, job="a"))
+    await decide(store, request(200, job="b"))
     states = await store.job_states(["a", "b", "c"])
-    assert [(s.job, s.watermark_s) for s in states] == [("a", 100), ("b", 200), ("c", None)]
+    assert [(s.job, s.cursor_s) for s in states] == [("a", 100), ("b", 200), ("c", None)]
     assert [s.lease.owner if s.lease else None for s in states] == [N1, N1, None]

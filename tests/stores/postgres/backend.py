@@ -26,14 +26,15 @@ from tests.stores.harness import JOB_PARTS, RoundTrips
 
 #: The columns of a job's row each part of the harness's wipe erases.
 _WIPED = {
-    "lease": "lease_owner = NULL, lease_fence = NULL, lease_tick = NULL, "
-    "lease_started_ms = NULL, lease_expires_us = NULL",
+    "lease": "lease_owner = NULL, lease_fence = NULL, lease_tick = NULL, lease_ticks = NULL, "
+    "lease_trigger = NULL, lease_started_ms = NULL, lease_expires_us = NULL, "
+    "lease_held = false, lease_reasserted = false",
     "fence": "fence = NULL",
-    "watermark": "watermark = NULL",
-    "state": "paused = false, run_fence = NULL, run_tick = NULL, run_owner = NULL, "
-    "passed = '{}', passed_ranges = '{}', triggers = '{}', skipped_overlap = NULL, "
-    "skipped_paused = NULL, missed = NULL, "
-    "queued = NULL, abandoned = NULL, pending_trigger = NULL, spec = '{}', registered = false",
+    "cursor": "cursor_tick = NULL, origin_tick = NULL",
+    "state": "paused = false, run_fence = NULL, run_tick = NULL, run_ticks = NULL, "
+    "run_owner = NULL, run_trigger = NULL, outstanding = '[]', skipped_overlap = NULL, "
+    "skipped_paused = NULL, missed = NULL, queued = NULL, abandoned = NULL, "
+    "pending_trigger = NULL, spec = '{}', registered = false",
     "pending": "pending_tick = NULL",
 }
 

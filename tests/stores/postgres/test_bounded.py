@@ -42,40 +42,38 @@ async def clocked_store(
     await store.aclose()
 
 
-async def test_one_prune_deletes_every_expired_claim_below_the_watermark(
+async def test_one_prune_deletes_every_expired_claim_up_to_the_cursor(
     clocked_store: PostgresStore,
 ) -> None:
-    """12,000 prunable claims (a node's 20 s between prunes of 600 one-second jobs) go in one
-    call; a claim not yet expired, one above the watermark and one a decision passed stay.
-    One batch of 5,000 a call kept up with 250 claims a second (12,000 -> 7,000 left)."""
+    """12,000 prunable claims (a node's 20 s between prunes of 600 one-second jobs, each
+    holding its decision's answer) go in one call; a claim not yet expired, and a decided
+    one above the cursor, stay. One batch of 5,000 a call kept up with 250 claims a second
+    (12,000 -> 7,000 left)."""
     store = clocked_store
     now_s = START_S + 1000
     await clock_setter(store)(now_s)
     await sql(
         store,
-        "INSERT INTO @schema@.jobs (ns, job, watermark, fence, passed) "
-        "SELECT %(ns)s, 'j' || g, %(now)s, 1, ARRAY[%(passed)s]::bigint[] "
-        "FROM generate_series(0, 599) g",
+        "INSERT INTO @schema@.jobs (ns, job, cursor_tick, fence) "
+        "SELECT %(ns)s, 'j' || g, %(now)s, 1 FROM generate_series(0, 599) g",
         now=now_s,
-        passed=now_s - 30,
     )
     await sql(
         store,
-        "INSERT INTO @schema@.claims (ns, job, tick, owner, expires_us) "
-        "SELECT %(ns)s, 'j' || g, t, 'n:1', (t + 306) * 1000000 "
+        "INSERT INTO @schema@.claims (ns, job, tick, owner, expires_us, memo) "
+        "SELECT %(ns)s, 'j' || g, t, 'n:1', (t + 306) * 1000000, '{\"answer\": \"decided\"}' "
         "FROM generate_series(0, 599) g, generate_series(%(first)s::bigint, %(first)s + 19) t",
         first=now_s - 326,
     )
     kept = [
         ("j1", now_s - 400, (now_s + 10) * 1_000_000),  # not expired yet
-        ("j2", now_s + 1, (now_s - 1) * 1_000_000),  # above the watermark
-        ("j3", now_s - 30, (now_s - 1) * 1_000_000),  # passed: some node may decide it
+        ("j2", now_s + 1, (now_s - 1) * 1_000_000),  # decided above the cursor
     ]
     for job, tick, expires_us in kept:
         await sql(
             store,
-            "INSERT INTO @schema@.claims (ns, job, tick, owner, expires_us) "
-            "VALUES (%(ns)s, %(job)s, %(tick)s, 'n:2', %(expires)s)",
+            "INSERT INTO @schema@.claims (ns, job, tick, owner, expires_us, memo) "
+            "VALUES (%(ns)s, %(job)s, %(tick)s, 'n:2', %(expires)s, '{\"answer\": \"decided\"}')",
             job=job,
             tick=tick,
             expires=expires_us,

@@ -9,8 +9,15 @@ import pytest
 from cronrace.errors import StoreSchemaError
 from cronrace.stores.postgres import PostgresStore
 from cronrace.stores.postgres.ddl import upgrade_sql
-from cronrace.stores.postgres.queries import functions_digest, latest_version
+from cronrace.stores.postgres.queries import (
+    bind_schema,
+    functions_digest,
+    latest_version,
+    migrations,
+    read_sql,
+)
 from cronrace.stores.postgres.schema import FUNCTION_DIGESTS, upgrade
+from cronrace.stores.urls import upgrade_store_schema
 from tests.postgres_server import BINDIR, PostgresServer
 from tests.stores.postgres.conftest import sql
 
@@ -111,3 +118,69 @@ async def test_the_heartbeat_of_the_release_before_still_answers_on_this_schema(
         ["old", "join"],  # its own, logged again: it was told it joined
     ]
     assert found["live_count"] == 2
+
+
+def test_the_dense_cursor_is_schema_version_23_and_the_watermark_gone_in_24() -> None:
+    """An agent of this release refuses a schema an older cronrace left (check() compares
+    with latest_version()): the dense cursor's columns and functions came with version 23."""
+    assert latest_version() == 24
+    assert max(FUNCTION_DIGESTS) == 24
+    assert [name for _v, name, _t in migrations()[-2:]] == [
+        "0023_dense_cursor.sql",
+        "0024_old_protocol_dropped.sql",
+    ]
+
+
+def _schema_at(version: int, schema: str) -> str:
+    """The script that builds ``schema`` as cronrace left it at ``version`` (its tables; the
+    functions are the next upgrade's to replace)."""
+    parts = [read_sql("upgrade_begin.sql").replace("@lock@", "1")]
+    parts += [text for number, _name, text in migrations() if number <= version]
+    parts.append(
+        read_sql("upgrade_end.sql").replace("@version@", str(version)).replace("@functions@", "x")
+    )
+    return bind_schema("\n".join(parts), schema)
+
+
+async def test_upgrading_a_version_22_schema_seeds_each_cursor_from_its_watermark(
+    fresh_schema_store: PostgresStore,
+) -> None:
+    store = fresh_schema_store
+    await sql(store, _schema_at(22, store.db.target.schema))
+    await sql(
+        store,
+        "INSERT INTO @schema@.jobs (ns, job, watermark, lease_owner, lease_fence, lease_tick, "
+        "lease_expires_us, run_owner, run_fence, run_tick) VALUES "
+        "(%(ns)s, 'running', 1800000060, 'n1:a', 77, 1800000060, 9e15, 'n1:a', 77, 1800000060),"
+        "(%(ns)s, 'idle', 1800000120, NULL, NULL, NULL, NULL, NULL, NULL, NULL),"
+        "(%(ns)s, 'new', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+    )
+    with pytest.raises(StoreSchemaError, match="at version 22, this cronrace needs 24"):
+        await store.prepare()
+
+    message = await upgrade_store_schema(
+        f"{store.db.target.conninfo}?schema={store.db.target.schema}"
+    )
+
+    assert "upgraded from version 22 to 24" in message
+    assert "cursor was seeded from its watermark" in message
+    await store.prepare()
+    assert await store.cursors(["running", "idle", "new", "unknown"]) == {
+        "running": 1800000060,
+        "idle": 1800000120,
+        "new": None,
+        "unknown": None,
+    }
+    rows = await sql(
+        store,
+        "SELECT job, origin_tick, lease_ticks, run_ticks FROM @schema@.jobs "
+        "WHERE ns = %(ns)s ORDER BY job",
+    )
+    assert rows == [
+        ("idle", 1800000120, None, None),
+        ("new", None, None, None),
+        ("running", 1800000060, [1800000060], [1800000060]),
+    ]
+    # Run again (a second node's upgrade, a DBA's script): nothing moves.
+    assert await upgrade(store.db) == (24, 24)
+    assert (await store.cursors(["idle"]))["idle"] == 1800000120

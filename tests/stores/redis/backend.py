@@ -44,14 +44,15 @@ class RedisFaults:
         await self.client.delete(self.keys.hold(job))
 
     async def wipe(self, job: str, *parts: str) -> None:
+        keys = self.keys
         spelled = {
-            "lease": self.keys.lease,
-            "fence": self.keys.fence,
-            "watermark": self.keys.last,
-            "state": self.keys.state,
-            "pending": self.keys.pending,
+            "lease": (keys.lease(job),),
+            "fence": (keys.fence(job),),
+            "cursor": (keys.cursor(job),),  # its origin is in the state hash
+            "state": (keys.state(job), keys.triggers(job)),
+            "pending": (keys.pending(job),),
         }
-        await self.client.delete(*(spelled[part](job) for part in parts or JOB_PARTS))
+        await self.client.delete(*(key for part in parts or JOB_PARTS for key in spelled[part]))
 
     async def set_fence_counter(self, job: str, value: int) -> None:
         await self.client.set(self.keys.fence(job), value)

@@ -15,6 +15,7 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cronrace.errors import RedisUnavailableError, StoreError
+from cronrace.protocol import Verdict
 from cronrace.stores.redis import Store
 from cronrace.stores.redis.keys import fence_key, hash_tag
 from cronrace.stores.values import Claim, ClaimOutcome
@@ -79,10 +80,10 @@ async def test_a_shard_that_does_not_answer_costs_only_its_own_jobs(
     assert [r.outcome for r in replies] == [
         ClaimOutcome.UNKNOWN if dead_job else ClaimOutcome.WON for dead_job in on_dead
     ]
-    acquired = await cluster_store.acquire([request(job=job, tick=100) for job in JOBS])
-    for reply, dead_job in zip(acquired, on_dead, strict=True):
+    decided = await cluster_store.decide([request(job=job, tick=100) for job in JOBS])
+    for reply, dead_job in zip(decided, on_dead, strict=True):
         assert isinstance(reply, RedisUnavailableError) == dead_job
-        assert dead_job or reply.decision == "run"  # type: ignore[union-attr]
+        assert dead_job or getattr(reply, "verdict", reply) is Verdict.RUN
     monkeypatch.setattr(ClusterNode, "execute_pipeline", original)
     # Back again: the ambiguous claims are read back and found unwritten, so won now; the
     # others were decided and are not won again, read back or not.
@@ -93,10 +94,10 @@ async def test_a_shard_that_does_not_answer_costs_only_its_own_jobs(
     assert [r.outcome for r in again] == [
         ClaimOutcome.WON if dead_job else ClaimOutcome.LOST for dead_job in on_dead
     ]
-    decided = await cluster_store.claim_each(
+    read = await cluster_store.claim_each(
         [Claim(job, 100, 5000) for job in JOBS], N1, read_back=True
     )
-    assert [r.outcome for r in decided] == [r.outcome for r in again]  # undecided: still won
+    assert [r.outcome for r in read] == [r.outcome for r in again]  # undecided: still won
 
 
 @pytest.mark.cluster
@@ -185,8 +186,8 @@ async def test_a_sentinel_store_follows_the_primary_within_a_heartbeat(
         await store.heartbeat("n1", now_ms=0, ttl_ms=1000, epoch_candidate="e")
         assert await store.claim([Claim("j", 101, 60_000)], N1) == [True]
         assert client(new).get(store.keys.claim("j", 101)) == str(N1)
-        replies = await store.acquire([request(tick=101)])
-        assert replies[0].decision == "run"  # type: ignore[union-attr]
+        replies = await store.decide([request(tick=101)])
+        assert getattr(replies[0], "verdict", replies[0]) is Verdict.RUN
     finally:
         await store.aclose()
 

@@ -2,8 +2,9 @@
 
 Each test runs on the embedded store, a real redis-server and a real Cluster. Before these
 checks, each wrong type below made every tick of its job fail with WRONGTYPE, and the
-watermark had already been advanced by the failing script, so those ticks vanished
-without a record. Garbage is spelled per store, so these tests are the Redis store's own.
+failing script's earlier writes stayed (Redis does not roll a script back), so those ticks
+vanished without a record. Garbage is spelled per store, so these tests are the Redis
+store's own (with test_cursor_scripts.py: one wrong type under each key a script reads).
 """
 
 from __future__ import annotations
@@ -14,10 +15,20 @@ from typing import Any
 
 import pytest
 
-from cronrace.model.policies import Outcome
+from cronrace.model.policies import Outcome, Overlap
 from cronrace.model.records import RunRecord
+from cronrace.protocol import (
+    Answer,
+    DecideReply,
+    DecideRequest,
+    Release,
+    Renewal,
+    RenewRequest,
+    Verdict,
+)
 from cronrace.stores.redis import Store
-from cronrace.stores.values import AcquireRequest, Claim, ScheduleChange
+from cronrace.stores.values import Claim, Owner, RunEnd, ScheduleChange
+from tests.stores.contract import helpers
 from tests.stores.redis.backend import RedisBackend
 from tests.topology import keys_matching
 
@@ -32,14 +43,18 @@ WRITERS: dict[str, Writer] = {
     "stream": lambda client, key: client.xadd(key, {"garbage": "1"}),
 }
 
-# The keys acquire.lua reads, what each must hold, and the name its report uses.
-ACQUIRE_KEYS = {
+#: The keys decide.lua reads, what each must hold, and the name its report uses.
+DECIDE_KEYS = {
     "lease": ("hash", "lease"),
     "fence": ("string", "fence"),
-    "last": ("string", "watermark"),
+    "cursor": ("string", "cursor"),
     "pending": ("string", "pending"),
     "state": ("hash", "state"),
+    "runs": ("stream", "runs"),
+    "triggers": ("hash", "triggers"),
 }
+
+OWNER = Owner("n1", "x")
 
 
 def wrong_types(right: str) -> list[str]:
@@ -55,8 +70,21 @@ def cases(keys: dict[str, tuple[str, str]]) -> list[Any]:
     ]
 
 
-def request(tick: int, overlap: str = "queue_one", owner: str = "n1:x") -> AcquireRequest:
-    return AcquireRequest("j", tick, tick, tick, owner, 5000, overlap, "run")
+def request(
+    tick: int, overlap: Overlap = Overlap.QUEUE_ONE, cursor: int | None = None
+) -> DecideRequest:
+    return helpers.request(tick, cursor=cursor, overlap=overlap, owner=OWNER)
+
+
+async def decide(store: Store, req: DecideRequest) -> DecideReply:
+    (reply,) = await store.decide([req])
+    assert isinstance(reply, DecideReply), reply
+    return reply
+
+
+def moved_kinds(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The kinds of the keys the store reported moved aside (its ERROR logs)."""
+    return sorted(getattr(r, "kind", "") for r in caplog.records if hasattr(r, "moved_to"))
 
 
 async def assert_moved_aside(store: Store, garbage: str, moved_to: str) -> None:
@@ -65,44 +93,20 @@ async def assert_moved_aside(store: Store, garbage: str, moved_to: str) -> None:
     assert 0 < await store.client.pttl(moved_to) <= 7 * 24 * 3600 * 1000
 
 
-@pytest.mark.parametrize(("name", "garbage", "kind"), cases(ACQUIRE_KEYS))
-async def test_acquire_moves_a_wrong_type_aside_and_decides_the_tick(
-    store: Store, name: str, garbage: str, kind: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    key = getattr(store.keys, name)("j")
-    await WRITERS[garbage](store.client, key)
-    with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
-        (reply,) = await store.acquire([request(100)])
-    assert not isinstance(reply, Exception), reply
-    assert reply.decision == "run"
-    assert reply.warnings == (kind,)
-    (moved,) = reply.quarantined
-    assert moved.key == key
-    await assert_moved_aside(store, garbage, moved.moved_to)
-    assert await store.client.get(store.keys.last("j")) == b"100"
-    logged = [r for r in caplog.records if getattr(r, "key", None) == key]
-    assert logged, "the ERROR log names the full key"
-    assert logged[0].levelno == logging.ERROR
-    assert getattr(logged[0], "moved_to", None) == moved.moved_to
-    # The job goes on: the next tick meets a clean key.
-    (again,) = await store.acquire([request(101)])
-    assert not isinstance(again, Exception)
-    assert again.warnings == ()
-
-
 @pytest.mark.parametrize("garbage", ["list", "hash", "set", "zset", "stream"])
 async def test_every_key_holding_garbage_at_once_still_decides_once(
-    store: Store, garbage: str
+    store: Store, garbage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    for name in ACQUIRE_KEYS:
+    for name in DECIDE_KEYS:
         await WRITERS[garbage](store.client, getattr(store.keys, name)("j"))
-    (reply,) = await store.acquire([request(100)])
-    assert not isinstance(reply, Exception), reply
-    assert reply.decision == "run"
+    with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
+        reply = await decide(store, request(100))
+    assert (reply.answer, reply.verdict) == (Answer.DECIDED, Verdict.RUN)
     # A hash under the lease is garbage too: it has no integer fence.
-    wrong = [kind for right, kind in ACQUIRE_KEYS.values() if right != garbage or kind == "lease"]
-    assert sorted(reply.warnings) == sorted(wrong)
-    assert await store.client.get(store.keys.last("j")) == b"100"
+    wrong = [kind for right, kind in DECIDE_KEYS.values() if right != garbage or kind == "lease"]
+    assert moved_kinds(caplog) == sorted(wrong)
+    assert await store.cursors(["j"]) == {"j": 100}
+    assert [r.outcome for r in await store.history("j", 10)] == [Outcome.GRANTED]
 
 
 RELEASE_KEYS = {
@@ -115,36 +119,23 @@ RELEASE_KEYS = {
 
 
 @pytest.mark.parametrize(("name", "garbage", "kind"), cases(RELEASE_KEYS))
-async def test_release_moves_a_wrong_type_aside_and_writes_the_record(
-    store: Store, name: str, garbage: str, kind: str
+async def test_a_run_end_moves_a_wrong_type_aside_and_writes_the_record(
+    store: Store, name: str, garbage: str, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (granted,) = await store.acquire([request(100)])
-    assert not isinstance(granted, Exception)
+    granted = await decide(store, request(100))
     key = getattr(store.keys, name)("j")
     await store.client.delete(key)
     await WRITERS[garbage](store.client, key)
     record = RunRecord("j", 100, "n1", Outcome.OK, fence=granted.fence)
-    reply = await store.finish(
-        record, history=10, release_fence=granted.fence, owner="n1:x", lease_ttl_ms=5000
-    )
-    assert reply is not None
-    assert kind in reply.warnings
-    (moved,) = reply.quarantined
-    await assert_moved_aside(store, garbage, moved.moved_to)
-    # Garbage under the lease took the lease with it: the record is still written.
-    assert reply.decision == ("not_owner" if name == "lease" else "released")
-    assert [r.fence for r in await store.history("j", 10)] == [granted.fence]
-
-
-@pytest.mark.parametrize("garbage", ["string", "list", "set", "zset", "stream"])
-async def test_renew_moves_a_wrong_type_lease_aside_and_says_it_is_gone(
-    store: Store, garbage: str
-) -> None:
-    await WRITERS[garbage](store.client, store.keys.lease("j"))
-    assert await store.renew("j", 5, 5000) == 0
-    assert await store.client.exists(store.keys.lease("j")) == 0
-    moved = await keys_matching(store.client, store.keys.quarantine("j") + ":lease:*")
-    assert len(moved) == 1
+    with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
+        reply = await store.end_run(RunEnd("j", granted.fence, OWNER, 5000, record, 10))
+    assert moved_kinds(caplog) == [kind]
+    (moved,) = await keys_matching(store.client, f"{store.keys.quarantine('j')}:{kind}:*")
+    await assert_moved_aside(store, garbage, moved.decode())
+    # Garbage under the lease took the lease with it; the run it mirrors in the state hash
+    # still ends (as a lapsed run does), and garbage under the state leaves the lease.
+    assert reply.decision is Release.RELEASED
+    assert (await store.history("j", 10))[0] == record
 
 
 @pytest.mark.parametrize("garbage", ["list", "hash", "string"])
@@ -183,7 +174,7 @@ async def test_records_are_written_past_garbage_and_other_jobs_lose_nothing(
 async def test_reads_survive_garbage_and_report_it(
     store: Store, garbage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    for name in ("runs", "lease", "state", "last", "fence"):
+    for name in ("runs", "lease", "state", "cursor", "fence"):
         key = getattr(store.keys, name)("j")
         right = {"runs": "stream", "lease": "hash", "state": "hash"}.get(name, "string")
         if garbage != right:
@@ -191,11 +182,11 @@ async def test_reads_survive_garbage_and_report_it(
     with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
         assert (await store.history("j", 10)) == [] or garbage == "stream"
         (state,) = await store.job_states(["j"])
-        marks = await store.watermarks(["j", "k"])
+        cursors = await store.cursors(["j", "k"])
     assert state.job == "j"
-    assert state.watermark_s is None
+    assert state.cursor_s is None
     assert state.lease is None
-    assert marks == {"j": None, "k": None}
+    assert cursors == {"j": None, "k": None}
     assert any(getattr(r, "key", "").startswith(store.keys.ns + ":") for r in caplog.records)
 
 
@@ -238,45 +229,48 @@ async def test_namespace_keys_holding_garbage_are_moved_aside(
 # -- garbage met by the decisions of a wiped job, and by readers --------------------------
 
 
-async def test_garbage_fence_and_watermark_are_repaired_and_reported(store: Store) -> None:
+async def test_garbage_fence_and_cursor_are_repaired_and_reported(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     await store.client.set(store.keys.fence("j"), "not-a-number")
-    await store.client.set(store.keys.last("j"), "{junk")
-    (reply,) = await store.acquire([request(100)])
-    assert not isinstance(reply, Exception), reply
-    assert reply.decision == "run"
-    assert set(reply.warnings) == {"fence", "watermark"}
+    await store.client.set(store.keys.cursor("j"), "{junk")
+    with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
+        reply = await decide(store, request(100))
+    assert reply.verdict is Verdict.RUN
+    assert moved_kinds(caplog) == ["cursor", "fence"]
     assert reply.fence > 1_000_000_000_000
 
 
-async def test_garbage_lease_is_dropped_and_reported(store: Store) -> None:
+async def test_garbage_lease_is_dropped_and_reported(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     await store.client.hset(store.keys.lease("j"), mapping={"owner": "x", "fence": "zz"})
-    (reply,) = await store.acquire([request(100)])
-    assert not isinstance(reply, Exception), reply
-    assert reply.decision == "run"
-    assert "lease" in reply.warnings
+    with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
+        reply = await decide(store, request(100))
+    assert reply.verdict is Verdict.RUN
+    assert moved_kinds(caplog) == ["lease"]
 
 
-async def test_garbage_under_the_lease_holds_new_grants(store: Store) -> None:
-    (first,) = await store.acquire([request(100, "skip")])
-    assert not isinstance(first, Exception)
+async def test_garbage_under_the_lease_holds_new_grants(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    await decide(store, request(100, Overlap.SKIP))
     await store.client.delete(store.keys.lease("j"))
     await store.client.set(store.keys.lease("j"), "garbage")
-    (reply,) = await store.acquire([request(101, "skip")])
-    assert not isinstance(reply, Exception)
-    assert reply.decision == "run"
-    assert reply.warnings == ("lease",)
+    with caplog.at_level(logging.ERROR, logger="cronrace.stores.redis"):
+        reply = await decide(store, request(101, Overlap.SKIP, cursor=100))
+    assert reply.verdict is Verdict.RUN
+    assert moved_kinds(caplog) == ["lease"]
     assert not reply.data_lost
     assert reply.hold_ms > 4000
 
 
 async def test_garbage_under_the_lease_met_by_a_renewal_holds_new_grants(store: Store) -> None:
-    (first,) = await store.acquire([request(100, "skip")])
-    assert not isinstance(first, Exception)
+    first = await decide(store, request(100, Overlap.SKIP))
     await store.client.delete(store.keys.lease("j"))
     await store.client.rpush(store.keys.lease("j"), "garbage")
-    assert await store.renew("j", first.fence, 5000) == 0
-    (reply,) = await store.acquire([request(101, "skip")])
-    assert not isinstance(reply, Exception)
+    assert await store.renew_lease("j", RenewRequest(first.fence, 5000)) is Renewal.GONE
+    reply = await decide(store, request(101, Overlap.SKIP, cursor=100))
     assert reply.hold_ms > 4000
 
 
@@ -316,9 +310,9 @@ async def test_garbage_under_the_counter_read_with_a_claim_is_no_evidence(
 ) -> None:
     other_node = await backend.node()
     await store.client.set(store.keys.fence("j"), "garbage")
-    assert await other_node.claim([Claim("j", 100, 5000)], "n2:y") == [True]
+    assert await other_node.claim([Claim("j", 100, 5000)], Owner("n2", "y")) == [True]
     assert other_node.known_fence("j") == 0
     await store.client.delete(store.keys.fence("j"))
     await store.client.hset(store.keys.fence("j"), "a", "b")
-    assert await other_node.claim([Claim("j", 101, 5000)], "n2:y") == [True]
+    assert await other_node.claim([Claim("j", 101, 5000)], Owner("n2", "y")) == [True]
     assert other_node.known_fence("j") == 0

@@ -1,9 +1,9 @@
 """What the Redis keys hold: the spelling under the behaviour the contract suite checks.
 
 The behaviour suite sees a store through its methods only; these tests pin what the
-Redis store writes under its keys for the same steps (DESIGN.md section 2): a claim's
-expiry, a claim left as its owner wrote it, the queued tick taken by a hand-on, the passed
-list, the wipe hold's key.
+Redis store writes under its keys for the same steps (docs/design.md section 2): a claim's
+expiry, a decision's answer kept under its claim, a claim left as its owner wrote it, the
+queued tick taken by a hand-on, the lease and the cursor, the wipe hold's key.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from cronrace.model.policies import Overlap
 from cronrace.stores.redis import Store
 from cronrace.stores.values import Claim, Owner
-from tests.stores.contract.helpers import N1, N2, acquire, request
+from tests.stores.contract.helpers import CLAIM_TTL_MS, N1, N2, decide, end, request
 from tests.stores.redis.backend import RedisBackend
 
 A, B = Owner.parse("a:1"), Owner.parse("b:2")
@@ -28,59 +28,46 @@ async def test_a_claim_key_holds_its_winner_with_the_claim_ttl(store: Store) -> 
     assert await store.client.get(store.keys.trigger_claim("j", "t1")) == b"b:2"
 
 
-async def test_a_decision_is_remembered_under_its_claim_keeping_its_ttl(store: Store) -> None:
+async def test_a_decision_is_remembered_under_its_claim_for_the_claim_ttl(store: Store) -> None:
     assert await store.claim([Claim("j", 100, 5000)], N1) == [True]
-    await acquire(store, request(100))
+    reply = await decide(store, request(100))
     value = await store.client.get(store.keys.claim("j", 100))
-    assert value.startswith(b"n1:x\nrun:100\nrun\n")
-    assert 4000 < await store.client.pttl(store.keys.claim("j", 100)) <= 5000
+    # "<owner>\n" first: claim_each(read_back=True) takes it as decided.
+    assert value == f"n1:x\n100\nrun\n{reply.fence}\n\n100\n0\n0".encode()
+    assert 5000 < await store.client.pttl(store.keys.claim("j", 100)) <= CLAIM_TTL_MS
 
 
-async def test_a_decision_without_a_won_claim_leaves_the_claim_as_written(store: Store) -> None:
+async def test_a_decision_under_another_owners_claim_leaves_it_as_written(
+    store: Store,
+) -> None:
     await store.claim([Claim("j", 200, 60_000)], N2)
-    (mine,) = await store.acquire([request(200)])
-    assert not getattr(mine, "replayed", True)
+    (mine,) = await store.decide([request(200)])
+    assert getattr(mine, "answer", mine) == "lost"
     assert await store.client.get(store.keys.claim("j", 200)) == b"n2:y"
 
 
 async def test_a_hand_on_takes_the_pending_tick(store: Store) -> None:
-    first = await acquire(store, request(100, overlap=Overlap.QUEUE_ONE))
-    await acquire(store, request(101, overlap=Overlap.QUEUE_ONE))
+    first = await decide(store, request(100, overlap=Overlap.QUEUE_ONE))
+    await decide(store, request(101, cursor=100, overlap=Overlap.QUEUE_ONE))
     assert await store.client.get(store.keys.pending("j")) == b"101"
-    await store.release("j", first.fence, owner=N1, lease_ttl_ms=5000)
+    await store.end_run(end(first.fence))
     assert await store.client.get(store.keys.pending("j")) is None
 
 
-async def test_passed_ticks_are_kept_in_the_state_hash(store: Store) -> None:
-    await store.claim([Claim("j", 100, 60_000)], A)
-    await store.claim([Claim("j", 101, 60_000)], B)
-    await acquire(store, request(101, owner=B, prior=100))
-    assert await store.client.hget(store.keys.state("j"), "passed") == b"100"
-    await acquire(store, request(100, owner=A, late_ok=True))
-    assert await store.client.hget(store.keys.state("j"), "passed") is None
-
-
-async def test_a_decided_prior_claim_is_not_noted_passed(store: Store) -> None:
-    await store.claim([Claim("j", 100, 60_000)], A)
-    await acquire(store, request(100, owner=A))
-    await store.claim([Claim("j", 101, 60_000)], B)
-    await acquire(store, request(101, owner=B, prior=100))
-    assert await store.client.hget(store.keys.state("j"), "passed") is None
-
-
 async def test_a_lease_is_a_hash_with_an_expiry(store: Store) -> None:
-    reply = await acquire(store, request(100))
+    reply = await decide(store, request(101, fire=(100, 101)))
     lease = await store.client.hgetall(store.keys.lease("j"))
     assert lease[b"owner"] == b"n1:x"
     assert lease[b"fence"] == str(reply.fence).encode()
-    assert lease[b"tick"] == b"100"
+    assert lease[b"ticks"] == b"100 101"
     assert 0 < await store.client.pttl(store.keys.lease("j")) <= 5000
     assert await store.client.get(store.keys.fence("j")) == str(reply.fence).encode()
-    assert await store.client.get(store.keys.last("j")) == b"100"
+    assert await store.client.get(store.keys.cursor("j")) == b"101"
+    assert await store.client.hget(store.keys.state("j"), "origin") == b"99"
 
 
 async def test_a_brand_new_job_starts_no_hold(store: Store) -> None:
-    await acquire(store, request(100))
+    await decide(store, request(100))
     assert await store.client.exists(store.keys.hold("j")) == 0
 
 
@@ -90,7 +77,7 @@ async def test_a_claim_lost_to_an_undecided_winner_starts_no_hold(
     other_node = await backend.node()
     assert await store.claim([Claim("j", 100, 5000)], N1) == [True]
     assert await other_node.claim([Claim("j", 100, 5000)], N2) == [False]
-    await acquire(other_node, request(101, owner=N2))
+    await decide(other_node, request(101, owner=N2))
     assert await store.client.exists(store.keys.hold("j")) == 0
 
 
@@ -98,9 +85,9 @@ async def test_a_claim_lost_to_an_undecided_winner_starts_no_hold(
 async def test_a_wiped_job_keeps_its_hold_key_for_one_lease_ttl(
     store: Store, backend: RedisBackend, overlap: Overlap
 ) -> None:
-    await acquire(store, request(100, overlap=overlap))
+    await decide(store, request(100, overlap=overlap))
     await backend.faults.wipe("j")
-    await acquire(store, request(101, overlap=overlap))
+    await decide(store, request(101, cursor=100, overlap=overlap))
     assert 4000 < await store.client.pttl(store.keys.hold("j")) <= 5000
 
 
@@ -108,11 +95,18 @@ async def test_a_wipe_fault_erases_the_keys_a_restart_would(
     store: Store, backend: RedisBackend
 ) -> None:
     """The harness's wipe (tests/stores/harness.py) is what it says, spelled in keys."""
-    await acquire(store, request(100, overlap=Overlap.QUEUE_ONE))
-    await acquire(store, request(101, overlap=Overlap.QUEUE_ONE))
-    await store.client.hset(store.keys.state("j"), "x", "1")
+    await decide(store, request(100, overlap=Overlap.QUEUE_ONE))
+    await decide(store, request(101, cursor=100, overlap=Overlap.QUEUE_ONE))
+    await store.request_trigger("j")
     keys = store.keys
-    erased = [keys.lease("j"), keys.fence("j"), keys.last("j"), keys.state("j"), keys.pending("j")]
+    erased = [
+        keys.lease("j"),
+        keys.fence("j"),
+        keys.cursor("j"),
+        keys.state("j"),
+        keys.pending("j"),
+        keys.triggers("j"),
+    ]
     assert await store.client.exists(*erased) == len(erased)
     await backend.faults.wipe("j")
     assert await store.client.exists(*erased) == 0

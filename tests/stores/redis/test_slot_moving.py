@@ -18,8 +18,9 @@ import pytest
 
 from cronrace.errors import RedisMovingError
 from cronrace.model.policies import Overlap
+from cronrace.protocol import DecideReply, Verdict
 from cronrace.stores.redis import Store, make_client
-from cronrace.stores.values import AcquireReply, Claim, Owner
+from cronrace.stores.values import Claim, Owner
 from tests.stores.contract.helpers import request
 from tests.topology import REDIS_CLI, ClusterSet, client
 
@@ -74,8 +75,8 @@ async def test_claims_and_decisions_pass_while_their_slot_moves(
     owner = Owner("n1", "x")
     try:
         assert await store.claim([Claim("j", 100, 60_000)], owner) == [True]
-        (first,) = await store.acquire([request(tick=100)])
-        assert isinstance(first, AcquireReply)
+        (first,) = await store.decide([request(tick=100)])
+        assert isinstance(first, DecideReply)
         moving = HalfMoved(cluster)
         moving.begin(keys=1)
         # Many claims at once: each node's pool holds several connections, and the ASK
@@ -92,10 +93,11 @@ async def test_claims_and_decisions_pass_while_their_slot_moves(
         # Alone in its pipeline, a decision that did not run is raised (one that shares a
         # pipeline with others that ran is answered as its error: the same class).
         with pytest.raises(RedisMovingError):
-            await store.acquire([request(tick=101)])
+            await store.decide([request(tick=101, cursor=100)])
         moving.finish()
-        (decided,) = await store.acquire([request(tick=101, overlap=Overlap.ALLOW)])
-        assert isinstance(decided, AcquireReply), decided
+        (decided,) = await store.decide([request(tick=101, cursor=100, overlap=Overlap.ALLOW)])
+        assert isinstance(decided, DecideReply), decided
+        assert decided.verdict is Verdict.RUN
         assert decided.fence > first.fence
     finally:
         await store.aclose()

@@ -11,26 +11,22 @@ import pytest
 
 from cronrace.errors import JobBusyError
 from cronrace.model.policies import Overlap
+from cronrace.protocol import Answer as Said
+from cronrace.protocol import DecideReply, DecideRequest, Verdict
 from cronrace.runtime.observer import Observer
-from cronrace.stores.values import (
-    AcquireDecision,
-    AcquireMode,
-    AcquireReply,
-    AcquireRequest,
-    Owner,
-)
+from cronrace.stores.values import Owner
 from cronrace.testing import FakeClock
-from cronrace.tick.acquire import Answer, acquire_retrying
+from cronrace.tick.acquire import Answer, decide_retrying
 
 OWNER = Owner("n1", "x")
 
 
-def request(job: str) -> AcquireRequest:
-    return AcquireRequest(job, 100, 100, 100, OWNER, 5000, Overlap.SKIP, AcquireMode.RUN, None)
+def request(job: str) -> DecideRequest:
+    return DecideRequest(job, 100, 90, 90, (100,), (), str(OWNER), Overlap.SKIP, 5000, 60_000)
 
 
-def granted(fence: int) -> AcquireReply:
-    return AcquireReply(AcquireDecision.RUN, fence, 99, 0, None, 0, 0, None, (), 0)
+def granted(fence: int) -> DecideReply:
+    return DecideReply(Said.DECIDED, 100, Verdict.RUN, fence, ticks_s=(100,))
 
 
 class BusyStore:
@@ -39,7 +35,7 @@ class BusyStore:
     def __init__(self) -> None:
         self.sent: list[list[str]] = []
 
-    async def acquire(self, requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
+    async def decide(self, requests: Sequence[DecideRequest]) -> list[DecideReply | Exception]:
         self.sent.append([r.job for r in requests])
         return [JobBusyError("row locked") if r.job == "locked" else granted(7) for r in requests]
 
@@ -54,17 +50,23 @@ async def test_a_busy_job_is_handed_off_and_the_others_are_settled_at_once(
 
     def settle(indexes: list[int], answers: list[Answer]) -> None:
         settled.extend(indexes)
-        assert all(isinstance(answers[i][0], AcquireReply) for i in indexes)
+        assert all(isinstance(answers[i][0], DecideReply) for i in indexes)
 
     caplog.set_level(logging.INFO, logger="cronrace")
-    answers = await acquire_retrying(
+    answers: list[Answer] = []
+
+    def keep(indexes: list[int], so_far: list[Answer]) -> None:
+        settle(indexes, so_far)
+        answers[:] = so_far
+
+    await decide_retrying(
         store,  # type: ignore[arg-type]
         FakeClock(1_000.0),
         [request("a"), request("locked"), request("b")],
         [2_000.0] * 3,
         observer=Observer(),
         set_ready=lambda reachable, **_: ready.append(reachable),
-        settle=settle,
+        settle=keep,
         hand_off=handed.extend,
     )
     assert store.sent == [["a", "locked", "b"]], "one attempt: the busy job is not retried here"

@@ -44,7 +44,9 @@ async def test_a_handler_that_catches_the_cancellation_is_cancelled_again_at_its
     agent = memory_agent(clock)
     agent.add_job(stubborn, "* * * * * *", name="stubborn", lease_ttl=0.6)
     async with running(agent):
-        await clock.advance(0.9)  # tick 0; its first renewal is due at 0.2
+        # Tick 0; its first renewal is due at 0.2. The run ends (its record) once its lease
+        # has surely run out, at 0.6.
+        await clock.advance(1.2)
         records = await history(agent, "stubborn", first_s=T0, last_s=T0)
     assert cut_at == [pytest.approx(0.2, abs=0.001)] * 2
     assert [r.outcome.value for r in records] == ["lease_lost"]
@@ -66,7 +68,9 @@ async def test_a_handlers_shielded_clean_up_runs_to_its_end_after_its_lease_is_l
     agent = memory_agent(clock)
     agent.add_job(tidy, "* * * * * *", name="tidy", lease_ttl=0.6)
     async with running(agent):
-        await clock.advance(0.9)  # the lease is lost at 0.2, the clean-up ends at 0.3
+        # The lease is lost at 0.2, the clean-up ends at 0.3, the run's record is written
+        # once its lease has surely run out (0.6).
+        await clock.advance(1.2)
         records = await history(agent, "tidy", first_s=T0, last_s=T0)
     assert cleaned == [pytest.approx(0.3, abs=0.001)]
     assert [r.outcome.value for r in records] == ["lease_lost"]

@@ -1,7 +1,7 @@
 """A held lease on a fake clock: renewals, and the deadline kept on the monotonic clock.
 
 The store is a stand-in that answers renewals as told (after a delay on the same clock):
-what is under test is the node's own rule, DESIGN.md section 4: a node that has not renewed
+what is under test is the node's own rule, docs/design.md section 4: a node that has not renewed
 for ``lease_ttl`` minus a margin, counted from when it *sent* the last request that
 succeeded, gives the lease up without waiting for Redis to say so.
 """
@@ -18,8 +18,9 @@ import anyio
 import pytest
 
 from cronrace.errors import RedisUnavailableError
+from cronrace.protocol import RenewRequest
 from cronrace.stores.redis import Store
-from cronrace.stores.values import Owner, Renewal
+from cronrace.stores.values import Renewal
 from cronrace.testing import FakeClock
 from cronrace.tick.lease import SAFETY_MARGIN, Lease
 
@@ -37,16 +38,8 @@ class Renewals:
     delay_s: float = 0.0
     sent: list[float] = field(default_factory=list)
 
-    async def renew(
-        self,
-        job: str,
-        fence: int,
-        ttl_ms: int,
-        *,
-        owner: Owner | None = None,
-        tick_s: int = 0,
-        starting: bool = False,
-    ) -> Renewal:
+    async def renew_lease(self, job: str, request: RenewRequest) -> Renewal:
+        fence, ttl_ms = request.fence, request.ttl_ms
         assert (job, fence, ttl_ms) == ("job", 7, int(TTL_S * 1000))
         self.sent.append(self.clock.monotonic())
         call = len(self.sent)
@@ -184,4 +177,4 @@ def test_the_stand_in_has_the_stores_renew() -> None:
     def params(fn: Any) -> list[str]:
         return list(inspect.signature(fn).parameters)
 
-    assert params(Store.renew) == params(Renewals.renew)
+    assert params(Store.renew_lease) == params(Renewals.renew_lease)

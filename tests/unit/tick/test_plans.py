@@ -1,13 +1,14 @@
-"""What a due job's plan decides (tick/plans.py), and a plan pinned to a claim that got no
-answer: the catch-up policy applied to the whole backlog, cut at the pinned tick."""
+"""What a decision of one job covers (tick/plans.py): every tick of (cursor, tick], fired
+under the catch-up policy or counted in one missed range."""
 
 from __future__ import annotations
 
 import pytest
 
 from cronrace.model.job import Job
-from cronrace.model.policies import Catchup, TickPlan
-from cronrace.tick.plans import plan_due
+from cronrace.model.policies import Catchup
+from cronrace.protocol import Missed
+from cronrace.tick.plans import Plan, newest_tick, plan_tick
 
 GRACE_S = 1.0
 
@@ -23,37 +24,52 @@ def job(catchup: Catchup, *, window_s: float = 40.0, max_catchup: int = 2) -> Jo
     )
 
 
+@pytest.mark.parametrize("catchup", list(Catchup))
+def test_the_steady_state_fires_its_tick_alone(catchup: Catchup) -> None:
+    assert plan_tick(job(catchup), 70, 60, 70.2, GRACE_S) == Plan(70, 60, 60, (70,), ())
+
+
+@pytest.mark.parametrize("catchup", list(Catchup))
+def test_a_new_job_decides_its_tick_alone(catchup: Catchup) -> None:
+    fire = () if catchup is Catchup.SKIP else (70,)
+    missed = (Missed(70, 70, 1),) if catchup is Catchup.SKIP else ()
+    # 5 s late: on time for nobody, so catch-up skip fires nothing and counts it.
+    assert plan_tick(job(catchup), 70, None, 75.0, GRACE_S) == Plan(70, None, 69, fire, missed)
+
+
 @pytest.mark.parametrize(
-    ("catchup", "whole", "pinned"),
+    ("catchup", "fire", "missed"),
     [
-        # 60 and 70 due at 70.2; the claim on 60 got no answer.
-        (Catchup.SKIP, TickPlan(70, 70, (70,), 1), TickPlan(60, 60, (), 1)),
-        (Catchup.LATEST, TickPlan(70, 70, (70,), 1), TickPlan(60, 60, (), 1)),
-        (Catchup.ALL, TickPlan(70, 70, (60, 70), 0), TickPlan(60, 60, (60,), 0)),
+        (Catchup.SKIP, (70,), (Missed(40, 60, 3),)),
+        (Catchup.LATEST, (70,), (Missed(40, 60, 3),)),
+        (Catchup.ALL, (60, 70), (Missed(40, 50, 2),)),
     ],
 )
-def test_a_pinned_plan_decides_the_ticks_up_to_its_claim_as_the_whole_backlog_would(
-    catchup: Catchup, whole: TickPlan, pinned: TickPlan
+def test_a_backlog_fires_under_the_policy_and_counts_the_rest_in_one_range(
+    catchup: Catchup, fire: tuple[int, ...], missed: tuple[Missed, ...]
 ) -> None:
-    assert plan_due(job(catchup), 60, 70.2, GRACE_S) == (whole, 80)
-    # The ticks after the pinned one follow at once: the next tick is 70, due already.
-    assert plan_due(job(catchup), 60, 70.2, GRACE_S, until_s=60) == (pinned, 70)
-    rest, following = plan_due(job(catchup), 70, 70.2, GRACE_S)
-    assert following == 80
-    assert rest is not None
-    assert set(pinned.fire_ticks_s) | set(rest.fire_ticks_s) == set(whole.fire_ticks_s)
-    assert pinned.missed + rest.missed == whole.missed
+    assert plan_tick(job(catchup), 70, 30, 70.2, GRACE_S) == Plan(70, 30, 30, fire, missed)
 
 
-def test_a_pinned_plan_still_newest_is_the_whole_plan() -> None:
-    whole = plan_due(job(Catchup.LATEST), 60, 62.0, GRACE_S)
-    assert whole == (TickPlan(60, 60, (60,), 0), 70)
-    assert plan_due(job(Catchup.LATEST), 60, 62.0, GRACE_S, until_s=60) == whole
+def test_ticks_older_than_the_window_are_counted_never_fired() -> None:
+    # 20 s window at 115: 100 and 110 are in it, 40..90 are not.
+    plan = plan_tick(job(Catchup.ALL, window_s=20), 110, 30, 115.0, GRACE_S)
+    assert plan == Plan(110, 30, 30, (100, 110), (Missed(40, 94, 6),))
 
 
-def test_a_pinned_tick_out_of_the_window_is_counted_missed_under_its_claim() -> None:
-    # 60..90 left the 20 s window at 115; 100 and 110 are in it (catchup = all fires both).
-    whole = plan_due(job(Catchup.ALL, window_s=20), 60, 115.0, GRACE_S)
-    assert whole == (TickPlan(110, 110, (100, 110), 4), 120)
-    pinned = plan_due(job(Catchup.ALL, window_s=20), 60, 115.0, GRACE_S, until_s=70)
-    assert pinned == (TickPlan(70, 70, (), 2), 80)
+def test_a_tick_decided_after_its_window_fires_nothing() -> None:
+    plan = plan_tick(job(Catchup.ALL, window_s=20), 70, 60, 200.0, GRACE_S)
+    assert plan.fire_s == ()
+    assert plan.missed_count == 1
+
+
+def test_a_long_backlog_inside_the_window_counts_what_max_catchup_leaves() -> None:
+    plan = plan_tick(job(Catchup.ALL, window_s=3600, max_catchup=3), 1000, 0, 1000.5, GRACE_S)
+    assert plan.fire_s == (980, 990, 1000)
+    assert plan.missed == (Missed(10, 970, 97),)
+    assert len(plan.fire_s) + plan.missed_count == 100
+
+
+def test_newest_tick_finds_the_last_tick_of_a_range() -> None:
+    assert newest_tick(job(Catchup.ALL), 0, 1005) == 1000
+    assert newest_tick(job(Catchup.ALL), 995, 999) == 0

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import anyio
 import pytest
 
-from cronrace.stores.values import Owner, Renewal
+from cronrace.protocol import RenewRequest
+from cronrace.stores.values import Renewal
 from cronrace.testing import FakeClock
 from cronrace.tick.lease import COMPACT_AT, Lease, Renewals
 
@@ -21,16 +22,7 @@ class StandIn:
     answer: Renewal = Renewal.RENEWED
     sent: list[tuple[str, float]] = field(default_factory=list)
 
-    async def renew(
-        self,
-        job: str,
-        fence: int,
-        ttl_ms: int,
-        *,
-        owner: Owner | None = None,
-        tick_s: int = 0,
-        starting: bool = False,
-    ) -> Renewal:
+    async def renew_lease(self, job: str, request: RenewRequest) -> Renewal:
         self.sent.append((job, self.clock.monotonic()))
         return self.answer
 

@@ -120,7 +120,7 @@ local function next_fence(fence_key, lease_key, known)
   end
   -- A replica promoted while a few writes behind holds an older counter that no node may
   -- know to be old: the server clock (microseconds) is the floor that keeps such a
-  -- counter from handing out a fence again (DESIGN.md section 11).
+  -- counter from handing out a fence again (docs/design.md section 11).
   local floor = now_us()
   if tonumber(redis.call('GET', fence_key)) < floor then
     redis.call('SET', fence_key, int_text(floor))
@@ -136,9 +136,30 @@ local function hold_left_ms(hold_key)
   return 0
 end
 
-local function start_hold(hold_key, ttl_ms)
-  if hold_left_ms(hold_key) < ttl_ms then
-    redis.call('SET', hold_key, int_text(now_ms()), 'PX', ttl_ms)
+-- The highest fence handed out so far, as far as the store and the caller can tell: the
+-- counter, the lease's fence, the caller's, the clock's floor (keys already checked).
+local function fence_floor(fence_key, lease_key, known)
+  local floor = math.max(now_us(), known or 0)
+  local counter = redis.call('GET', fence_key)
+  if is_int(counter) and tonumber(counter) > floor then floor = tonumber(counter) end
+  local held = redis.call('HGET', lease_key, 'fence')
+  if is_int(held) and tonumber(held) > floor then floor = tonumber(held) end
+  return floor
+end
+
+-- Hold new grants ttl_ms from now (never shorter). The hold key's value is the highest
+-- fence a run granted before the loss can hold (before_fence): such a run may write its
+-- lost lease back during the hold; a grant made since (a fence above it) may not.
+local function start_hold(hold_key, ttl_ms, before_fence)
+  local left = hold_left_ms(hold_key)
+  if left > 0 then
+    local kept = tonumber(redis.call('GET', hold_key) or '') or 0
+    if kept > before_fence then before_fence = kept end
+  end
+  if left >= ttl_ms then
+    redis.call('SET', hold_key, int_text(before_fence), 'KEEPTTL')
+  else
+    redis.call('SET', hold_key, int_text(before_fence), 'PX', ttl_ms)
   end
 end
 
@@ -150,4 +171,22 @@ local function grant(lease_key, state_key, owner, fence, tick, ttl_ms)
     'started_ms', now_ms())
   redis.call('PEXPIRE', lease_key, ttl_ms)
   redis.call('HSET', state_key, 'run_fence', fence, 'run_tick', tick, 'run_owner', owner)
+end
+
+-- A JSON string, or null for nil / ''. Control characters, quotes and backslashes are
+-- escaped (job names and node ids never hold them; a trigger id comes from outside).
+local function json_text(s)
+  if not s or s == '' then return 'null' end
+  return '"' .. string.gsub(s, '[%c"\\]', function(c)
+    return string.format('\\u%04x', string.byte(c)) end) .. '"'
+end
+
+-- A run record (cronrace/model/records.py, RunRecord: exactly its keys) written by a
+-- script: a decision's, or a cancelled tick's. Integers are formatted with %d: cjson
+-- keeps 14 significant digits, and a fence has 16.
+local function run_record(job, tick, node, outcome, fence, trigger, count, last_tick, now)
+  return string.format('{"job":%s,"tick_s":%d,"node":%s,"outcome":"%s","fence":%d,'
+    .. '"started_ms":0,"finished_ms":%d,"error":null,"count":%d,"trigger_id":%s,'
+    .. '"detail":null,"last_tick_s":%d}', json_text(job), tick, json_text(node), outcome,
+    fence or 0, now, count or 1, json_text(trigger), last_tick or 0)
 end

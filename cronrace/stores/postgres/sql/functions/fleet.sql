@@ -22,7 +22,7 @@
 --   Writes the epoch once (the first node's candidate), refreshes this node's expiry
 --   (p_now_ms, the caller's estimate of the database clock, + p_ttl_ms), logs it as
 --   joined when p_joined. With p_prune, also deletes what is no longer needed (prune() in
---   lib.sql: expired claims below the watermark, expired members, ...).
+--   lib.sql: expired claims below the cursor or undecided, expired members, ...).
 --
 -- leave_fleet(p_ns, p_node) -> void
 --   Remove this node from the live set and log that it left.

@@ -21,8 +21,9 @@
 --   "kind|jobs.<column> of <job>|quarantine" that the store reports at ERROR.
 --
 -- prune(ns, now_us) -> integer
---   Delete what is no longer needed: claims that expired below their job's watermark (a
---   claim above it, or one some node may still decide, is never deleted), expired trigger
+--   Delete what is no longer needed: expired claims that hold no decision (their tick is
+--   above the cursor, and the job's next decision covers it), or whose tick the cursor
+--   passed (a decided claim's answer is for retries only, kept claim_ttl), expired trigger
 --   claims, expired nodes and fenced values, old quarantine. Claims go in batches of 5,000
 --   until a batch comes back short, at most 20 batches a call: a node prunes every tenth
 --   heartbeat (20 s by default), and one batch per call kept only 250 claims a second of a
@@ -60,13 +61,13 @@ $$;
 CREATE OR REPLACE FUNCTION @schema@.next_fence(
   counter bigint, lease_fence bigint, known bigint, now_us bigint,
   OUT fence bigint, OUT lost boolean
-) LANGUAGE sql IMMUTABLE AS $$
-  SELECT greatest(
-           coalesce(counter, greatest(now_us, coalesce(lease_fence, 0))),
-           known,
-           now_us
-         ) + 1,
-         (counter IS NULL AND known > 0) OR (counter IS NOT NULL AND counter < known)
+) LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  -- PL/pgSQL, not SQL: called from PL/pgSQL, a SQL function is planned at every call.
+  fence := greatest(coalesce(counter, greatest(now_us, coalesce(lease_fence, 0))), known,
+                    now_us) + 1;
+  lost := (counter IS NULL AND known > 0) OR (counter IS NOT NULL AND counter < known);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION @schema@.quarantine(
@@ -76,6 +77,22 @@ LANGUAGE sql VOLATILE AS $$
   INSERT INTO @schema@.quarantine (ns, job, kind, value, moved_us)
   VALUES (p_ns, p_job, p_kind, p_value, p_now_us);
   SELECT p_kind || '|jobs.' || p_kind || ' of ' || p_job || '|quarantine';
+$$;
+
+-- hold_fence(hold_until_us, hold_fence, now_us, before_fence) -> bigint
+--   A wipe hold's fence as it (re)starts: the highest fence a run granted before the loss
+--   can hold (such a run may write its lease back during the hold; a grant made since, a
+--   fence above it, may not); the higher of the two while a hold is still on.
+CREATE OR REPLACE FUNCTION @schema@.hold_fence(
+  p_until_us bigint, p_fence bigint, p_now_us bigint, p_before bigint
+) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF coalesce(p_until_us, 0) > p_now_us THEN
+    RETURN greatest(coalesce(p_fence, 0), p_before);
+  END IF;
+  RETURN p_before;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION @schema@.prune(p_ns text, p_now_us bigint) RETURNS integer
@@ -91,8 +108,12 @@ BEGIN
       LEFT JOIN @schema@.jobs j ON j.ns = c.ns AND j.job = c.job
       WHERE c.ns = p_ns AND c.expires_us < p_now_us
         AND (c.trigger_id <> ''
-             OR (j.watermark IS NOT NULL AND c.tick <= j.watermark AND NOT c.tick = ANY (j.passed))
-             -- a job no node schedules any more: nothing will move its watermark
+             -- decided (the cursor passed it), or never decided by its holder: an
+             -- expired undecided claim answers nothing (its tick is above the cursor,
+             -- and the job's next decision covers it)
+             OR c.memo IS NULL
+             OR (j.cursor_tick IS NOT NULL AND c.tick <= j.cursor_tick)
+             -- a job no node schedules any more: nothing will move its cursor
              OR c.expires_us < p_now_us - 86400 * 1000000::bigint)
       LIMIT 5000
       FOR UPDATE OF c SKIP LOCKED

@@ -14,8 +14,9 @@
 --   counter seen is. witness_kept: whether the witness claim is still there (NULL: none
 --   asked); gone before its expiry, the database lost the job's rows.
 --
--- The one insert that lands wins; a loser writes nothing (ON CONFLICT DO NOTHING on the
--- primary key, no serial column to burn). Rows are inserted in key order, so two nodes
+-- The one insert that lands wins; a loser writes nothing (the primary key's conflict,
+-- no serial column to burn). A claim that has run out is no claim (Redis's PX): it is
+-- taken as if absent, so the next in line can claim a dead winner's tick again. Rows are inserted in key order, so two nodes
 -- racing for the same jobs wait for each other in one order and never deadlock.
 WITH wanted AS (
   SELECT * FROM unnest(%(jobs)s::text[], %(ticks)s::bigint[], %(triggers)s::text[],
@@ -26,7 +27,10 @@ WITH wanted AS (
   SELECT %(ns)s, w.job, w.tick, w.trigger_id, %(owner)s, @schema@.now_us() + w.ttl_ms * 1000
   FROM wanted w
   ORDER BY w.job, w.tick, w.trigger_id
-  ON CONFLICT DO NOTHING
+  ON CONFLICT (ns, job, tick, trigger_id) DO UPDATE
+    SET owner = EXCLUDED.owner, expires_us = EXCLUDED.expires_us, request_id = NULL,
+        memo = NULL
+    WHERE @schema@.claims.expires_us < @schema@.now_us()
   RETURNING job, tick, trigger_id
 )
 SELECT w.i,
