@@ -487,8 +487,13 @@ class SchedulerModel(RuleBasedStateMachine):
                 )
         window = range(first + spec.every_s, cursor + 1, spec.every_s)
         decided: Counter[int] = Counter()
+        # A queued tick that a newer one displaced has two records: its decision (queued)
+        # and its result (skipped:overlap); the result is no second decision.
+        queued = {r.tick_s for r in records if r.trigger_id is None and r.outcome is Outcome.QUEUED}
         for r in records:
             if r.trigger_id is not None or r.outcome not in DECIDED:
+                continue
+            if r.outcome is Outcome.SKIPPED_OVERLAP and r.tick_s in queued:
                 continue
             if r.outcome in (Outcome.MISSED, Outcome.DATA_LOST):
                 covered = [t for t in window if r.tick_s <= t <= max(r.tick_s, r.last_tick_s)]
