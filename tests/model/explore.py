@@ -149,7 +149,6 @@ class Scope:
     claim_s: int = 1
     lease_s: int = 3
     memo_s: int = 4
-    renewals: int = 1
     grace_s: int = 1
     max_catchup: int = 2
     trigger_window_s: int = 4
@@ -207,9 +206,10 @@ class Run:
     ticks_s: tuple[int, ...]
     deadline_ms: int  # the lease's end as the node counts it (0: allow, no lease)
     hold_end_ms: int  # not started until then (0: started)
-    renewals: int
+    renew_ms: int  # its next renewal (0: none planned)
     confirmed: int  # the loss epoch in which the store last confirmed it
     unwarned: bool  # granted after a loss by a caller that could not know of it
+    end_ms: int = 0  # when its handler ends (0: started, its length not chosen yet)
     resend: RenewRequest | ReleaseRequest | None = None
 
 
@@ -256,6 +256,8 @@ class Step:
     label: str
     world: World
     violation: str | None = None
+    #: Seen by no one else and touching no shared state (a node's own bookkeeping).
+    local: bool = False
 
 
 @dataclass(slots=True)
@@ -393,11 +395,14 @@ class Explorer:
                 continue
             if node.status == FROZEN:
                 if w.now_s >= node.thaw_s:
-                    steps.append(self._thaw(w, i))
-                    node_steps += 1
-                    urgent = True
+                    return [self._thaw(w, i)], False
                 continue
             mine, node_urgent = self._node_steps(w, i)
+            local = [step for step in mine if step.local]
+            if local:
+                # Partial-order reduction: a node's own bookkeeping commutes with every other
+                # step and no invariant reads it before it is done: take it first, alone.
+                return local, False
             steps += mine
             node_steps += len(mine)
             urgent = urgent or node_urgent
@@ -445,6 +450,7 @@ class Explorer:
                         Step(
                             f"{node.name} passes {tick} (its cursor is {node.cursor})",
                             self._with_node(w, i, passed),
+                            local=True,
                         )
                     )
                 else:
@@ -459,6 +465,7 @@ class Explorer:
                         Step(
                             f"{node.name} drops its recheck of {tick}",
                             self._with_node(w, i, _re(node, rechecks=rest)),
+                            local=True,
                         )
                     )
                 else:
@@ -474,33 +481,62 @@ class Explorer:
             work = Work(TRIGGER_KEY)
             w2 = self._with_node(w, i, _re(node, trigger_work=work, trigger_done=True))
             steps += self._work_steps(w2, i, work, trigger=True)
-        # Runs.
+        # Runs: each step of a run is prompt, at the time its length sets.
         for r, run in enumerate(node.runs):
             if run.resend is not None:
                 urgent = True
                 steps += self._call_variants(w, lambda w, lost, r=r: self._resend(w, i, r, lost))
-                continue
-            if run.hold_end_ms:
+            elif run.hold_end_ms:
                 if now_ms >= run.hold_end_ms:
                     urgent = True
                     steps += self._call_variants(
                         w, lambda w, lost, r=r: self._start_held(w, i, r, lost)
                     )
-                    continue
-                if run.deadline_ms and run.renewals and now_ms < run.deadline_ms:
+                elif run.renew_ms and now_ms >= run.renew_ms:
+                    urgent = True
                     steps += self._call_variants(w, lambda w, lost, r=r: self._renew(w, i, r, lost))
-                continue
-            if not run.deadline_ms:
-                steps.append(self._finish_allowed(w, i, r))
-                continue
-            if now_ms < run.deadline_ms:
-                if run.renewals:
-                    steps += self._call_variants(w, lambda w, lost, r=r: self._renew(w, i, r, lost))
-                steps += self._call_variants(w, lambda w, lost, r=r: self._release(w, i, r, lost))
+            elif not run.end_ms:
+                urgent = True
+                steps += self._lengths(w, i, r)
+            elif run.renew_ms and now_ms >= run.renew_ms:
+                urgent = True
+                steps += self._call_variants(w, lambda w, lost, r=r: self._renew(w, i, r, lost))
+            elif now_ms >= run.end_ms:
+                urgent = True
+                if run.deadline_ms:
+                    steps += self._call_variants(
+                        w, lambda w, lost, r=r: self._release(w, i, r, lost)
+                    )
+                else:
+                    steps.append(self._finish_allowed(w, i, r))
         return steps, urgent
 
     def _faults(self, w: World) -> int:
         return w.crashes + w.freezes + w.lost + w.losses
+
+    def _lengths(self, w: World, i: int, r: int) -> list[Step]:
+        """A started run is short (it ends at once) or long (it renews once, a second
+        before its lease's end, and ends a second before the renewed lease's end: past the
+        next tick). The moments between matter only through the events they fall between,
+        and these two put its end on either side of the job's next decision."""
+        node = w.nodes[i]
+        run = node.runs[r]
+        now_ms = w.now_s * 1000
+        lease_ms = self.scope.lease_s * 1000
+        short = _re(run, end_ms=now_ms, renew_ms=0)
+        if run.deadline_ms:
+            renew = run.deadline_ms - 1000
+            long = _re(run, renew_ms=renew, end_ms=renew + lease_ms - 1000)
+        else:
+            long = _re(run, end_ms=now_ms + 2 * lease_ms - 2000)
+        return [
+            Step(f"{node.name}'s run of {run.key} is short", self._with_run(w, i, r, short), local=True),
+            Step(f"{node.name}'s run of {run.key} is long", self._with_run(w, i, r, long), local=True),
+        ]
+
+    def _with_run(self, w: World, i: int, r: int, run: Run) -> World:
+        node = w.nodes[i]
+        return self._with_node(w, i, _re(node, runs=_put(node.runs, r, run)))
 
     def _call_variants(self, w: World, call) -> list[Step]:  # type: ignore[no-untyped-def]
         """A store call answered, and (fault budget left) the same call with its answer lost."""
@@ -522,6 +558,7 @@ class Explorer:
                 Step(
                     f"{node.name} drops {work.key} (its cursor is {node.cursor})",
                     self._with_node(w, i, done),
+                    local=True,
                 )
             ]
         if work.deciding:
@@ -630,10 +667,12 @@ class Explorer:
         known_before = node.known_fence
         fences = reply.fences if s.overlap is Overlap.ALLOW else (reply.fence,)
         node = _re(node, known_fence=max(node.known_fence, *fences))
+        # A tick's decision tells a lost cursor (the caller expects one, the store has none);
+        # a trigger's does not look at the cursor; both tell a lost or older fence counter.
         unwarned = (
             w.epoch > 0
             and req.known_fence <= (before.fence or 0)
-            and not (req.cursor_s is not None and before.cursor_s is None)
+            and not (req.trigger_id is None and req.cursor_s is not None and before.cursor_s is None)
         )
         hold_end = now_ms + reply.hold_ms if reply.hold_ms else 0
         runs: list[Run] = []
@@ -656,7 +695,7 @@ class Explorer:
                     reply.ticks_s,
                     now_ms + s.lease_s * 1000,
                     hold_end,
-                    s.renewals,
+                    now_ms + s.lease_s * 1000 - 1000 if hold_end else 0,
                     w.epoch,
                     unwarned,
                 )
@@ -704,7 +743,7 @@ class Explorer:
         node = w.nodes[i]
         run = node.runs[r]
         req = self._renew_request(run, node, starting=False)
-        return self._send_renew(w, i, r, req, lost, _re(run, renewals=run.renewals - 1))
+        return self._send_renew(w, i, r, req, lost, _re(run, renew_ms=0))
 
     def _start_held(self, w: World, i: int, r: int, lost: bool) -> Step:
         node = w.nodes[i]
@@ -751,6 +790,7 @@ class Explorer:
                 confirmed=w.epoch,
                 resend=None,
                 hold_end_ms=0 if req.starting else run.hold_end_ms,
+                renew_ms=0 if req.starting else run.renew_ms,
             )
             w = self._with_node(w, i, _re(node, runs=_put(node.runs, r, ok)))
             if req.starting:
@@ -810,7 +850,7 @@ class Explorer:
             ticks,
             now_ms + s.lease_s * 1000,
             hold_end,
-            s.renewals,
+            now_ms + s.lease_s * 1000 - 1000 if hold_end else 0,
             w.epoch,
             True,
         )
@@ -845,7 +885,7 @@ class Explorer:
         now_ms = w.now_s * 1000
         runs = tuple(r for r in node.runs if not _expired(r, now_ms))
         thawed = _re(node, status=UP, runs=runs, thaw_s=0)
-        return Step(f"{node.name} thaws", self._with_node(w, i, thawed))
+        return Step(f"{node.name} thaws", self._with_node(w, i, thawed), local=True)
 
     def _crash(self, w: World, i: int) -> Step:
         node = w.nodes[i]
@@ -936,7 +976,12 @@ class Explorer:
                 instants.append(self.ticks[node.next_index])
             instants += [at for _t, at in node.rechecks]
             for run in node.runs:
-                instants += [run.deadline_ms // 1000, run.hold_end_ms // 1000]
+                instants += [
+                    run.deadline_ms // 1000,
+                    run.hold_end_ms // 1000,
+                    run.renew_ms // 1000,
+                    run.end_ms // 1000,
+                ]
         return min((t for t in instants if t > now), default=None)
 
     def _pending(self, w: World) -> bool:
@@ -1249,7 +1294,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lost", type=int, default=1, help="answers lost per path")
     parser.add_argument("--losses", type=int, default=1, help="wipes and rollbacks per path")
     parser.add_argument("--triggers", type=int, choices=(0, 1), default=1)
-    parser.add_argument("--renewals", type=int, default=1, help="renewals per run")
     parser.add_argument("--overlap", action="append", choices=[o.value for o in Overlap])
     parser.add_argument("--catchup", action="append", choices=[c.value for c in Catchup])
     parser.add_argument("--mutation", choices=sorted(MUTATIONS))
@@ -1273,7 +1317,6 @@ def main(argv: list[str] | None = None) -> int:
         lost=args.lost,
         losses=args.losses,
         triggers=args.triggers,
-        renewals=args.renewals,
     )
     overlaps = [Overlap(o) for o in args.overlap] if args.overlap else list(Overlap)
     catchups = [Catchup(c) for c in args.catchup] if args.catchup else list(Catchup)
