@@ -121,7 +121,12 @@ def renew(
         )
     ):
         back = Lease(
-            req.owner, req.fence, (req.tick_s,), expires_ms=now_ms + req.ttl_ms, reasserted=True
+            req.owner,
+            req.fence,
+            (req.tick_s,),
+            req.trigger_id,
+            expires_ms=now_ms + req.ttl_ms,
+            reasserted=True,
         )
         state = grant(state, back).appended(_displaced(state.run, req.fence, live=lease))
         if (state.fence or 0) < req.fence:
