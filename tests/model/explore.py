@@ -8,56 +8,64 @@ violation it prints the shortest trace to it and exits 1.
 
 The world
 ---------
-One job; ``--nodes`` nodes (2-3); ``--ticks`` ticks of a fixed period (6, 12, 18 s by
-default); a discrete clock of one-second steps. Every overlap policy (skip, queue_one,
-replace, allow) and catch-up policy (skip, latest, all with ``max_catchup`` 2) is explored
-in a run of its own. Nodes behave as the agent will, abstractly:
+One job; ``--nodes`` nodes (2-3); ``--ticks`` ticks of a 4 s period (4, 8, 12); a discrete
+clock of whole seconds. Each overlap policy (skip, queue_one, replace, allow) and catch-up
+policy (skip, latest, all with ``max_catchup`` 2) is explored in a run of its own
+(``--overlap``/``--catchup`` pick some). Nodes behave as the agent will, abstractly:
 
-- At or after a tick a node claims it (``protocol.claim``, the undecided claim living D =
-  2 s, shorter than the period). A node late for several ticks claims the newest only (its
+- At or after a tick a node claims it (``protocol.claim``; an undecided claim lives D = 1 s,
+  shorter than the period). A node late for several ticks claims the newest only (its
   decision covers the others). Winning, it plans (cursor, T] with ``protocol.plan`` from the
   cursor it expects (learnt from the ``decided``, ``moved`` and ``covered`` replies; none at
   first: the job began at 0) and sends ``protocol.decide``; on ``moved`` it plans again and
-  resends; ``lost`` and ``covered`` end its interest in T; it never decides a tick its cursor
-  is at or past. A loser ranked r (a per-tick rotation of the nodes, r in 1..N) claims T
-  again at T + r*D unless its cursor covers T: that recheck is how a tick whose winner died
-  before deciding is covered when no later tick comes.
-- A grant runs: it starts at once, or, held by a wipe hold, waits ``hold_ms`` (it may renew
-  meanwhile) and starts by a renewal with ``starting``. A run renews (at most ``--renewals``
-  times, with its owner and tick, so that a lost lease is re-asserted), and ends with
-  ``protocol.release`` (a hand-on runs the next tick of a catch-up grant, or the queued one).
-  A run that cannot renew in time stops at its lease's end (the agent's monotonic deadline):
-  the job's next decision records it ``abandoned``. Under ``allow`` there is no lease: each
-  fired tick runs apart under its own fence and its end appends its result to the history
-  directly (the agent's outbox: the reference has no call for it).
-- An operator posts one manual trigger (``--triggers``, at any step up to the last tick);
-  every node claims it once and the winner decides it (``trigger_window`` 6 s: older, the
-  next tick decision sweeps it ``missed``).
+  resends; ``lost`` and ``covered`` end its interest in T; it never decides a tick its own
+  cursor is at or past. A loser ranked r (a per-tick rotation of the nodes, r in 1..N)
+  claims T again at T + r*D unless its cursor covers T: the recheck, which covers a tick
+  whose winner died before deciding when no later tick comes.
+- A grant runs: it starts at once, or, held by a wipe hold, waits ``hold_ms`` (renewing
+  once, without its owner: an unstarted grant must not re-assert) and starts by a renewal
+  with ``starting``. A started run is short (it releases at once) or long (it renews once,
+  with its owner and tick, a second before its lease ends, and releases a second before the
+  renewed lease ends: past the next tick). ``protocol.release`` hands on the next tick of a
+  catch-up grant or the queued one. A run that cannot renew in time stops when its lease
+  ends (the agent's own deadline); the next decision records it ``abandoned``. Under
+  ``allow`` there is no lease: each fired tick runs apart under its own fence and its end
+  appends its result to the history directly (the agent's outbox; the reference has no call
+  for it).
+- An operator posts one manual trigger (``--triggers``) at the first tick's instant; every
+  node claims it once, and the winner decides it (a 4 s window: older, the next tick
+  decision sweeps it ``missed``).
 
-Only one claim key (a tick or the trigger) is decided by a node at a time, as the agent pins
-a job to a decision without an answer; its runs go on meanwhile. Time does not pass while a
-node that is up has a claim, decision, resend or due start to make (those are prompt; a
-node late for them is a frozen one), but it does while runs merely could renew or end.
+A node decides one claim key (a tick, or the trigger) at a time, as the agent pins a job to
+a decision without an answer; its runs go on meanwhile. A node that is up makes its claims,
+decisions, resends and run steps promptly: time does not pass while one is due (a node late
+for them is a frozen one). Time then jumps to the next instant at which anything happens (a
+tick, a recheck, a claim, lease or hold running out, a run's planned step, a thaw): between
+two such instants no guard of the world changes.
 
-Faults, each at any step, bounded per path so the small scope finishes (every bound is an
-option; the defaults are the brief's):
+Faults, each at any step (a crash or freeze of a node with nothing to do is the same as one
+just before its next step, and only that one is made). ``--faults`` bounds how many happen
+on one path (1 by default), and each kind has its own bound (1):
 
-- ``--crashes`` 1: a node stops for good (its runs die with it);
-- ``--freezes`` 1: a node takes no step while the others and time move on, then resumes
-  (its runs find their lease's deadline passed and stop);
-- ``--lost`` 1: a store call (claim, decide, renew, release) is applied but its answer lost;
-  the node sends the same request again (a claim with read-back; a decision with the
-  highest fence the node knows now);
+- ``--crashes``: a node stops for good (its runs die with it);
+- ``--freezes``: a node takes no step for 2 s (past its undecided claims) or 5 s (past its
+  leases, its answers' memos and the next tick) while the others and time move on, then
+  resumes; its runs find their deadline passed and stop;
+- ``--lost``: a store call (claim, decide, renew, release) is applied but its answer is
+  lost; the node sends the same request again (a claim with read-back; a decision with the
+  highest fence the node knows by then);
 - a claim, a lease or a hold runs out: time passes;
-- ``--losses`` 1: the store is wiped (``JobState()``) or put back to a copy taken earlier on
-  the same path (a snapshot is one more step, taken at most once).
+- ``--losses``: the store loses data right after a write: it is wiped (``JobState()``), or a
+  failover puts back a replica's copy that lacks that write (the node got its answer). A
+  loss later, before the next write, is the same loss followed by steps that do not touch
+  the store, so only these are made.
 
-The bounds are what keeps a path finite and the state count in the hundreds of thousands:
-every fault multiplies the states by the steps it may happen at. One of each is enough to
-reach every rule of the reference that exists for a fault (a replay, a data loss with its
-hold, a re-assertion, a claim taken over by a recheck, a grant whose answer came too late);
-two wipes or two lost answers on one path find nothing one does not, and the price is
-measured in tests/model/README.md.
+Why these bounds: every fault multiplies the states by the steps it may happen at (on the
+small scope, without the trigger: a crash x3, a lost answer x3, a loss x23, a freeze x17,
+the trigger x8). One fault per path reaches every rule of the reference that exists for a
+fault (a replay, a data loss and its hold, a re-assertion, a tick covered by a recheck, a
+grant answered too late); two per path (``--faults 2``) reach their combinations (a lost
+answer and then a failover: the replay rule) at ten to twenty times the states.
 
 Invariants
 ----------
@@ -79,7 +87,8 @@ In every state:
   runs the store confirmed (granted, started or renewed) since the last loss. After a loss,
   a run started before it overlaps a run granted after it only until its next renewal, and
   only when the grant could not know of the loss (its caller knew no fence above the store's
-  counter nor a cursor the store had lost); those states are counted.
+  counter, nor, for a tick's decision, a cursor the store had lost: a trigger's decision
+  does not look at the cursor); those states are counted.
 - No decision without its record: every record a ``decided`` reply names is in the history.
 
 At quiescence (no node can take a step, time past every claim, lease and hold): a fresh node
@@ -590,7 +599,9 @@ class Explorer:
             read_back=work.read_back,
         )
         w = _re(w, store=store)
-        what = f"{node.name} claims {work.key}{' again' if work.recheck else ''}{' (read back)' if work.read_back else ''}"
+        again = " again" if work.recheck else ""
+        back = " (read back)" if work.read_back else ""
+        what = f"{node.name} claims {work.key}{again}{back}"
         if lost:
             node = self._set_work(node, _re(work, read_back=True), trigger)
             return Step(
@@ -627,9 +638,8 @@ class Explorer:
                 node = self._set_work(node, _re(work, resend=req), trigger)
                 w = self._with_node(w, i, node)
             return Step(label + (", answer lost" if lost else ""), w, violation)
-        if reply.cursor_s is not None and (reply.answer is not Answer.LOST):
-            if not (trigger and reply.answer is Answer.STALE):
-                node = _re(node, cursor=reply.cursor_s)
+        if reply.cursor_s is not None and reply.answer not in (Answer.LOST, Answer.STALE):
+            node = _re(node, cursor=reply.cursor_s)
         if reply.answer is Answer.MOVED:
             node = self._set_work(node, _re(work, resend=None), trigger)
             return Step(label, self._with_node(w, i, node))
@@ -776,7 +786,8 @@ class Explorer:
         node = w.nodes[i]
         answer, store = _LEASE.renew(w.store, req, now_ms=now_ms, now_us=now_us)
         w = _re(w, store=store)
-        what = f"{node.name} {'starts' if req.starting else 'renews'} {run.key} (fence {run.fence}): {answer.name}"
+        verb = "starts" if req.starting else "renews"
+        what = f"{node.name} {verb} {run.key} (fence {run.fence}): {answer.name}"
         if lost:
             runs = _put(node.runs, r, _re(run, resend=req))
             return Step(what + ", answer lost", self._with_node(w, i, _re(node, runs=runs)))
@@ -1037,7 +1048,10 @@ class Explorer:
                 if origin < t <= store.cursor_s:
                     decisions = by_key.get(t, (0, 0))[0]
                     if decisions != 1:
-                        return f"I-cursor: tick {t} <= cursor {store.cursor_s} has {decisions} decision records"
+                        return (
+                            f"I-cursor: tick {t} <= cursor {store.cursor_s} has "
+                            f"{decisions} decision records"
+                        )
         trig = by_key.get(TRIGGER_KEY)
         if trig is not None and trig[0] > 1:
             return f"trigger {TRIGGER_ID} has {trig[0]} decision records"

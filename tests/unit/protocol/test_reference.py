@@ -229,9 +229,7 @@ def test_a_paused_job_records_every_tick_it_would_fire_skipped_paused() -> None:
     assert after.cursor_s == 30
 
 
-def test_a_run_whose_lease_ran_out_unreleased_is_recorded_abandoned_with_the_tick_queued_behind_it() -> (
-    None
-):
+def test_a_run_whose_lease_ran_out_is_recorded_abandoned_with_the_tick_queued_behind_it() -> None:
     lease = replace(running(fence=7, ticks=(10, 20)), expires_ms=T0)
     state = replace(with_run(AT_10, lease), pending=Pending(20))
     reply, after = decided(state, request(30, 10, overlap=Overlap.QUEUE_ONE))
@@ -322,9 +320,7 @@ def test_ticks_older_than_the_window_join_the_missed_range() -> None:
     )
 
 
-def test_a_catch_up_of_several_ticks_is_one_grant_whose_release_hands_on_each_with_a_new_fence() -> (
-    None
-):
+def test_a_catch_up_is_one_grant_whose_release_hands_on_each_tick_with_a_new_fence() -> None:
     reply, state = decided(AT_10, request(30, 10, fire=(20, 30)))
     assert reply.ticks_s == (20, 30)
     ok = Record(20, Outcome.OK, "a", reply.fence)
@@ -376,7 +372,7 @@ def _granted_then(state: JobState = AT_10) -> tuple[DecideReply, JobState]:
 
 
 def test_a_replayed_grant_whose_lease_ran_out_does_not_start() -> None:
-    first, state = _granted_then()
+    _first, state = _granted_then()
     again, _after = decided(state, request(20, 10), now_ms=T0 + LEASE_MS)
     assert again.replayed
     assert again.verdict is Verdict.RUN
