@@ -130,7 +130,7 @@ from cronrace.protocol.values import (
     Verdict,
     trigger_key,
 )
-from tests.model.reference_mutations import MUTATIONS, applied
+from tests.model.reference_mutations import MUTATIONS, SCOPES, applied
 
 # Through the modules, so that a mutation swapped into them is what runs.
 _DECIDE = importlib.import_module("cronrace.protocol.decide")
@@ -163,7 +163,7 @@ class Scope:
     trigger_window_s: int = 4
     freeze_s: tuple[int, ...] = (2, 5)
     trigger_at_s: int = 4
-    faults: int = 99
+    faults: int = 1
     crashes: int = 1
     freezes: int = 1
     lost: int = 1
@@ -1318,44 +1318,43 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.model.explore", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--nodes", type=int, default=2)
-    parser.add_argument("--ticks", type=int, default=3)
-    parser.add_argument("--crashes", type=int, default=1)
-    parser.add_argument("--freezes", type=int, default=1)
-    parser.add_argument("--lost", type=int, default=1, help="answers lost per path")
-    parser.add_argument("--losses", type=int, default=1, help="wipes and rollbacks per path")
-    parser.add_argument("--triggers", type=int, choices=(0, 1), default=1)
-    parser.add_argument(
-        "--faults",
-        type=int,
-        default=1,
-        help="faults of any kind per path (each kind within its own bound)",
-    )
+    parser.add_argument("--nodes", type=int, help="nodes (2)")
+    parser.add_argument("--ticks", type=int, help="ticks (3)")
+    parser.add_argument("--crashes", type=int, help="crashes per path (1)")
+    parser.add_argument("--freezes", type=int, help="freezes per path (1)")
+    parser.add_argument("--lost", type=int, help="answers lost per path (1)")
+    parser.add_argument("--losses", type=int, help="wipes and failovers per path (1)")
+    parser.add_argument("--triggers", type=int, choices=(0, 1), help="manual triggers (1)")
+    parser.add_argument("--faults", type=int, help="faults of any kind per path (1)")
     parser.add_argument("--overlap", action="append", choices=[o.value for o in Overlap])
     parser.add_argument("--catchup", action="append", choices=[c.value for c in Catchup])
-    parser.add_argument("--mutation", choices=sorted(MUTATIONS))
+    parser.add_argument(
+        "--mutation",
+        choices=sorted(MUTATIONS),
+        help="apply a mutation of the reference (its own scope, unless options say otherwise)",
+    )
     parser.add_argument("--list-mutations", action="store_true")
     args = parser.parse_args(argv)
     if args.list_mutations:
         for name in MUTATIONS:
             print(name)
         return 0
-    if not 1 <= args.nodes <= 4 or not 2 <= args.ticks <= 5:
+    fields = dict(SCOPES[args.mutation]) if args.mutation else {}
+    for name in ("nodes", "ticks", "crashes", "freezes", "lost", "losses", "triggers", "faults"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    base = Scope(**fields)
+    if not 1 <= base.nodes <= 4 or not 2 <= base.ticks <= 5 or base.faults < 0:
         print(
-            f"explore: --nodes {args.nodes} --ticks {args.ticks}: nodes 1-4, ticks 2-5",
+            f"explore: --nodes {base.nodes} --ticks {base.ticks} --faults {base.faults}: "
+            "nodes 1-4, ticks 2-5, faults 0 or more",
             file=sys.stderr,
         )
         return 2
-    base = Scope(
-        nodes=args.nodes,
-        ticks=args.ticks,
-        crashes=args.crashes,
-        freezes=args.freezes,
-        lost=args.lost,
-        losses=args.losses,
-        triggers=args.triggers,
-        faults=args.faults,
-    )
+    if args.mutation and "overlap" in fields and not args.overlap:
+        args.overlap = [fields["overlap"].value]
+    if args.mutation and "catchup" in fields and not args.catchup:
+        args.catchup = [fields["catchup"].value]
     overlaps = [Overlap(o) for o in args.overlap] if args.overlap else list(Overlap)
     catchups = [Catchup(c) for c in args.catchup] if args.catchup else list(Catchup)
     total = 0

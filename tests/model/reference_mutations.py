@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from cronrace.model.policies import Catchup, Overlap
+
 
 @dataclass(frozen=True, slots=True)
 class Mutation:
@@ -148,6 +150,41 @@ MUTATIONS: dict[str, Mutation] = {
             ),
         ),
     )
+}
+
+
+#: The smallest scope of the checker that reaches each mutation (``explore.Scope`` fields):
+#: the faults it needs, the policy it breaks. ``--mutation NAME`` starts from it.
+SCOPES: dict[str, dict[str, Any]] = {
+    "decide-without-cursor-check": {"triggers": 0, "faults": 0},
+    "renew-without-fence-check": {"triggers": 0, "crashes": 0, "freezes": 0, "lost": 0},
+    "records-only-when-firing": {
+        "triggers": 0,
+        "freezes": 0,
+        "lost": 0,
+        "losses": 0,
+        "catchup": Catchup.SKIP,
+    },
+    "trigger-kept": {"faults": 0},
+    "release-without-fence-check": {
+        "triggers": 0,
+        "crashes": 0,
+        "freezes": 0,
+        "losses": 0,
+        "catchup": Catchup.ALL,
+    },
+    "fence-without-clock-floor": {"triggers": 0, "crashes": 0, "freezes": 0, "lost": 0},
+    # A lost answer, then a failover that puts back the grant's lease after its node saw a
+    # newer fence: two faults on one path.
+    "replay-starts-after-newer-fence": {
+        "ticks": 2,
+        "crashes": 0,
+        "freezes": 0,
+        "faults": 2,
+        "overlap": Overlap.REPLACE,
+    },
+    "sweep-forgets-abandoned": {"triggers": 0, "freezes": 0, "lost": 0, "losses": 0},
+    "wipe-without-hold": {"triggers": 0, "crashes": 0, "freezes": 0, "lost": 0},
 }
 
 

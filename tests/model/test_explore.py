@@ -16,7 +16,7 @@ import pytest
 
 from cronrace.model.policies import Catchup, Overlap
 from tests.model.explore import Scope, explore, main
-from tests.model.reference_mutations import MUTATIONS
+from tests.model.reference_mutations import MUTATIONS, SCOPES
 
 pytestmark = pytest.mark.model
 
@@ -41,24 +41,7 @@ def test_a_manual_trigger_has_no_violation() -> None:
     assert result.stats.cut == 0
 
 
-#: The smallest scope that reaches each mutation (the fault it needs, the policy it breaks).
-CATCHING: dict[str, Scope] = {
-    "decide-without-cursor-check": Scope(triggers=0, faults=0),
-    "renew-without-fence-check": Scope(triggers=0, crashes=0, freezes=0, lost=0),
-    "records-only-when-firing": Scope(
-        triggers=0, freezes=0, lost=0, losses=0, catchup=Catchup.SKIP
-    ),
-    "trigger-kept": Scope(faults=0),
-    "release-without-fence-check": Scope(
-        triggers=0, crashes=0, freezes=0, losses=0, catchup=Catchup.ALL
-    ),
-    "fence-without-clock-floor": Scope(triggers=0, crashes=0, freezes=0, lost=0),
-    "replay-starts-after-newer-fence": Scope(
-        ticks=2, crashes=0, freezes=0, faults=2, overlap=Overlap.REPLACE
-    ),
-    "sweep-forgets-abandoned": Scope(triggers=0, freezes=0, lost=0, losses=0),
-    "wipe-without-hold": Scope(triggers=0, crashes=0, freezes=0, lost=0),
-}
+CATCHING = {name: Scope(**overrides) for name, overrides in SCOPES.items()}
 
 
 def test_every_mutation_has_a_scope_that_catches_it() -> None:
