@@ -143,9 +143,8 @@ MUTATIONS: dict[str, Mutation] = {
             "start_hold",
             (
                 (
-                    "return replace(state, hold_until_ms="
-                    "max(state.hold_until_ms, now_ms + ttl_ms))",
-                    "return state",
+                    "hold_until_ms=max(state.hold_until_ms, now_ms + ttl_ms),",
+                    "hold_until_ms=state.hold_until_ms,",
                 ),
             ),
         ),

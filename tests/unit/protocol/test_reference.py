@@ -449,7 +449,7 @@ def test_during_the_hold_a_re_asserting_run_takes_the_lease_of_a_held_grant_and_
     None
 ):
     held = Lease(B, 9, (20,), expires_ms=T0 + 1000, held=True)
-    state = replace(with_run(AT_10, held), hold_until_ms=T0 + 2000)
+    state = replace(with_run(AT_10, held), hold_until_ms=T0 + 2000, hold_fence=8)
     answer, after = renewed(state, RenewRequest(7, LEASE_MS, A, 10))
     assert answer is Renewal.REASSERTED
     assert after.lease is not None
@@ -459,7 +459,7 @@ def test_during_the_hold_a_re_asserting_run_takes_the_lease_of_a_held_grant_and_
 
 def test_a_grant_whose_lease_ran_out_during_the_hold_is_recorded_abandoned_when_displaced() -> None:
     held = Lease(B, 9, (20,), expires_ms=T0 - 1, held=True)
-    state = replace(with_run(AT_10, held), hold_until_ms=T0 + 2000)
+    state = replace(with_run(AT_10, held), hold_until_ms=T0 + 2000, hold_fence=8)
     answer, after = renewed(state, RenewRequest(7, LEASE_MS, A, 10))
     assert answer is Renewal.REASSERTED
     assert after.history == (Record(20, Outcome.ABANDONED, "b", 9),)
@@ -469,12 +469,21 @@ def test_during_the_hold_a_higher_fence_replaces_a_lower_re_asserted_lease_never
     None
 ):
     low = Lease(A, 7, (10,), expires_ms=T0 + 1000, reasserted=True)
-    state = replace(with_run(AT_10, low), hold_until_ms=T0 + 2000)
+    state = replace(with_run(AT_10, low), hold_until_ms=T0 + 2000, hold_fence=8)
     answer, after = renewed(state, RenewRequest(8, LEASE_MS, B, 10))
     assert answer is Renewal.REASSERTED
     assert after.lease is not None
     assert after.lease.fence == 8
     assert renewed(after, RenewRequest(7, LEASE_MS, A, 10))[0] is Renewal.TAKEN
+
+
+def test_a_grant_made_during_the_hold_never_re_asserts() -> None:
+    low = Lease(A, 7, (10,), expires_ms=T0 + 1000, reasserted=True)
+    state = replace(with_run(AT_10, low), hold_until_ms=T0 + 2000, hold_fence=8)
+    assert renewed(state, RenewRequest(9, LEASE_MS, B, 20))[0] is Renewal.TAKEN
+    assert renewed(replace(state, lease=None), RenewRequest(9, LEASE_MS, B, 20))[0] is (
+        Renewal.GONE
+    )
 
 
 def test_a_held_grant_starts_by_a_renewal_that_says_so() -> None:
