@@ -315,6 +315,8 @@ class RenewRequest:
         starting: a run granted during a wipe hold starts its handler now.
         trigger_id: the manual trigger the run runs, written in a re-asserted lease (so
             that its result, if the next decision records it ``abandoned``, names it).
+        history: how many records the store keeps of the job (0: its default), for the
+            result of a grant a re-asserted lease displaces; the reference keeps them all.
     """
 
     fence: int
@@ -323,6 +325,7 @@ class RenewRequest:
     tick_s: int = 0
     starting: bool = False
     trigger_id: str | None = None
+    history: int = 0
 
 
 class Release(enum.StrEnum):
