@@ -1,4 +1,4 @@
-"""Run records on their way to Redis: written now, or kept until Redis answers again.
+"""Run records on their way to the store: written now, or kept until it answers again.
 
 docs/design.md section 3 promises a record for every decision. A record that cannot be
 written right now (Redis down, a partition, a timeout, a shutdown cutting the write
@@ -60,7 +60,7 @@ def _identity(record: RunRecord) -> tuple[str, int, str, str, int, int]:
 
 
 class Outbox:
-    """The run records of one agent that Redis has not confirmed yet.
+    """The run records of one agent that the store has not confirmed yet.
 
     Args:
         store: where records go.
@@ -90,11 +90,11 @@ class Outbox:
 
     @property
     def pending(self) -> int:
-        """How many records wait for Redis."""
+        """How many records wait for the store."""
         return len(self._queue)
 
     async def write(self, records: Sequence[RunRecord], *, history: int) -> bool:
-        """Append ``records`` now, or keep them for later; never raises a Redis failure.
+        """Append ``records`` now, or keep them for later; never raises a store failure.
 
         Also when the caller is cancelled during the write, the records are kept.
 

@@ -92,7 +92,7 @@ class Releases:
         self._forming: _Batch | None = None
 
     def retry_now(self) -> None:
-        """Redis answers again: releases waiting to retry go out at once."""
+        """The store answers again: releases waiting to retry go out at once."""
         for pause in self._pauses:
             pause.cancel()
 

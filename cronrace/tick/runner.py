@@ -326,7 +326,7 @@ class Runner(UnrunRuns):
                 hold_s = self._job_hold_s(job.name)
                 if hold_s > 0:
                     log.warning(
-                        "holding a new run: Redis lost its data, older runs may be alive",
+                        "holding a new run: the store lost its data, older runs may be alive",
                         extra={"job": job.name, "tick": ctx.tick_s, "hold_s": round(hold_s, 1)},
                     )
                     held_from_ms = self._now_ms()
