@@ -51,7 +51,7 @@ FUNCTION_DIGESTS = {
     21: "4ea7b066427871d0",
     22: "e222d16f5d3abf69",
     23: "7f8b88b960d34b05",
-    24: "0caf069bdd0d390a",
+    24: "f74592b3c485a60e",
 }
 
 

@@ -163,16 +163,6 @@ local function start_hold(hold_key, ttl_ms, before_fence)
   end
 end
 
--- Write the running lease and remember the run in the state hash, so that a run whose
--- lease expires without a release can be reported as abandoned by the next acquirer.
-local function grant(lease_key, state_key, owner, fence, tick, ttl_ms)
-  redis.call('DEL', lease_key)
-  redis.call('HSET', lease_key, 'owner', owner, 'fence', fence, 'tick', tick,
-    'started_ms', now_ms())
-  redis.call('PEXPIRE', lease_key, ttl_ms)
-  redis.call('HSET', state_key, 'run_fence', fence, 'run_tick', tick, 'run_owner', owner)
-end
-
 -- A JSON string, or null for nil / ''. Control characters, quotes and backslashes are
 -- escaped (job names and node ids never hold them; a trigger id comes from outside).
 local function json_text(s)

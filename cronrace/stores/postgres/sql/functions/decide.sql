@@ -210,9 +210,8 @@ BEGIN
     lost := true;
     recs := jsonb_build_array(@schema@.record_json(v_job, (r->>'cursor')::bigint, 'data_lost',
       v_node, 0, NULL, t_ms, 1, (r->>'cursor')::bigint));
-    j.hold_fence := @schema@.hold_fence(j.hold_until_us, j.hold_fence, t_us, greatest(
-      coalesce(j.fence, 0), CASE WHEN live THEN j.lease_fence ELSE 0 END, v_known, t_us));
-    j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), (t_ms + v_ttl) * 1000);
+    j := @schema@.start_hold(j, t_us, t_ms + v_ttl, greatest(coalesce(j.fence, 0),
+      CASE WHEN live THEN j.lease_fence ELSE 0 END, v_known, t_us));
   END IF;
 
   -- What ran out: a run whose lease expired unreleased (every tick it still had), the tick
@@ -262,10 +261,7 @@ BEGIN
           j.fence, CASE WHEN live THEN j.lease_fence END, v_known, t_us);
         j.fence := nf.fence;
         lost := lost OR nf.lost;
-        IF nf.lost THEN
-          j.hold_fence := @schema@.hold_fence(j.hold_until_us, j.hold_fence, t_us, nf.fence - 1);
-          j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), (t_ms + v_ttl) * 1000);
-        END IF;
+        IF nf.lost THEN j := @schema@.start_hold(j, t_us, t_ms + v_ttl, nf.fence - 1); END IF;
         fences := fences || nf.fence;
         recs := recs || @schema@.record_json(v_job, v_fire[k], 'granted', v_node, nf.fence,
                                              v_trigger, t_ms);
@@ -302,10 +298,7 @@ BEGIN
       j.fence, CASE WHEN live THEN j.lease_fence END, v_known, t_us);
     j.fence := nf.fence;
     lost := lost OR nf.lost;
-    IF nf.lost THEN
-      j.hold_fence := @schema@.hold_fence(j.hold_until_us, j.hold_fence, t_us, nf.fence - 1);
-      j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), (t_ms + v_ttl) * 1000);
-    END IF;
+    IF nf.lost THEN j := @schema@.start_hold(j, t_us, t_ms + v_ttl, nf.fence - 1); END IF;
     hold_ms := greatest(0, coalesce(j.hold_until_us, 0) / 1000 - t_ms);
     j.lease_owner := v_owner; j.lease_fence := nf.fence; j.lease_ticks := v_fire;
     j.lease_trigger := v_trigger; j.lease_expires_us := (t_ms + v_ttl) * 1000;

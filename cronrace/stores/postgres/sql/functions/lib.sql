@@ -95,6 +95,19 @@ BEGIN
 END
 $$;
 
+-- start_hold(j, now_us, until_ms, before_fence) -> jobs: the job's row with the wipe hold
+--   started or extended to until_ms (never shortened), and its fence (hold_fence above).
+CREATE OR REPLACE FUNCTION @schema@.start_hold(
+  j @schema@.jobs, p_now_us bigint, p_until_ms bigint, p_before bigint
+) RETURNS @schema@.jobs
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  j.hold_fence := @schema@.hold_fence(j.hold_until_us, j.hold_fence, p_now_us, p_before);
+  j.hold_until_us := greatest(coalesce(j.hold_until_us, 0), p_until_ms * 1000);
+  RETURN j;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION @schema@.prune(p_ns text, p_now_us bigint) RETURNS integer
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
