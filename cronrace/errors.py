@@ -159,10 +159,11 @@ RedisTLSError = StoreTLSError
 
 
 class StoreSchemaError(StoreAccessError):
-    """The PostgreSQL schema is missing or older than this cronrace needs.
+    """The PostgreSQL schema is missing or older than this cronrace needs, or a Redis
+    namespace runs another protocol version.
 
     Waiting will not fix it: ``cronrace db upgrade`` (or a DBA running ``cronrace db sql``)
-    does, and the message says so.
+    does, or stopping the other version's agents; the message says which.
     """
 
     cause = "schema"

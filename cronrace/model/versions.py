@@ -14,5 +14,7 @@ from __future__ import annotations
 #: The package's version (PEP 440); a 0.x minor release may break the API (CONTRIBUTING.md).
 __version__ = "0.1.0"
 
-#: Raised by every change to what the nodes of one namespace must agree on.
-PROTOCOL_VERSION = 1
+#: Raised by every change to what the nodes of one namespace must agree on: 1 the
+#: watermark, 2 the dense cursor (a Redis namespace records it in ``<ns>:protocol``; a
+#: PostgreSQL schema's version says it: 24).
+PROTOCOL_VERSION = 2

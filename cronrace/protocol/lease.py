@@ -99,6 +99,11 @@ def renew(
     a lease re-asserted with a lower fence (the run holding the highest fence is the newest
     grant the store had made). A grant made during the hold never re-asserts. The counter
     is raised to the re-asserted fence, so fences still only rise.
+    The grant it displaces gets its result here, as a decision's sweep or ``replace``
+    would write it: ``lease_lost`` (its lease was live: a held grant, or a lower re-asserted
+    run), or ``abandoned`` (its lease had run out); without it, a grant made during the hold
+    and displaced would keep its ``granted`` record with no result, ever (the exhaustive
+    checker, tests/model/explore.py).
     """
     lease = state.live_lease(now_ms)
     if lease is not None and lease.fence == req.fence:
@@ -116,13 +121,29 @@ def renew(
         )
     ):
         back = Lease(
-            req.owner, req.fence, (req.tick_s,), expires_ms=now_ms + req.ttl_ms, reasserted=True
+            req.owner,
+            req.fence,
+            (req.tick_s,),
+            req.trigger_id,
+            expires_ms=now_ms + req.ttl_ms,
+            reasserted=True,
         )
-        state = grant(state, back)
+        state = grant(state, back).appended(_displaced(state.run, req.fence, live=lease))
         if (state.fence or 0) < req.fence:
             state = replace(state, fence=max(req.fence, now_us))
         return Renewal.REASSERTED, state
     return (Renewal.GONE if lease is None else Renewal.TAKEN), state
+
+
+def _displaced(run: Lease | None, fence: int, *, live: Lease | None) -> tuple[Record, ...]:
+    """The records of the grant a re-asserted lease replaces (none: no grant, or its own)."""
+    if run is None or run.fence == fence:
+        return ()
+    outcome = Outcome.LEASE_LOST if live is not None else Outcome.ABANDONED
+    node = run.owner.partition(":")[0]
+    return tuple(
+        Record(t, outcome, node, run.fence, trigger_id=run.trigger_id) for t in run.ticks_s
+    )
 
 
 def release(

@@ -313,6 +313,10 @@ class RenewRequest:
         owner: the run's owner; given, a lease the store lost (a wipe) is re-asserted.
         tick_s: the run's tick, written in a re-asserted lease.
         starting: a run granted during a wipe hold starts its handler now.
+        trigger_id: the manual trigger the run runs, written in a re-asserted lease (so
+            that its result, if the next decision records it ``abandoned``, names it).
+        history: how many records the store keeps of the job (0: its default), for the
+            result of a grant a re-asserted lease displaces; the reference keeps them all.
     """
 
     fence: int
@@ -320,6 +324,8 @@ class RenewRequest:
     owner: str | None = None
     tick_s: int = 0
     starting: bool = False
+    trigger_id: str | None = None
+    history: int = 0
 
 
 class Release(enum.StrEnum):

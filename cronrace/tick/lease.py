@@ -59,6 +59,10 @@ class Lease:
     #: The run's owner and tick: with them a renewal after a wipe writes the lost lease back.
     owner: Owner | None = None
     tick_s: int = 0
+    #: The manual trigger the run runs, if any, and the job's history cap: written with a
+    #: re-asserted lease (its result, and that of a grant it displaces).
+    trigger_id: str | None = None
+    history: int = 0
     expiry_mono: float = field(init=False)
     _deadline_mono: float = field(init=False)
 
@@ -147,6 +151,8 @@ class Lease:
             owner=str(self.owner) if self.owner is not None else None,
             tick_s=self.tick_s,
             starting=starting,
+            trigger_id=self.trigger_id,
+            history=self.history,
         )
         return await self.store.renew_lease(self.job, request)
 

@@ -251,7 +251,7 @@ class Runner(UnrunRuns):
         self, job: Job, tick_s: int, lease: Lease, trigger_id: str | None, *, renew: bool
     ) -> RunRecord:
         fence = lease.fence
-        lease.tick_s = tick_s
+        lease.tick_s, lease.trigger_id, lease.history = tick_s, trigger_id, job.history
         ctx = RunContext(
             job=job.name,
             tick_s=tick_s,

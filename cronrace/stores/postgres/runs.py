@@ -62,6 +62,8 @@ class RunSide(OperatorSide):
                 "owner": request.owner or "",
                 "tick": request.tick_s,
                 "starting": request.starting,
+                "trigger": request.trigger_id or "",
+                "history": request.history,
             },
         )
         answer, quarantined = decode_lease_renewal(reply)

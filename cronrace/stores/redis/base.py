@@ -12,7 +12,8 @@ from typing import Any, Self
 
 from redis.asyncio.cluster import RedisCluster
 
-from cronrace.errors import StoreError
+from cronrace.errors import StoreError, StoreSchemaError
+from cronrace.model.versions import PROTOCOL_VERSION
 from cronrace.stores import contract
 from cronrace.stores.redis.access import AccessWatch
 from cronrace.stores.redis.client import is_embedded, make_client
@@ -86,10 +87,49 @@ class StoreBase(contract.Store):
     async def prepare(self) -> None:
         """Load the scripts: a running node calls them from its first wake-up on.
 
-        Also says loudly when Redis may evict keys (see :meth:`check_eviction`).
+        Also checks the namespace's protocol version (:meth:`check_protocol`) and says
+        loudly when Redis may evict keys (see :meth:`check_eviction`).
+
+        Raises:
+            StoreSchemaError: the namespace runs another protocol version.
         """
+        await self.check_protocol()
         await self.load_scripts()
         await self.check_eviction()
+
+    async def check_protocol(self) -> None:
+        """Record the protocol version this namespace runs, or refuse another one.
+
+        Nodes of two protocol versions must not race in one namespace: they would decide
+        the same ticks by different rules. The first node writes ``<ns>:protocol``
+        (``SET NX``). A namespace without it but with live nodes (its epoch written, members
+        in the node set) is served by agents of protocol 1 (the watermark), which never
+        wrote one: refused until they are all stopped (then it is taken over as it is, its
+        jobs deciding from their next tick on), or use another namespace.
+        """
+        key = self.keys.protocol
+        raw = await self.client.get(key)
+        if raw is None:
+            seconds, micros = await self.client.time()
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            live = await self.client.zcount(self.keys.nodes, now_ms, "+inf")
+            if live and await self.client.exists(self.keys.epoch):
+                raise StoreSchemaError(
+                    f"the namespace {self.keys.ns!r} is served by {live} live agent(s) of an "
+                    f"older cronrace (protocol 1, the watermark), and this one speaks protocol "
+                    f"{PROTOCOL_VERSION}: stop every older agent first, or give this fleet "
+                    "another namespace (docs/how-to/upgrading.md)"
+                )
+            await self.client.set(key, PROTOCOL_VERSION, nx=True)
+            raw = await self.client.get(key)
+        found = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        if found != str(PROTOCOL_VERSION):
+            raise StoreSchemaError(
+                f"the namespace {self.keys.ns!r} runs cronrace protocol {found[:20]!r} and "
+                f"this agent speaks protocol {PROTOCOL_VERSION}: run one version per "
+                "namespace (stop the others first, or use another namespace; "
+                "docs/how-to/upgrading.md)"
+            )
 
     async def follow_failovers(self) -> None:
         """Follow Sentinel's announcements of a new primary until cancelled (see

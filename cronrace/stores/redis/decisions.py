@@ -81,7 +81,8 @@ def renew_call(keys: Keys, job: str, req: RenewRequest) -> Call:
     """The keys and arguments of ``renew_lease.lua``."""
     of = keys.of(job)
     args = [req.fence, req.ttl_ms, of.quarantine, req.owner or "", req.tick_s]
-    return [of.lease, of.hold, of.fence, of.state], [*args, "1" if req.starting else "0"]
+    args += ["1" if req.starting else "0", req.trigger_id or "", job, req.history or 1000]
+    return [of.lease, of.hold, of.fence, of.state, of.runs], args
 
 
 def end_run_call(keys: Keys, req: RunEnd) -> Call:

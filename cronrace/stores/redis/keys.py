@@ -106,6 +106,11 @@ class Keys:
         return f"{self.ns}:epoch"
 
     @property
+    def protocol(self) -> str:
+        """The protocol version the namespace runs (written by its first node)."""
+        return f"{self.ns}:protocol"
+
+    @property
     def asserted(self) -> str:
         """Hash node -> the epoch for which it re-asserted its runs' leases (after a wipe)."""
         return f"{self.ns}:asserted"

@@ -422,6 +422,7 @@ def _renew_cases(draw: st.DrawFn, job_states: st.SearchStrategy[JobState]) -> Ca
         owner=owner,
         tick_s=tick(draw(st.integers(-1, 2))) if owner is not None else 0,
         starting=draw(st.booleans()),
+        trigger_id=draw(st.sampled_from((None, None, "t7"))) if owner is not None else None,
     )
     return Case(state, request)
 

@@ -1,8 +1,11 @@
 -- runs.sql: a run's lease under the dense cursor: renew it, end it (cronrace.protocol.renew
 -- and cronrace.protocol.release as PL/pgSQL; cronrace/protocol/lease.py is the spec).
 --
--- renew_lease(p_ns, p_job, p_fence, p_ttl_ms, p_owner, p_tick, p_starting)
---   -> jsonb {answer, warnings (scrub's)}
+-- renew_lease(p_ns, p_job, p_fence, p_ttl_ms, p_owner, p_tick, p_starting, p_trigger,
+--             p_history) -> jsonb {answer, warnings (scrub's)}
+--   A re-asserted lease keeps its run's trigger (p_trigger, '' for a tick), and the grant it
+--   displaces gets its result in the job's records (kept to p_history): lease_lost when its
+--   lease was live, abandoned when it had run out.
 --   Extend the lease held with p_fence (answer 1). Otherwise, given p_owner (''; never), write it
 --   back when the database lost it under a live run (2, re-asserted: a lease for p_tick,
 --   the counter raised to its fence at least): no live lease and no counter (nothing was
@@ -109,9 +112,10 @@ BEGIN
 END
 $$;
 
+DROP FUNCTION IF EXISTS @schema@.renew_lease(text, text, bigint, bigint, text, bigint, boolean);
 CREATE OR REPLACE FUNCTION @schema@.renew_lease(
   p_ns text, p_job text, p_fence bigint, p_ttl_ms bigint, p_owner text, p_tick bigint,
-  p_starting boolean
+  p_starting boolean, p_trigger text, p_history integer
 ) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -147,12 +151,18 @@ BEGIN
        (NOT live AND (j.fence IS NULL OR holding))
        OR (live AND holding AND (j.lease_held OR (j.lease_reasserted AND j.lease_fence < p_fence))))
   THEN
+    -- The grant it displaces (not its own) gets its result, as a decision's would.
+    IF j.run_fence IS NOT NULL AND j.run_fence <> p_fence THEN
+      PERFORM @schema@.append_records(p_ns, p_job, @schema@.records_of(p_job, j.run_ticks,
+        CASE WHEN live THEN 'lease_lost' ELSE 'abandoned' END, split_part(j.run_owner, ':', 1),
+        j.run_fence, j.run_trigger, t_ms), p_history, t_us);
+    END IF;
     UPDATE @schema@.jobs SET lease_owner = p_owner, lease_fence = p_fence,
-      lease_ticks = ARRAY[p_tick], lease_tick = p_tick, lease_trigger = NULL,
+      lease_ticks = ARRAY[p_tick], lease_tick = p_tick, lease_trigger = nullif(p_trigger, ''),
       lease_started_ms = t_ms, lease_expires_us = (t_ms + p_ttl_ms) * 1000,
       lease_held = false, lease_reasserted = true,
       run_owner = p_owner, run_fence = p_fence, run_ticks = ARRAY[p_tick], run_tick = p_tick,
-      run_trigger = NULL,
+      run_trigger = nullif(p_trigger, ''),
       fence = CASE WHEN coalesce(fence, 0) < p_fence THEN greatest(p_fence, t_us) ELSE fence END
     WHERE ns = p_ns AND job = p_job;
     RETURN jsonb_build_object('answer', 2, 'warnings', warnings);
