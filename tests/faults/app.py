@@ -208,8 +208,8 @@ if FREEZE_TAKEN_FROM:
 
 
 #: When set (to a file's path), this process's heartbeats fail while that file exists,
-#: and its claims and decisions go through: the others count it departed, and it claims
-#: nothing meanwhile (tick/race.py, _counted_live). tests/faults/test_late_departures.py.
+#: and its claims and decisions go through: the others count it departed (on the dense
+#: cursor it still claims meanwhile). tests/faults/test_late_departures.py.
 BEATS_FAIL_FILE = os.environ.get("FAULT_BEATS_FAIL_FILE")
 
 if BEATS_FAIL_FILE:

@@ -71,7 +71,7 @@ def restart_one_by_one(
     graceful: list[int] = []
     forced: dict[int, str] = {}
     stopped: list[subprocess.Popen[bytes]] = []
-    # "late": the claim is answered and the decision (acquire) is on the wire.
+    # "late": the claim is answered and the decision is on the wire.
     plan = [("now", 1), ("late", 1), ("late", 1), ("now", 2), ("late", 2)]
     while plan:
         # A deploy replaces nodes one by one: at least two others are up at each signal.

@@ -165,7 +165,7 @@ def sleep_until_fraction(fraction: float) -> None:
 
     ``sleep_until_fraction(0.5)`` lands mid-second, when no claim of a 1-second job is in
     flight; ``sleep_until_fraction(0.005)`` lands a few ms after a tick, inside the
-    claim/acquire window.
+    claim/decision window.
     """
     time.sleep((fraction - time.time() % 1.0) % 1.0)
 
