@@ -1,8 +1,8 @@
 """Real agent processes through Redis outages (AOF, ``appendfsync always``) and partitions.
 
 Each node talks to Redis through 15 ms of latency each way (tests/faults/netem.py), so an
-outage can be aimed at one phase of a tick: the claims on the wire, the decision
-(decision) on the wire, a run in progress that finishes while Redis is away.
+outage can be aimed at one phase of a tick: the claims on the wire, the decision on the
+wire, a run in progress that finishes while Redis is away.
 """
 
 from __future__ import annotations
