@@ -70,7 +70,7 @@ LAG_TARGET_CELL = (10, 100)
 AGENTS_PER_PROCESS = 100
 #: From this many claims per second a cell gets two fleet processes (one per core).
 TWO_PROCESSES_FROM = 5000
-#: racers = k beside racers = all (DESIGN.md section 12): (nodes, jobs, racers).
+#: racers = k beside racers = all (docs/design.md section 12): (nodes, jobs, racers).
 RACER_CELLS_QUICK = ((10, 100, "2"), (10, 100, "3"), (5, 100, "all"), (5, 100, "2"))
 RACER_CELLS_FULL = tuple(
     (n, j, k)

@@ -3,7 +3,7 @@
 For N nodes x J one-second jobs, each tick, as cronrace's nodes do it: every node claims
 first the jobs it is the preferred node for (``SET NX PX`` in one pipeline) and the others
 ``PREFERRED_HEAD_START_S`` later in a second pipeline, so runs spread across the nodes
-(DESIGN.md section 12: job ``j``'s preferred node for tick ``t`` is ``(j + t) mod N`` here,
+(docs/design.md section 12: job ``j``'s preferred node for tick ``t`` is ``(j + t) mod N`` here,
 a rotation without cronrace's ring hash), each claim living ``UNDECIDED_CLAIM_MS`` as an
 agent's does; each node decides what it won in one pipeline of cronrace's own
 ``decide.lua`` (the dense cursor: the cursor it expects is the previous tick, which every

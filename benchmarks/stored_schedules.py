@@ -14,7 +14,7 @@ minute). It starts a private redis-server (loopback, no persistence) and measure
   change in its tick loop (the control-stream notice path), over ``--probes`` changes;
 - claim load with ``racers = all`` (every node races every tick): claims per second and
   per node x tick over a window, the schedules being ``H * * * *`` (spread by H over the
-  hour). ``racers = k`` (DESIGN.md section 12) is not implemented in this code base yet,
+  hour). ``racers = k`` (docs/design.md section 12) is not implemented in this code base yet,
   so it is not measured.
 """
 

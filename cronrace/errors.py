@@ -44,7 +44,7 @@ class StoreError(CronraceError):
     """A store call failed; the base of every error a store (Redis, PostgreSQL) raises.
 
     Each store translates its driver's exceptions into these where they leave it, so
-    nothing above ``cronrace/stores/`` needs to know redis-py or psycopg (DESIGN.md
+    nothing above ``cronrace/stores/`` needs to know redis-py or psycopg (docs/design.md
     section 7). A plain ``StoreError`` is something cronrace cannot use (a script that
     failed, a key that cannot be named); the subclasses say why the call failed.
 
@@ -87,7 +87,7 @@ class StoreAmbiguousError(StoreUnavailableError):
     """The connection failed or timed out with a call in flight: it may have run.
 
     A write that meets this must be read back before anything is decided from it (a claim
-    whose reply was lost may have won, DESIGN.md section 8).
+    whose reply was lost may have won, docs/design.md section 8).
     """
 
 
@@ -106,7 +106,7 @@ RedisDataError = StoreDataError
 
 
 class StoreAccessError(StoreError):
-    """The store answers but refuses this client; waiting will not fix it (DESIGN.md
+    """The store answers but refuses this client; waiting will not fix it (docs/design.md
     section 8).
 
     Attributes:

@@ -8,7 +8,7 @@ Every ``heartbeat_s`` a node, in one round trip (``Store.heartbeat``):
 - writes its own expiry into the live set ``<ns>:nodes`` (``HEARTBEAT_TTL_PERIODS``
   heartbeats from now) and reads the whole set back with every member's expiry, into
   :attr:`Heartbeat.membership` (:class:`~cronrace.fleet.membership.Membership`): the node's one
-  view of who is alive, which k-of-N racers rank (DESIGN.md section 12);
+  view of who is alive, which k-of-N racers rank (docs/design.md section 12);
 - reads the namespace's epoch, written once by the first node: a different epoch means
   Redis lost its data, so new runs wait (runs started before the wipe may still be alive)
   and the jobs are published again. The node re-asserts the leases of the runs it holds
@@ -175,7 +175,7 @@ class Heartbeat:
         Members are read in full on the first beat, every :data:`FULL_READ_EVERY_BEATS`
         beats (at a phase of this node's own), and when a read of the changes does not add
         up or meets a gap; otherwise only the changes since the last read are (O(changes),
-        not O(N): DESIGN.md section 12). A beat that comes late (others may have counted
+        not O(N): docs/design.md section 12). A beat that comes late (others may have counted
         this node silent) logs nothing: those that did ask for it again at their reads of
         changes (``recheck``, :meth:`Membership.recheck`) and see it back. Only a beat so
         late that its entry may be gone (:data:`REJOIN_AFTER_PERIODS`) logs the node as

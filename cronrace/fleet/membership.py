@@ -3,7 +3,7 @@
 The heartbeat already writes this node's expiry into ``<ns>:nodes`` and, in the same
 round trip, reads the members back (no extra round trip per tick). This module turns
 that read into a :class:`~cronrace.fleet.racers.Ring` and tells the scheduler when members
-leave, so that the ticks they were the only racers for are raced again (DESIGN.md
+leave, so that the ticks they were the only racers for are raced again (docs/design.md
 section 12).
 
 A member counts as live for racing while its last heartbeat is at most
@@ -20,8 +20,7 @@ more than :data:`BLIND_AFTER_PERIODS` after the previous one, the members this n
 counted live stay live for :data:`SILENT_AFTER_PERIODS` more, listed or not; those still
 silent then leave at the next read. A member that really died is noticed at most 2.5
 heartbeats after its last beat, or after this node's own beats went through again,
-whichever is later. Departures are what takeovers of won claims follow
-(tick/takeover.py): a write pause must not hand live winners' claims over.
+whichever is later. Departures re-home racers = k jobs (tick/share.py).
 
 So a node claims only while the others count it live, or will at their next read: its own
 last heartbeat that went through at most :data:`BLIND_AFTER_PERIODS` old
@@ -72,7 +71,7 @@ PLACED_MAX = 1 << 14
 
 
 def late_fire_bound_s(heartbeat_s: float) -> float:
-    """How late a tick whose k racers all died may fire (DESIGN.md section 12).
+    """How late a tick whose k racers all died may fire (docs/design.md section 12).
 
     A dead racer stops beating at most when it dies (before the tick), is silent for
     :data:`SILENT_AFTER_PERIODS` heartbeats, and each node notices at its next heartbeat

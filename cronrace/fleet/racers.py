@@ -1,7 +1,7 @@
 """Who races for a tick: k of N live nodes, chosen the same way on every node; pure.
 
 With ``racers = k`` only k nodes send a claim for each (job, tick), so claim load is k·J
-per tick instead of N·J (DESIGN.md section 12). Every node must pick the same k from the
+per tick instead of N·J (docs/design.md section 12). Every node must pick the same k from the
 same membership without talking, the k must rotate with the tick (so runs spread), and a
 node joining or leaving must move few (job, tick) pairs to other candidates (so views
 that differ for a heartbeat disagree about few ticks).
@@ -23,7 +23,7 @@ expired) is also among the first k in any smaller view that still lists it: view
 differ only by members others do not know yet never leave a tick without a racer.
 
 Placement windows. A node must not have to look at every job's every tick to learn that
-it races none of them (DESIGN.md section 12, "work, not only claims"), so a job's racers
+it races none of them (docs/design.md section 12, "work, not only claims"), so a job's racers
 are placed per *window* of :data:`PLACEMENT_WINDOW_S` rather than per tick: the key of a
 tick is ``key_point(job, placement_start_s(job, tick))``, the same for every tick of the
 window. Each job's windows are offset by a hash of its name, so the jobs' windows turn

@@ -1,4 +1,4 @@
-"""The one retry policy: capped exponential backoff with full jitter (DESIGN.md section 8).
+"""The one retry policy: capped exponential backoff with full jitter (docs/design.md section 8).
 
 Every loop that retries a Redis call counts its attempts in a :class:`Retry` and waits
 :meth:`Backoff.delay_s` between them, so one formula (and one place to tune it) decides

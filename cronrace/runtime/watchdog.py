@@ -6,7 +6,7 @@ from a thread of its own, would go on saying "healthy". The watchdog is a small 
 sleeps a short period again and again and notes when it woke. From any thread,
 :meth:`LoopWatchdog.lag_s` is how late the loop is *now* (how long ago it should have woken
 and did not) or was at its last wake-up; above the threshold the agent is not alive, and
-``/healthz`` answers 503 so that the orchestrator restarts it (DESIGN.md section 8).
+``/healthz`` answers 503 so that the orchestrator restarts it (docs/design.md section 8).
 
 It measures real time (``time.monotonic``), never the agent's clock: a fake or skewed
 clock must not make a healthy loop look stuck.

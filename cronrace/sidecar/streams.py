@@ -2,7 +2,7 @@
 
 Each entry carries the job, the tick and the run's fence (``job``, ``tick``, ``fence``,
 ``node``, ``idempotency_key``), so that the workers reading the stream can refuse a stale
-holder (DESIGN.md section 9). The stream is on the agent's own Redis, or on another one
+holder (docs/design.md section 9). The stream is on the agent's own Redis, or on another one
 (``redis_url``): stores of other Redis servers are kept per URL for the agent's life
 (:class:`OtherRedis`), not opened on every run.
 """

@@ -2,7 +2,7 @@
 
 A target is an async callable taking the :class:`~cronrace.RunContext`, so the agent runs
 it like any handler. Each one passes the job, the tick and the run's fence on, so that the
-receiving side can refuse a stale holder (DESIGN.md section 9):
+receiving side can refuse a stale holder (docs/design.md section 9):
 
 =========  ===============================================================================
 http       headers ``X-Cronrace-Job``, ``X-Cronrace-Tick``, ``X-Cronrace-Fence`` and

@@ -2,7 +2,7 @@
 
 A store keeps one namespace's shared state: the per-tick claims, each job's cursor,
 lease and fence counter, run records, the live node set, manual triggers, stored
-schedules and the fleet's published definitions. The protocol built on it is DESIGN.md
+schedules and the fleet's published definitions. The protocol built on it is docs/design.md
 sections 3-5 and 8; section 14 maps each part to Redis and PostgreSQL. Every backend
 gives the same answers to the same calls, which ``tests/stores/contract/`` checks against
 each of them, and speaks only the values of :mod:`cronrace.stores.values`: no driver type
@@ -82,7 +82,7 @@ class ScheduleStore(abc.ABC):
     """Stored schedules: one consistent set of definitions (name -> JSON) with a version.
 
     The version counts changes; every live node compares it with its own at each heartbeat
-    and reads the whole set when it moved (DESIGN.md section 13).
+    and reads the whole set when it moved (docs/design.md section 13).
     """
 
     @abc.abstractmethod

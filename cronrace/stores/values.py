@@ -34,7 +34,7 @@ class ClaimOutcome(enum.Enum):
     WON = "won"
     LOST = "lost"
     #: Its shard did not answer: the claim may or may not have been written. The next
-    #: attempt at the same key reads it back (DESIGN.md section 8).
+    #: attempt at the same key reads it back (docs/design.md section 8).
     UNKNOWN = "unknown"
     #: Won, but fewer replicas than asked confirmed its shard's writes in time.
     NOT_REPLICATED = "not_replicated"
@@ -53,7 +53,7 @@ class Owner:
     """Who holds a claim or a lease: one agent process, ``<node_id>:<nonce>`` in Redis.
 
     The nonce tells two processes of one node id apart (a restart, a duplicate), so a claim
-    value found after a lost reply is known to be this process's own (DESIGN.md section 8).
+    value found after a lost reply is known to be this process's own (docs/design.md section 8).
     Node ids never contain ``:`` (``AgentSettings`` refuses them).
     """
 
@@ -132,7 +132,7 @@ class HeartbeatReply:
     """The server's clock, the epoch and the members, read in one round trip.
 
     A full read (``full``) lists every live member. A read of the changes since a cursor
-    lists only what changed since (DESIGN.md section 12, "membership changes"): the members
+    lists only what changed since (docs/design.md section 12, "membership changes"): the members
     that joined or came back, those that left, those gone silent, and how many are live,
     so that the reader can tell whether its view adds up (if not, it reads in full).
     """

@@ -1,6 +1,6 @@
 """Cancelling one run's handler when its lease is lost, level-triggered, without a scope.
 
-A lost lease must stop the handler (DESIGN.md section 4) the way an anyio cancel scope
+A lost lease must stop the handler (docs/design.md section 4) the way an anyio cancel scope
 around it would: at its next await, and again at every await after that until it returns,
 so that a handler which catches the cancellation and goes on is stopped again. Entering an
 anyio ``CancelScope`` in a plain asyncio task (a run's task, tick/tasks.py) costs each run

@@ -1,6 +1,6 @@
 """Run records on their way to Redis: written now, or kept until Redis answers again.
 
-DESIGN.md section 3 promises a record for every decision. A record that cannot be
+docs/design.md section 3 promises a record for every decision. A record that cannot be
 written right now (Redis down, a partition, a timeout, a shutdown cutting the write
 short) must therefore not vanish: the outbox keeps it in a bounded queue, and a
 background task writes the queue as soon as Redis answers.

@@ -1,6 +1,6 @@
 """Releasing finished runs' leases: retried until they expire, and before the next decision.
 
-A run's record and its release go out in one ``release.lua`` call. When Redis cannot be
+A run's record and its release go out in one ``end_run.lua`` call. When Redis cannot be
 reached (down, restarting, a stale pooled connection) the release is retried, safely (the
 script compares the fence and writes the record only with it), until the lease has surely
 expired: given up earlier, a finished run's lease would block its job for the rest of

@@ -2,7 +2,7 @@
 
 A run is started as a task in the agent's run group; the scheduler never awaits it. One
 task may run several ticks in a row under one lease: a queued tick handed on by
-``release.lua`` (queue-one) or the next tick of a catch-up backlog (catch-up ``all``),
+``end_run.lua`` (queue-one) or the next tick of a catch-up backlog (catch-up ``all``),
 each with its own new fence.
 """
 
@@ -387,7 +387,7 @@ class Runner(UnrunRuns):
         """Renew a held run's lease as it starts; lose it (cancelling ``victim``) if taken.
 
         A run alive since before the wipe that re-asserted its lease during the hold took
-        it from this unstarted grant (renew.lua). Retried until the lease's deadline when
+        it from this unstarted grant (renew_lease.lua). Retried until the lease's deadline when
         the store does not answer; past it the lease counts as lost.
         """
         while not lease.check_deadline():

@@ -3,7 +3,7 @@
 A grant is registered before its run's task starts (:class:`Grant`), so that a run the
 agent never got to start (a forced stop) is still recorded and released; a catch-up
 sequence or a queued tick cut short by a stop gets its records too. Nothing won is
-dropped without a record (DESIGN.md section 3, step 7).
+dropped without a record (docs/design.md section 3, step 7).
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Pure time math, standard library only: cron fields, zones, schedules (DESIGN.md 6)."""
+"""Pure time math, standard library only: cron fields, zones, schedules (docs/design.md 6)."""

@@ -1,6 +1,6 @@
 """The cron language: the text of each field read into the values it matches.
 
-Pure and clock-free (DESIGN.md section 6). A field is a comma-separated list of items:
+Pure and clock-free (docs/design.md section 6). A field is a comma-separated list of items:
 
 - ``*``, ``?`` (day fields), a number or a name (``jan``, ``mon``), ``a-b`` and steps
   ``a-b/n``, ``*/n``, ``a/n`` as in cronie;

@@ -1,6 +1,6 @@
 """Parse schedule expressions and locate their ticks as UTC epoch seconds.
 
-Pure tick math (DESIGN.md section 6): nothing here reads a clock or touches Redis, so every
+Pure tick math (docs/design.md section 6): nothing here reads a clock or touches Redis, so every
 node computes the same ticks from the same expression. An expression is 5-field cron, 6-field
 cron with seconds first, an alias (``@daily``...) or ``@every <duration>``, whose ticks are
 whole multiples of the period since the Unix epoch in every time zone. The cron language

@@ -1,6 +1,6 @@
 """Where a time zone's UTC offset changes, and how far ahead a search must look.
 
-Pure (DESIGN.md section 6): zoneinfo is asked for offsets at instants; nothing reads a
+Pure (docs/design.md section 6): zoneinfo is asked for offsets at instants; nothing reads a
 clock. The tick search in :mod:`cronrace.timing.schedule` walks a zone segment by segment, each
 a stretch of one UTC offset, and applies the DST rules at the changes between them.
 """

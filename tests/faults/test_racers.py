@@ -1,6 +1,6 @@
 """racers = 2 of 6 real processes: both racers of a tick SIGKILLed at once, then a rolling
 restart. Every tick fires once; the ticks the dead were racers for fire late, within the
-bound (DESIGN.md section 12)."""
+bound (docs/design.md section 12)."""
 
 from __future__ import annotations
 

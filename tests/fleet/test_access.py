@@ -163,7 +163,7 @@ async def test_permission_revoked_at_runtime_fails_readiness_naming_the_command(
 async def test_command_refused_inside_a_script_fails_readiness_naming_the_script(
     admin: redis.Redis, namespace: str
 ) -> None:
-    # INCR is sent only by acquire.lua (the fence): start-up passes, the first tick does not.
+    # INCR is sent only by decide.lua (the fence): start-up passes, the first tick does not.
     url = create_user(admin, f"{namespace}-lua", namespace, without="incr")
     observer = PrometheusObserver()
     agent = Agent(settings=settings(url, namespace, "n1"), observer=observer)
@@ -172,7 +172,7 @@ async def test_command_refused_inside_a_script_fails_readiness_naming_the_script
         await wait_for(lambda: not agent.ready, timeout_s=10, what="readiness to fail")
         problem = agent.readiness_problem()
     assert problem is not None
-    assert problem.startswith("Redis refuses evalsha acquire.lua: permission denied: ")
+    assert problem.startswith("Redis refuses evalsha decide.lua: permission denied: ")
     refused = observer.registry.get_sample_value(
         "cronrace_redis_refusals_total", {"command": "evalsha", "cause": "permission"}
     )

@@ -9,7 +9,7 @@ faults the scheduler model (tests/model/scheduler.py) does to it.
   it wakes late. A node frozen for good has crashed (SIGKILL): it never acts again.
 - **Redis down**: every call fails at once (fakeredis's ``connected`` flag).
 - **Answers lost**: Redis executes every call, but no answer arrives (a network dropping
-  replies, a timeout after the write): the ambiguous case of DESIGN.md section 8.
+  replies, a timeout after the write): the ambiguous case of docs/design.md section 8.
 
 Everything here is the test's hand on the fleet; the agents run unchanged.
 """

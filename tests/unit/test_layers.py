@@ -1,4 +1,4 @@
-"""The layering of DESIGN.md section 7, as a test: no import runs up or sideways, no cycle.
+"""The layering of docs/design.md section 7, as a test: no import runs up or sideways, no cycle.
 
 Every import counts, wherever it is written: at the top, inside a function, or under
 ``if TYPE_CHECKING`` (a cycle hidden there is still a cycle a reader has to untangle).
@@ -16,7 +16,7 @@ import cronrace
 
 PACKAGE = Path(cronrace.__file__).parent
 
-#: DESIGN.md section 7, top line first. A module imports its own part and anything on a
+#: docs/design.md section 7, top line first. A module imports its own part and anything on a
 #: lower line; the parts of one line are siblings and never import each other. The root
 #: ``__init__`` and ``__main__`` are the public API above all of them.
 LAYERS: tuple[tuple[str, ...], ...] = (

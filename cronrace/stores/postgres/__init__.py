@@ -1,4 +1,4 @@
-"""The PostgreSQL store (DESIGN.md section 14): the only package that imports psycopg.
+"""The PostgreSQL store (docs/design.md section 14): the only package that imports psycopg.
 
 ``store`` holds :class:`PostgresStore`, the protocol's calls; ``runs`` leases and records;
 ``operator`` the operator side; ``tables`` stored schedules and the fleet's definitions;

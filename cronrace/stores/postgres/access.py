@@ -8,7 +8,7 @@ them apart where they enter the store and turns them into cronrace's
 schema that is missing or older than this cronrace is one too
 (:class:`~cronrace.errors.StoreSchemaError`), naming the command that fixes it. The watch
 remembers each refusal until the same kind of call goes through again: readiness, the log
-and the metrics read it (DESIGN.md section 8).
+and the metrics read it (docs/design.md section 8).
 """
 
 from __future__ import annotations

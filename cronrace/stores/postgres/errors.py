@@ -1,6 +1,6 @@
 """psycopg's exceptions into cronrace's own, once, where they leave the store.
 
-The one table of this store (DESIGN.md, STYLE.md "Boundaries"), used by every path:
+The one table of this store (docs/design.md, STYLE.md "Boundaries"), used by every path:
 
 - a refusal (a wrong password, a missing grant, a certificate, a missing or older
   schema): ``StoreAccessError`` and its family, translated by ``access.py``; never retried;

@@ -1,6 +1,6 @@
-"""The PostgreSQL store: the protocol of DESIGN.md sections 3-5 and 8 on one database.
+"""The PostgreSQL store: the protocol of docs/design.md sections 3-5 and 8 on one database.
 
-DESIGN.md section 14 maps each concept from Redis: a claim is a row inserted with
+docs/design.md section 14 maps each concept from Redis: a claim is a row inserted with
 ``ON CONFLICT DO NOTHING`` (one statement per wake-up for every due job); decide, renew and
 release are PL/pgSQL functions that lock the job's row, so each is atomic as a Lua script
 is on its slot, and answer what the scripts answer; fences are a per-job counter floored

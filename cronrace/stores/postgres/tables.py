@@ -5,7 +5,7 @@ namespace that counts the changes; one function changes a batch all or nothing, 
 and posts the change notice in the same transaction (functions/control.sql), and one
 statement reads the set with the version it belongs to. ``fleet`` holds each node's
 fingerprint (written with every heartbeat) and its details (written on change), as the
-Redis store's two hashes do (DESIGN.md section 13).
+Redis store's two hashes do (docs/design.md section 13).
 """
 
 from __future__ import annotations

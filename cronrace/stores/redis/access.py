@@ -8,7 +8,7 @@ network. :meth:`AccessWatch.translate` tells them apart where they enter (the cl
 :func:`raise_translated` and :func:`pipeline_replies`) and turns them into cronrace's own
 :class:`~cronrace.errors.RedisAccessError` family. The watch also remembers what Redis
 refused, by command, until that command goes through again: the agent's readiness, its
-log and its metrics read it, so a permission missing anywhere is seen (DESIGN.md
+log and its metrics read it, so a permission missing anywhere is seen (docs/design.md
 section 8).
 """
 

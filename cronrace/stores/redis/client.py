@@ -1,4 +1,4 @@
-"""Redis clients for each deployment (DESIGN.md sections 7 and 11).
+"""Redis clients for each deployment (docs/design.md sections 7 and 11).
 
 One primary (``redis://``, ``rediss://``, ``unix://``) gets a bounded blocking pool;
 Sentinel (``redis+sentinel://``) a pool that asks the sentinels for the primary and follows
@@ -93,7 +93,7 @@ def make_client(url: str, *, max_connections: int = 16, timeout_s: float = 5.0) 
 
     Client-side retries are off: a retried ``SET NX`` whose first reply was lost answers
     "taken" and would make the node lose a tick it won. cronrace retries by itself and
-    reads the key back instead (DESIGN.md section 8).
+    reads the key back instead (docs/design.md section 8).
 
     Raises:
         ValueError: the URL cannot be used (the message never contains a password).

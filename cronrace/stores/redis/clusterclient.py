@@ -1,4 +1,4 @@
-"""The Redis Cluster client (``redis+cluster://``, DESIGN.md section 11).
+"""The Redis Cluster client (``redis+cluster://``, docs/design.md section 11).
 
 redis-py's ``RedisCluster``, with what cronrace needs of it: refusals translated like the
 other clients' (:mod:`cronrace.stores.redis.client`), calls in flight bounded by a

@@ -83,8 +83,8 @@ class Store(CursorCommands, MemberCommands):
             read_back: read every key back after claiming it (:attr:`Claim.read_back`
                 asks it for one), for claims that may have been written by an attempt
                 whose reply was lost: the value is unique to this process, so finding it
-                means this node won, whichever attempt set it (DESIGN.md section 8).
-                Found decided (acquire.lua appended its answer), it was this process's
+                means this node won, whichever attempt set it (docs/design.md section 8).
+                Found decided (decide.lua appended its answer), it was this process's
                 and is decided: lost, not won again.
             wait_replicas: when > 0, each shard's pipeline ends with ``WAIT``, so that a
                 won claim counts only once that many replicas have it (a failover could
@@ -156,7 +156,7 @@ class Store(CursorCommands, MemberCommands):
                 out.append(ClaimReply(ClaimOutcome.UNKNOWN))
                 continue
             assert isinstance(answers, list)
-            # acquire.lua appends its answer to the claim's value once decided: a claim read
+            # decide.lua appends its answer to the claim's value once decided: a claim read
             # back is this process's to decide only while it holds the bare value. Decided,
             # it was decided here (by an earlier wake-up); won again, the remembered grant
             # of a run that has finished was granted a second time (a tick ran twice).

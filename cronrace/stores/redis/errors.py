@@ -3,7 +3,7 @@
 Every public coroutine of the store's command classes is wrapped by :func:`translating`:
 whatever redis-py (or the socket under it) raises leaves the store as one of
 :mod:`cronrace.errors`' store errors, so the layers above catch ``StoreError`` and its
-subclasses and never import redis-py (DESIGN.md section 7; a test walks the imports).
+subclasses and never import redis-py (docs/design.md section 7; a test walks the imports).
 Inside the store, code goes on reading redis-py's classes where it must (``NOSCRIPT``,
 ``WRONGTYPE``, a shard that did not answer); refusals (a wrong password, ``NOPERM``, a
 certificate) are translated earlier still, by the client (``access.py``), which also
@@ -12,7 +12,7 @@ remembers them for readiness.
 Whether an error passes, and how, is decided in one table, :data:`PASSAGES`, read by
 :func:`passage`: every path (a raised error, an error reply inside a pipeline, one shard's
 failure on a cluster) asks it, so a claim, a decision, a renewal and a release never
-disagree about the same error (DESIGN.md section 11).
+disagree about the same error (docs/design.md section 11).
 
 What leaves the store, by what redis-py raised or answered:
 

@@ -1,4 +1,4 @@
-"""What each live node runs, published with its heartbeat (DESIGN.md section 13).
+"""What each live node runs, published with its heartbeat (docs/design.md section 13).
 
 Two namespace-level hashes, one field per node:
 

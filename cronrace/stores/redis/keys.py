@@ -1,4 +1,4 @@
-"""The spelling of every Redis key of a namespace (DESIGN.md section 2).
+"""The spelling of every Redis key of a namespace (docs/design.md section 2).
 
 All keys of one job share the hash tag ``{<job>}``, so every script touches one Cluster slot.
 """

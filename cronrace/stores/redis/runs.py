@@ -1,6 +1,6 @@
 """A run's Redis side: renewing and releasing its lease, and writing its record.
 
-Part of :class:`~cronrace.stores.redis.Store` (its base class): ``release.lua`` releases a lease
+Part of :class:`~cronrace.stores.redis.Store` (its base class): ``end_run.lua`` releases a lease
 or hands it on, and appends the run's record in the same call, so the next run of a job
 never starts before the history shows this one; runs finishing together share a pipeline.
 """

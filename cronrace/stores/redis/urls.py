@@ -2,7 +2,7 @@
 
 redis-py parses only single-host ``redis://``, ``rediss://`` and ``unix://`` URLs, and passes
 unknown query options through to the connection, where they fail at the first command.
-cronrace parses every form itself (DESIGN.md section 11), so that a wrong URL is one line
+cronrace parses every form itself (docs/design.md section 11), so that a wrong URL is one line
 naming what is wrong, before anything connects:
 
 - one primary: ``redis://[user:pw@]host[:port][/db]``, ``rediss://``,

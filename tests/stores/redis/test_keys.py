@@ -1,7 +1,7 @@
 """What the Redis keys hold: the spelling under the behaviour the contract suite checks.
 
 The behaviour suite sees a store through its methods only; these tests pin what the
-Redis store writes under its keys for the same steps (DESIGN.md section 2): a claim's
+Redis store writes under its keys for the same steps (docs/design.md section 2): a claim's
 expiry, a decision's answer kept under its claim, a claim left as its owner wrote it, the
 queued tick taken by a hand-on, the lease and the cursor, the wipe hold's key.
 """

@@ -3,7 +3,7 @@
 A lost claim is no evidence of a fence (its winner may not have decided yet, or died), so
 a node keeps the claim it lost as a witness while the job's counter is not there: should
 that claim be gone at its next claim although its TTL has not run out, Redis lost the
-job's data, and the node's decision holds (DESIGN.md section 8, "A wiped Redis").
+job's data, and the node's decision holds (docs/design.md section 8, "A wiped Redis").
 """
 
 from __future__ import annotations

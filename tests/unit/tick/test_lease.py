@@ -1,7 +1,7 @@
 """A held lease on a fake clock: renewals, and the deadline kept on the monotonic clock.
 
 The store is a stand-in that answers renewals as told (after a delay on the same clock):
-what is under test is the node's own rule, DESIGN.md section 4: a node that has not renewed
+what is under test is the node's own rule, docs/design.md section 4: a node that has not renewed
 for ``lease_ttl`` minus a margin, counted from when it *sent* the last request that
 succeeded, gives the lease up without waiting for Redis to say so.
 """

@@ -2,7 +2,7 @@
 
 An agent on a fake clock sleeps until a minutely tick; the clock then jumps to some
 instant after it, as for a process paused or a loop blocked that long, and the tick is
-decided from there (DESIGN.md section 5): at most ``live_grace_s`` (1 s) late it is on time
+decided from there (docs/design.md section 5): at most ``live_grace_s`` (1 s) late it is on time
 and runs whatever the catch-up policy; later it is missed, and the catch-up policy says
 whether it still runs; older than ``catchup_window`` it is not attempted at all.
 """

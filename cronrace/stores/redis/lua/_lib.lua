@@ -120,7 +120,7 @@ local function next_fence(fence_key, lease_key, known)
   end
   -- A replica promoted while a few writes behind holds an older counter that no node may
   -- know to be old: the server clock (microseconds) is the floor that keeps such a
-  -- counter from handing out a fence again (DESIGN.md section 11).
+  -- counter from handing out a fence again (docs/design.md section 11).
   local floor = now_us()
   if tonumber(redis.call('GET', fence_key)) < floor then
     redis.call('SET', fence_key, int_text(floor))

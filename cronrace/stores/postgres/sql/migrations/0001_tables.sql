@@ -1,4 +1,4 @@
--- 0001_tables.sql: cronrace's tables, version 1 of the schema (DESIGN.md section 14).
+-- 0001_tables.sql: cronrace's tables, version 1 of the schema (docs/design.md section 14).
 --
 -- Inputs: <schema>, the schema's quoted name (default "cronrace"), substituted before the
 --   file is sent. Applied once, by `cronrace db upgrade`, inside its one transaction.

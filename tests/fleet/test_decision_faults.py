@@ -1,4 +1,4 @@
-"""A won tick whose acquire answer is lost is retried, and runs once with the granted fence.
+"""A won tick whose decision answer is lost is retried, and runs once with the granted fence.
 
 In-process agents with a fault hook in the store (the script runs, then the answer is
 "lost"); tests/faults/test_acquire_outage.py does the same with real processes, a proxy
@@ -14,7 +14,7 @@ import pytest
 
 from cronrace import Agent, RunContext
 from cronrace.errors import RedisUnavailableError
-from cronrace.stores.values import AcquireReply, AcquireRequest
+from cronrace.protocol import DecideReply, DecideRequest
 from cronrace.testing import FakeClock, memory_agent
 from tests.helpers import Recorder, history, memory_fleet, running
 
@@ -24,8 +24,8 @@ T0 = 1_800_000_000
 
 def lose_answers(
     agent: Agent, how_many: int, *, expire_lease: bool = False
-) -> list[list[AcquireReply | Exception]]:
-    """Make the agent's next ``how_many`` acquires run in Redis but lose their answers.
+) -> list[list[DecideReply | Exception]]:
+    """Make the agent's next ``how_many`` decisions run in the store but lose their answers.
 
     Answers to retries (replayed) are never lost, so each loss is another tick.
 
@@ -33,14 +33,14 @@ def lose_answers(
     outage had outlasted it.
     """
     store = agent.store
-    acquire = store.acquire
-    lost: list[list[AcquireReply | Exception]] = []
+    decide = store.decide
+    lost: list[list[DecideReply | Exception]] = []
 
-    async def acquire_then_drop(
-        requests: Sequence[AcquireRequest],
-    ) -> list[AcquireReply | Exception]:
-        replies = await acquire(requests)
-        replayed = any(isinstance(r, AcquireReply) and r.replayed for r in replies)
+    async def decide_then_drop(
+        requests: Sequence[DecideRequest],
+    ) -> list[DecideReply | Exception]:
+        replies = await decide(requests)
+        replayed = any(isinstance(r, DecideReply) and r.replayed for r in replies)
         if len(lost) < how_many and not replayed:
             lost.append(replies)
             if expire_lease:
@@ -48,11 +48,11 @@ def lose_answers(
             raise RedisUnavailableError("connection lost after the script ran (test fault)")
         return replies
 
-    store.acquire = acquire_then_drop  # type: ignore[method-assign]
+    store.decide = decide_then_drop  # type: ignore[method-assign]
     return lost
 
 
-async def test_a_lost_acquire_answer_is_retried_and_the_tick_runs_once_with_its_fence() -> None:
+async def test_a_lost_decision_answer_is_retried_and_the_tick_runs_once_with_its_fence() -> None:
     clock = FakeClock(start_s=T0 - 0.5)
     recorder = Recorder()
     agent = memory_agent(clock)
@@ -61,7 +61,7 @@ async def test_a_lost_acquire_answer_is_retried_and_the_tick_runs_once_with_its_
         lost = lose_answers(agent, 2)
         await clock.advance(4.0)  # ticks 0..3; the answers of 0 and 1 are lost
         records = await history(agent, "job", first_s=T0, last_s=T0 + 3)
-    granted = [r for replies in lost for r in replies if isinstance(r, AcquireReply)]
+    granted = [r for replies in lost for r in replies if isinstance(r, DecideReply)]
     assert len(granted) == 2
     # Each lost grant was retried, answered the same fence, and ran once with it.
     assert [(run.tick_s - T0, run.fence) for run in recorder.runs[:2]] == [
@@ -77,7 +77,10 @@ async def test_a_lost_acquire_answer_is_retried_and_the_tick_runs_once_with_its_
     ]
 
 
-async def test_a_lost_answer_whose_lease_ran_out_meanwhile_is_decided_again() -> None:
+async def test_a_grant_whose_lease_ran_out_before_its_answer_came_back_never_starts() -> None:
+    """Its retry is answered the grant again (replayed) but not renewed: the lease is gone,
+    so a run started now could overlap a newer grant. It never runs; the job's next
+    decision records it abandoned, and the next tick runs."""
     clock = FakeClock(start_s=T0 - 0.5)
     ran: list[tuple[int, int]] = []
     agent = memory_agent(clock)
@@ -88,36 +91,33 @@ async def test_a_lost_answer_whose_lease_ran_out_meanwhile_is_decided_again() ->
     agent.add_job(note, "* * * * * *", name="job", lease_ttl=5.0)
     async with running(agent):
         lost = lose_answers(agent, 1, expire_lease=True)
-        await clock.advance(1.0)  # tick 0: granted, answer lost, lease gone; retried
-        records = await history(agent, "job", first_s=T0, last_s=T0)
+        await clock.advance(2.0)  # tick 0: granted, answer lost, lease gone; then tick 1
+        records = await history(agent, "job", first_s=T0, last_s=T0 + 1)
     (first,) = lost[0]
-    assert isinstance(first, AcquireReply)
-    ((tick, fence),) = ran
-    assert tick == 0
-    assert fence > first.fence, "a new fence: the first grant never ran"
-    assert sorted((r.outcome.value, r.fence) for r in records) == [
-        ("abandoned", first.fence),
-        ("ok", fence),
-    ]
+    assert isinstance(first, DecideReply)
+    assert [tick for tick, _fence in ran] == [1]
+    assert [(r.tick_s - T0, r.outcome.value) for r in records] == [(0, "abandoned"), (1, "ok")]
+    assert records[0].fence == first.fence
 
 
 @pytest.mark.parametrize(
     ("catchup", "overlap", "late"),
     [
         ("all", "allow", ["ok"]),
-        ("all", "queue_one", ["ok", "queued"]),  # queued behind tick 4's run, then run
-        ("all", "skip", ["skipped:overlap"]),  # tick 4's run holds the lease
+        ("all", "queue_one", ["ok"]),
+        ("all", "skip", ["ok"]),
         ("latest", "skip", ["missed"]),
     ],
 )
 async def test_a_won_tick_decided_after_the_next_tick_is_run_or_recorded_not_lost(
     catchup: str, overlap: str, late: list[str]
 ) -> None:
-    """The winner of tick 3 answers only after the other node decided tick 4.
+    """The winner of tick 3 sends its decision only after the other node decided tick 4.
 
-    Its acquire is held until then (a slow answer, or a claim reply read back after an
-    outage). Before, the tick was stale: never run, recorded only as stale, and nobody
-    else had decided it. Now it is decided late by its catch-up and overlap policies.
+    Its decision is held until then (a slow answer, or a claim reply read back after an
+    outage). Tick 4's decision covers (2, 4]: tick 3 with it, by its catch-up policy (all:
+    run late, with tick 4, under one grant; latest: missed). The held decision, when it
+    comes, is answered ``covered`` and writes nothing: tick 3 is decided once.
     """
     clock = FakeClock(start_s=T0 - 0.5)
     recorder = Recorder()
@@ -128,17 +128,17 @@ async def test_a_won_tick_decided_after_the_next_tick_is_run_or_recorded_not_los
 
     def hold_tick_3(agent: Agent) -> None:
         store = agent.store
-        acquire = store.acquire
+        decide = store.decide
 
-        async def held(requests: Sequence[AcquireRequest]) -> list[AcquireReply | Exception]:
-            if any(r.decide_tick_s == T0 + 3 and not r.trigger_id for r in requests):
+        async def held(requests: Sequence[DecideRequest]) -> list[DecideReply | Exception]:
+            if any(r.tick_s == T0 + 3 and not r.trigger_id for r in requests):
                 await next_decided.wait()  # this node's loop waits with it, as when slow
-            replies = await acquire(requests)
-            if any(r.decide_tick_s == T0 + 4 for r in requests):
+            replies = await decide(requests)
+            if any(r.tick_s == T0 + 4 for r in requests):
                 next_decided.set()
             return replies
 
-        store.acquire = held  # type: ignore[method-assign]
+        store.decide = held  # type: ignore[method-assign]
 
     async with running(*agents):
         for agent in agents:
