@@ -37,6 +37,9 @@ EXTRA_OVERLAP = os.environ.get("FAULT_EXTRA_OVERLAP", "queue_one")
 EXTRA_LEASE_S = float(os.environ.get("FAULT_EXTRA_LEASE_S", "0.9"))
 #: The extra jobs' catch-up window, seconds (unset: the default).
 EXTRA_CATCHUP_WINDOW = os.environ.get("FAULT_EXTRA_CATCHUP_WINDOW")
+#: The extra jobs' schedule (default every second): a period longer than
+#: ``undecided_claim_s`` has a lost tick claimed again by the node second in line.
+EXTRA_SCHEDULE = os.environ.get("FAULT_EXTRA_SCHEDULE", "* * * * * *")
 
 #: Which jobs from code this process defines (default both); "" for none, when a test
 #: runs only stored schedules.
@@ -121,7 +124,7 @@ async def extra(ctx: RunContext) -> None:
 for _index in range(EXTRA_JOBS):
     agent.add_job(
         extra,
-        "* * * * * *",
+        EXTRA_SCHEDULE,
         name=f"extra{_index:03d}",
         lease_ttl=EXTRA_LEASE_S,
         catchup=EXTRA_CATCHUP,
@@ -161,10 +164,11 @@ if FREEZE_JOB:
 
 #: When set (to the path of the frozen winner's ``$FAULT_FREEZE_MARK``), this process stops
 #: itself (SIGSTOP) once, about to decide the tick written there for the job
-#: ``$FAULT_FREEZE_TAKEN_JOB``: the first node that took that claim over from the frozen
-#: winner freezes in turn, before deciding it. It creates ``$FAULT_FREEZE_TAKEN_MARK`` with
-#: its pid first; a node that finds it there goes on, and so does the frozen winner (its
-#: pid is the mark's third field). tests/faults/test_dead_winner.py: a chain of takeovers.
+#: ``$FAULT_FREEZE_TAKEN_JOB``: the first node that wins that tick's claim again after the
+#: frozen winner's ran out (the recheck of the node second in line) freezes in turn, before
+#: deciding it. It creates ``$FAULT_FREEZE_TAKEN_MARK`` with its pid first; a node that
+#: finds it there goes on, and so does the frozen winner (its pid is the mark's third
+#: field). tests/faults/test_dead_winner.py: the re-claimer dies too.
 FREEZE_TAKEN_FROM = os.environ.get("FAULT_FREEZE_TAKEN_FROM")
 
 if FREEZE_TAKEN_FROM:
@@ -204,8 +208,8 @@ if FREEZE_TAKEN_FROM:
 
 
 #: When set (to a file's path), this process's heartbeats fail while that file exists,
-#: and its claims and decisions go through: the others count it departed, and it claims
-#: nothing meanwhile (tick/race.py, _counted_live). tests/faults/test_late_departures.py.
+#: and its claims and decisions go through: the others count it departed (on the dense
+#: cursor it still claims meanwhile). tests/faults/test_late_departures.py.
 BEATS_FAIL_FILE = os.environ.get("FAULT_BEATS_FAIL_FILE")
 
 if BEATS_FAIL_FILE:

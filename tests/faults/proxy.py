@@ -1,7 +1,7 @@
 """A TCP proxy in front of redis-server that loses replies on purpose.
 
 Agents connect to the proxy instead of Redis. ``cut_after(marker)`` arms it: the next
-request that contains ``marker`` (e.g. the SHA of ``acquire.lua``) is passed on to Redis,
+request that contains ``marker`` (e.g. the SHA of ``decide.lua``) is passed on to Redis,
 which runs it, but its reply is thrown away and the connection is closed a moment later,
 exactly like a network cut between the command and its answer.
 """

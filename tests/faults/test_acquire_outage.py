@@ -1,11 +1,12 @@
-"""Real agent processes: acquire answers lost on the wire, and Redis killed mid-tick.
+"""Real agent processes: decision answers lost on the wire, and Redis killed mid-tick.
 
 Two ``cronrace run`` processes reach an AOF redis-server (``appendfsync always``) through a
-proxy. First the proxy loses the answers of several acquires (the script ran, the reply
-never came back); then redis-server is SIGKILLed at each phase of a tick (claims in flight,
-acquires in flight, runs starting, releases in flight) and restarted at once. The witness
-must see every tick of the 1-second job run exactly once, no overlapping runs, and fences
-rising with ticks. Before acquire was retried, each lost answer lost its tick.
+proxy. First the proxy loses the answers of several decisions (decide.lua ran, the reply
+never came back: the retry is answered ``replayed`` from the claim's memo); then
+redis-server is SIGKILLed at each phase of a tick (claims in flight, decisions in flight,
+runs starting, releases in flight) and restarted at once. The witness must see every tick
+of the 1-second job run exactly once, no overlapping runs, and fences rising with ticks.
+Before the decision was retried, each lost answer lost its tick.
 """
 
 from __future__ import annotations
@@ -23,17 +24,17 @@ from tests.redis_server import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
-# Redis names a script by its SHA1 (EVALSHA): the proxy spots acquire by it.
-ACQUIRE_SHA = hashlib.sha1(script_sources()["acquire"].encode(), usedforsecurity=False)
-ACQUIRE_SHA_HEX = ACQUIRE_SHA.hexdigest().encode()
+# Redis names a script by its SHA1 (EVALSHA): the proxy spots the decision by it.
+DECIDE_SHA = hashlib.sha1(script_sources()["decide"].encode(), usedforsecurity=False)
+DECIDE_SHA_HEX = DECIDE_SHA.hexdigest().encode()
 
 #: When, after a tick, redis-server is killed: before the claims leave, with claims in
-#: flight, with acquires in flight, as runs start and release.
+#: flight, with decisions in flight, as runs start and release.
 KILL_PHASES_S = (0.0005, 0.002, 0.004, 0.008, 0.015, 0.03)
 
 
 @pytest.mark.timeout(120)
-def test_lost_acquire_answers_and_redis_killed_mid_tick_lose_no_tick(
+def test_lost_decision_answers_and_redis_killed_mid_tick_lose_no_tick(
     fresh_redis: RedisServer, namespace: str, witness: Witness, tmp_path: Path
 ) -> None:
     proxy = FaultProxy(fresh_redis.port).start()
@@ -47,10 +48,10 @@ def test_lost_acquire_answers_and_redis_killed_mid_tick_lose_no_tick(
             what="the fleet to run",
         )
         for cuts in range(1, 5):
-            proxy.cut_after(ACQUIRE_SHA_HEX)
+            proxy.cut_after(DECIDE_SHA_HEX)
             deadline = time.monotonic() + 5
             while proxy.cuts < 1:
-                assert time.monotonic() < deadline, f"acquire {cuts} was never cut"
+                assert time.monotonic() < deadline, f"decision {cuts} was never cut"
                 time.sleep(0.01)
             time.sleep(0.5)
         for phase in KILL_PHASES_S:

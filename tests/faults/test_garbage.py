@@ -1,11 +1,12 @@
 """Real agent processes: garbage of every wrong type written under every key of two jobs.
 
 While two ``cronrace run`` processes fire a 1-second job and a 3-second-run job, the test
-writes, once a second, one wrong type under each of the jobs' keys (lease, fence,
-watermark, pending, state, history). Every script moves the key aside and goes on: the
-witness must see no duplicate, no overlap, fences in order, and no tick of the 1-second job
-lost except where a garbled lease made new runs wait (nobody can tell whether a run held
-it). Before, each of these stalled its job with WRONGTYPE until an operator deleted the key.
+writes, once a second, one wrong type under each of the jobs' keys (lease, fence, cursor,
+pending, state, history, outstanding triggers). Every script moves the key aside and goes
+on: the witness must see no duplicate, no overlap, fences in order, and no tick of the
+1-second job lost except where a garbled lease made new runs wait (nobody can tell whether
+a run held it). Before, each of these stalled its job with WRONGTYPE until an operator
+deleted the key.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 RIGHT_TYPES = {
     "lease": "hash",
     "fence": "int",
-    "last": "int",
+    "cursor": "int",
     "pending": "int",
+    "triggers": "hash",
     "state": "hash",
     "runs": "stream",
 }
@@ -111,7 +113,7 @@ def test_garbage_of_every_type_under_every_key_is_moved_aside_and_loses_no_tick(
         [],
     ), f"{fast.summary()}\n{log_lines(tmp_path, {t + d for t in fast.missed for d in (-1, 0, 1)})}"
     assert (slow.duplicates, slow.overlaps, slow.fence_disorder) == ([], [], []), slow.summary()
-    # Garbage was there to move: at least each job's fence and watermark, six times over.
+    # Garbage was there to move: at least each job's fence and cursor, six times over.
     assert len(moved) >= 2 * 2 * 6 + 2
     logs = "".join(path.read_text() for path in tmp_path.glob("n*.err"))
     assert keys.fence("fast") in logs, "the ERROR log names the full key"

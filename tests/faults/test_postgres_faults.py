@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import anyio
@@ -59,7 +60,11 @@ def unexplained(
 ) -> list[int]:
     """The ``missed`` ticks of ``job`` that the store has no record of: a tick that did not
     run must say why (skipped behind a run whose release waited for the server, missed)."""
-    recorded = {record.tick_s for record in history(server, namespace, job)}
+    recorded = {  # a missed record names a range (tick_s to last_tick_s)
+        tick
+        for record in history(server, namespace, job)
+        for tick in range(record.tick_s, max(record.tick_s, record.last_tick_s) + 1)
+    }
     return [tick for tick in missed if tick not in recorded]
 
 
@@ -204,13 +209,14 @@ def test_a_row_lock_held_on_one_job_costs_that_job_only(
     assert len(fences) == len(set(fences)), detail
     assert unexplained(fault_postgres, namespace, locked.missed, "extra000") == [], detail
     # Queue one keeps the newest waiting tick: a tick decided late never displaced a newer
-    # queued one (before, the row lock made older ticks replace newer queued ones).
-    displaced = [
-        (record.tick_s, record.detail["superseded_by"])
-        for record in history(fault_postgres, namespace, "extra000")
-        if isinstance(record.detail, dict)
-        and record.detail.get("superseded_by", record.tick_s) < record.tick_s
+    # queued one (before, the row lock made older ticks replace newer queued ones). On the
+    # cursor, decisions come in tick order: each tick queued is newer than the one before.
+    queued = [
+        record.tick_s
+        for record in reversed(history(fault_postgres, namespace, "extra000"))
+        if record.outcome == "queued" and record.trigger_id is None
     ]
+    displaced = [(older, newer) for older, newer in pairwise(queued) if newer <= older]
     assert displaced == [], detail
     logs = "\n".join(path.read_text(errors="replace") for path in tmp_path.glob("*.err"))
     assert "not ready" not in logs, "a row lock on one job is no outage of the node"

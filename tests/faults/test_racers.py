@@ -35,7 +35,7 @@ ENV = {
     "FAULT_EXTRA_JOBS": str(len(JOBS)),  # 1-second jobs, catchup all, queue_one
 }
 #: What a loaded 2-core machine adds to the bound: a heartbeat read that comes late, the
-#: claim and acquire round trips, the witness write.
+#: claim and decision round trips, the witness write.
 SLACK_S = 0.6
 
 

@@ -10,7 +10,7 @@ settled, no won tick dropped, readiness steady (the cluster is healthy throughou
 
 Before the fix, a run of a few migrations lost 9 to 12 ticks with ``catchup = "all"``:
 the decision path took redis-py's ``ClusterError('TTL exhausted.')`` for a script failure
-("acquire failed; this tick will not run", a won claim and no record). The connections the
+(then "acquire failed; this tick will not run", a won claim and no record). The connections the
 primaries accepted are counted too (``INFO stats``), against the same time at rest.
 """
 
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.cluster]
 
 JOBS = [f"extra{index:03d}" for index in range(24)]
 #: Keys moved per MIGRATE, and the pause after each batch: a slot holds some 40 keys of
-#: its job (claims of the last ticks, lease, fence, watermark, state, records), so each
+#: its job (claims of the last ticks, lease, fence, cursor, state, records), so each
 #: migration keeps the slot half-moved for a second or more.
 BATCH_KEYS = 1
 BATCH_PAUSE_S = 0.25

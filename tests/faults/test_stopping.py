@@ -71,7 +71,7 @@ def restart_one_by_one(
     graceful: list[int] = []
     forced: dict[int, str] = {}
     stopped: list[subprocess.Popen[bytes]] = []
-    # "late": the claim is answered and the decision (acquire) is on the wire.
+    # "late": the claim is answered and the decision is on the wire.
     plan = [("now", 1), ("late", 1), ("late", 1), ("now", 2), ("late", 2)]
     while plan:
         # A deploy replaces nodes one by one: at least two others are up at each signal.
@@ -132,12 +132,31 @@ def test_rolling_restart_with_sigterm_inside_the_wakeup_loses_no_tick(
     ), f"{fast.summary()}; graceful stops at {graceful}, forced at {forced}\n" + log_lines(
         fleet.logs, [t - d for t in fast.missed + fast.duplicates for d in (0, 1)]
     )
-    recorded = {
-        (r.tick_s, r.node) for r in records if r.outcome == "cancelled" and r.tick_s in given_up
-    }
-    assert recorded == set(given_up.items()), "a forced stop lost a won tick without a record"
-    assert (slow.duplicates, slow.overlaps, slow.fence_disorder) == ([], [], []), slow.summary()
-    # No lease was left behind to block a job: every run's lease was released or ran out.
-    assert all(r.outcome != "abandoned" for r in records), [
-        (r.tick_s, r.node) for r in records if r.outcome == "abandoned"
+
+    # Given up with its grant known: the stopping node's `cancelled` result. Given up
+    # before its decision went out: the tick stayed above the cursor and the job's next
+    # decision, on another node, covered it (a `missed` range under the catch-up policy).
+    # Given up with the decision's answer on the wire (the store granted it, the node never
+    # read it): its `granted` record stays, the lease runs out, and the job's next decision
+    # records it `abandoned` (docs/design.md section 3; tests/fleet/test_decision_faults.py).
+    def settled(tick: int, node: str) -> bool:
+        return any(
+            (r.outcome in ("cancelled", "abandoned") and r.tick_s == tick and r.node == node)
+            or (r.outcome == "missed" and r.tick_s <= tick <= max(r.tick_s, r.last_tick_s))
+            for r in records
+        )
+
+    unrecorded = [(tick, node) for tick, node in given_up.items() if not settled(tick, node)]
+    around = [
+        (r.tick_s, r.last_tick_s, r.node, r.outcome.value, r.fence)
+        for r in records
+        if any(abs(r.tick_s - tick) <= 2 for tick in given_up)
     ]
+    assert unrecorded == [], f"a forced stop lost a won tick without a record: {unrecorded}" + (
+        f"\n{around}\n" + log_lines(fleet.logs, [t for t, _n in unrecorded])
+    )
+    assert (slow.duplicates, slow.overlaps, slow.fence_disorder) == ([], [], []), slow.summary()
+    # No lease was left behind to block a job but a forced stop's unread grant: every
+    # other run's lease was released.
+    abandoned = [(r.tick_s, r.node) for r in records if r.outcome == "abandoned"]
+    assert [(t, n) for t, n in abandoned if given_up.get(t) != n] == [], abandoned

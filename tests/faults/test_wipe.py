@@ -1,8 +1,8 @@
 """Real agent processes: redis-server restarted without persistence under a running handler.
 
 The restart wipes everything: the lease of the run in progress, the fence counter, the
-watermarks, the claims. The first acquire after it must see the wipe (it has to re-seed
-the counter while its node knows the job had fences) and hold every new grant of the job
+cursors, the claims. The first decision after it must see the wipe (the store has no cursor
+where its node expected one: a ``data_lost`` record) and hold every new grant of the job
 for one lease_ttl, so the run started before the wipe is cancelled (its renewal finds no
 lease) before any new run starts. Before that hold, 1 to 3 restarts in 4 let a new run
 start while the old one was still running.

@@ -165,7 +165,7 @@ def sleep_until_fraction(fraction: float) -> None:
 
     ``sleep_until_fraction(0.5)`` lands mid-second, when no claim of a 1-second job is in
     flight; ``sleep_until_fraction(0.005)`` lands a few ms after a tick, inside the
-    claim/acquire window.
+    claim/decision window.
     """
     time.sleep((fraction - time.time() % 1.0) % 1.0)
 
@@ -296,12 +296,18 @@ def decided_late_or_overlapping(
       fired a newer one, or did not fire a tick decided after its window: the record names
       the range (``tick_s`` to ``last_tick_s``) and counts it.
     - ``skipped:overlap`` for a run still going at the decision, or one that had ended at
-      most ``release_slack_s`` before it (its release on the wire; a loaded machine).
+      most ``release_slack_s`` before it (its release on the wire; a loaded machine). A
+      run goes from its grant (its ``granted`` record: the lease is taken then, the
+      handler starts when the answer is back, a few ms later) to its end.
 
     Anything else missing was lost. A skip for a run that had ended long before its
     decision (a release that never came) is not excused here.
     """
+    records = list(records)
     starts = {e["fence"]: e["wall"] for e in events if e["job"] == job and e["event"] == "start"}
+    for record in records:
+        if record.job == job and record.outcome == "granted" and record.fence in starts:
+            starts[record.fence] = min(starts[record.fence], record.finished_ms / 1000)
     ended = {e["fence"]: e["wall"] for e in events if e["job"] == job and e["event"] == "end"}
     spans = [(at, ended.get(fence, float("inf"))) for fence, at in starts.items()]
     excused: set[int] = set()
