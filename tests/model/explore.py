@@ -1169,7 +1169,7 @@ class Explorer:
             if quiescent:
                 violation = self.check_quiescent(w)
                 if violation:
-                    return Found(violation, self._trace(parents, w, None))
+                    return Found(violation, self._trace(parents, w))
             for step in steps:
                 self.stats.transitions += 1
                 violation = step.violation
@@ -1179,7 +1179,7 @@ class Explorer:
                 if violation is None and new:
                     violation = self.check(step.world, w)
                 if violation:
-                    return Found(violation, self._trace(parents, step.world, None))
+                    return Found(violation, self._trace(parents, step.world))
                 if new:
                     queue.append((step.world, depth + 1))
             if progress and time.monotonic() - last > 5:
@@ -1188,9 +1188,7 @@ class Explorer:
         self.stats.states = len(parents)
         return None
 
-    def _trace(
-        self, parents: dict[World, tuple[World | None, str]], w: World, _x: None
-    ) -> list[str]:
+    def _trace(self, parents: dict[World, tuple[World | None, str]], w: World) -> list[str]:
         self.stats.states = len(parents)
         labels: list[str] = []
         cur: World | None = w

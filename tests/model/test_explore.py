@@ -1,7 +1,7 @@
 """The exhaustive checker of the reference protocol (tests/model/explore.py) in the suite.
 
 The small scope (2 nodes, 3 ticks, every fault kind, at most one fault per path) finds no
-violation under each overlap and catch-up policy (about 35,000 states and 3 s of CPU each);
+violation under each overlap and catch-up policy (31,000-97,000 states, 2-7 s of CPU each);
 the manual trigger is explored on 2 ticks under queue_one, where it waits behind a run and
 is handed on. Every mutation of the reference is caught, each on a small scope that reaches
 it. ``python -m tests.model.explore`` runs the larger default scope (the trigger on 3 ticks,
