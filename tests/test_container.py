@@ -117,7 +117,7 @@ def test_wheel_ships_the_scripts_the_typing_marker_and_the_entrypoint(tmp_path: 
     [wheel] = tmp_path.glob("cronrace-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "cronrace/py.typed" in names
-    for script in ("acquire", "release", "renew", "fenced_set", "_lib"):
+    for script in ("decide", "end_run", "renew_lease", "fenced_set", "_lib"):
         assert f"cronrace/stores/redis/lua/{script}.lua" in names
     assert not any(name.startswith(("tests/", "benchmarks/", "examples/")) for name in names)
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]

@@ -248,9 +248,9 @@ def trigger(
                 for record in await client.history(job, 50):
                     if record.trigger_id != trigger_id:
                         continue
-                    if record.outcome != "queued":
-                        return trigger_id, record, None
-                    queued = True
+                    if record.outcome not in ("queued", "granted"):
+                        return trigger_id, record, None  # its result, not its decision
+                    queued = queued or record.outcome == "queued"
                 await anyio.sleep(0.2)
         return trigger_id, None, await _trigger_timeout(client, job, trigger_id, timeout_s, queued)
 

@@ -33,7 +33,7 @@ _names = itertools.count()
 
 def agent_table(namespace: str, *, store_url: str | None = None) -> str:
     """The ``[agent]`` table of the fleet's config (the store may come from the environment)."""
-    store = f'redis_url = "{store_url}"\n' if store_url else ""
+    store = f'store_url = "{store_url}"\n' if store_url else ""
     return (
         f'[agent]\n{store}namespace = "{namespace}"\nlog_format = "json"\n'
         f"shutdown_grace_s = {SHUTDOWN_GRACE_S}\n"
