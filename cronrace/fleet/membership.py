@@ -22,14 +22,9 @@ silent then leave at the next read. A member that really died is noticed at most
 heartbeats after its last beat, or after this node's own beats went through again,
 whichever is later. Departures re-home racers = k jobs (tick/share.py).
 
-So a node claims only while the others count it live, or will at their next read: its own
-last heartbeat that went through at most :data:`BLIND_AFTER_PERIODS` old
-(:meth:`Membership.counted_live`). A claim won by a node the others had already counted
-departed (its beats failing while its claims went through, a thawed process claiming
-before its first beat lands) would otherwise never be taken over should that node die
-undecided: nothing departs anew. A claim won by a node counted live makes its silence
-after the claim a departure, which every node that lost the claim sees within 2.5
-heartbeats of that last beat.
+Membership decides who races, never whether a tick is accounted for: a tick whose racers
+died is above its job's cursor, and the job's next decision covers it (docs/design.md
+section 3). A view that is wrong costs latency or extra claims, never a tick.
 """
 
 from __future__ import annotations
