@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cronrace.errors import RedisUnavailableError
 from cronrace.stores.redis.errors import Passage, passage
 from cronrace.stores.redis.shards import ShardReply
-from cronrace.stores.values import ClaimOutcome, ClaimReply, NotReplicatedError
+from cronrace.stores.values import ClaimOutcome, ClaimReply
 
 #: How many more times a wake-up's claims met by a moving slot are sent (at once).
 CLAIM_MOVING_ROUNDS = 2
@@ -55,14 +54,3 @@ def slot_moving(reply: ShardReply) -> bool:
 
 def _as_list(answers: list[Any] | BaseException) -> list[Any]:
     return [answers] if isinstance(answers, BaseException) else answers
-
-
-def won_or_raise(replies: Sequence[ClaimReply]) -> list[bool]:
-    """The all-or-nothing view of :meth:`Store.claim_each` that ``claim`` has always had."""
-    if any(reply.outcome is ClaimOutcome.UNKNOWN for reply in replies):
-        raise RedisUnavailableError("claim failed: some shard did not answer")
-    short = [reply for reply in replies if reply.outcome is ClaimOutcome.NOT_REPLICATED]
-    if short:
-        won = [reply.outcome is not ClaimOutcome.LOST for reply in replies]
-        raise NotReplicatedError(won, min(reply.acked for reply in short))
-    return [reply.outcome is ClaimOutcome.WON for reply in replies]

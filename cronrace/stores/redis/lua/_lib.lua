@@ -163,6 +163,25 @@ local function start_hold(hold_key, ttl_ms, before_fence)
   end
 end
 
+-- Write a grant's lease (its ticks, the current first; its trigger; held: granted during a
+-- wipe hold, not started) and mirror its run in the state hash, kept past the lease's
+-- expiry so that the next decision can record it abandoned.
+local function grant_lease(lease_key, state_key, owner, fence, ticks, trigger, held, ttl_ms)
+  redis.call('DEL', lease_key)
+  redis.call('HSET', lease_key, 'owner', owner, 'fence', int_text(fence), 'ticks', ticks,
+    'started_ms', now_ms())
+  if trigger then redis.call('HSET', lease_key, 'trigger', trigger) end
+  if held then redis.call('HSET', lease_key, 'held', 1) end
+  redis.call('PEXPIRE', lease_key, ttl_ms)
+  redis.call('HSET', state_key, 'run_owner', owner, 'run_fence', int_text(fence),
+    'run_ticks', ticks)
+  if trigger then
+    redis.call('HSET', state_key, 'run_trigger', trigger)
+  else
+    redis.call('HDEL', state_key, 'run_trigger')
+  end
+end
+
 -- A JSON string, or null for nil / ''. Control characters, quotes and backslashes are
 -- escaped (job names and node ids never hold them; a trigger id comes from outside).
 local function json_text(s)

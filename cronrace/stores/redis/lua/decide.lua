@@ -201,19 +201,8 @@ else
   verdict = 'run'
   local fence = take_fence()
   local ticks = table.concat(fire, ' ')
-  redis.call('DEL', lease_key)
-  redis.call('HSET', lease_key, 'owner', owner, 'fence', int_text(fence), 'ticks', ticks,
-    'started_ms', now)
-  if trigger then redis.call('HSET', lease_key, 'trigger', trigger) end
-  if hold_ms > 0 and overlap ~= 'replace' then redis.call('HSET', lease_key, 'held', 1) end
-  redis.call('PEXPIRE', lease_key, lease_ttl)
-  redis.call('HSET', state_key, 'run_owner', owner, 'run_fence', int_text(fence),
-    'run_ticks', ticks)
-  if trigger then
-    redis.call('HSET', state_key, 'run_trigger', trigger)
-  else
-    redis.call('HDEL', state_key, 'run_trigger')
-  end
+  grant_lease(lease_key, state_key, owner, fence, ticks, trigger,
+    hold_ms > 0 and overlap ~= 'replace', lease_ttl)
   each(fire, 'granted', node, fence, trigger)
 end
 

@@ -70,19 +70,7 @@ if hand_on and (#rest > 0 or waiting) then
   end
   local fence = next_fence(fence_key, lease_key, 0)
   local hold_ms = hold_left_ms(hold_key)
-  redis.call('DEL', lease_key)
-  redis.call('HSET', lease_key, 'owner', owner, 'fence', int_text(fence), 'ticks', ticks,
-    'started_ms', now_ms())
-  if trigger then redis.call('HSET', lease_key, 'trigger', trigger) end
-  if hold_ms > 0 then redis.call('HSET', lease_key, 'held', 1) end
-  redis.call('PEXPIRE', lease_key, ttl_ms)
-  redis.call('HSET', state_key, 'run_owner', owner, 'run_fence', int_text(fence),
-    'run_ticks', ticks)
-  if trigger then
-    redis.call('HSET', state_key, 'run_trigger', trigger)
-  else
-    redis.call('HDEL', state_key, 'run_trigger')
-  end
+  grant_lease(lease_key, state_key, owner, fence, ticks, trigger, hold_ms > 0, ttl_ms)
   return reply('run', fence, tonumber(string.match(ticks, '%S+')), trigger, hold_ms, records)
 end
 
